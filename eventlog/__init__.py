@@ -1,0 +1,8 @@
+"""eventlog: an event-sourced, append-only session store for AI-agent runtimes."""
+from __future__ import annotations
+
+from eventlog import errors
+from eventlog.errors import EventLogError
+
+__all__ = ["EventLogError", "errors"]
+__version__ = "0.1.0"

@@ -1,0 +1,136 @@
+"""The one exception hierarchy of eventlog.
+
+Every error a caller can meet derives from :class:`EventLogError`. Errors carry an
+optional ``hint`` telling the user how to recover; ``str(err)`` includes it.
+Driver errors (LMDB, SQLite) are converted at one boundary each, with the cause chained.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class EventLogError(Exception):
+    """Root of every eventlog error."""
+
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} (hint: {self.hint})"
+        return self.message
+
+
+class ValidationError(EventLogError, ValueError):
+    """Input was rejected before anything was appended. ``field`` names the offending field."""
+
+    def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"invalid {field}: {problem}", hint=hint)
+        self.field = field
+        self.problem = problem
+
+
+class ProfileNameError(ValidationError):
+    """A profile name that does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``."""
+
+
+class EventTooLargeError(ValidationError):
+    """An encoded event exceeds the documented size limit."""
+
+
+class ConcurrencyError(EventLogError):
+    """``expected_version`` did not match the stream's current version; nothing was appended."""
+
+    def __init__(self, stream: str | None, expected: int, actual: int) -> None:
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, caller expected {expected}",
+            hint="re-read the session and retry",
+        )
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+class NotFoundError(EventLogError, LookupError):
+    """An operation named a session or message that does not exist (or was deleted)."""
+
+    def __init__(self, kind: str, ident: Any) -> None:
+        super().__init__(f"{kind} {ident!r} not found")
+        self.kind = kind
+        self.ident = ident
+
+
+class ConflictError(EventLogError):
+    """A domain rule refused the operation (e.g. a title another session holds)."""
+
+    def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{field}: {problem}", hint=hint)
+        self.field = field
+
+
+class TitleConflictError(ConflictError):
+    """The title is already held by another session of this profile."""
+
+    def __init__(self, title: str, holder: str) -> None:
+        super().__init__(
+            "title",
+            f"{title!r} is already used by session {holder!r}",
+            hint="choose another title, e.g. with SessionStore.next_title()",
+        )
+        self.title = title
+        self.holder = holder
+
+
+class IntegrityError(EventLogError):
+    """Stored data does not match what it must be (broken chain, id reused with other content)."""
+
+
+class DuplicateEventError(IntegrityError):
+    """An event id already in the log was given again with different content."""
+
+    def __init__(self, event_id: str, seq: int) -> None:
+        super().__init__(
+            f"event id {event_id!r} already stored at seq {seq} with different content",
+            hint="event ids are idempotency keys: use a fresh id for a new event",
+        )
+        self.event_id = event_id
+        self.seq = seq
+
+
+class StorageError(EventLogError):
+    """The storage layer failed (LMDB, SQLite, file system)."""
+
+
+class DiskFullError(StorageError):
+    """The disk (or the LMDB map) has no room; nothing of the failed batch was written."""
+
+
+class ForkedEnvironmentError(StorageError):
+    """An LMDB environment was used in a child process after ``fork()``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "this EventLog was opened before fork() and cannot be used in the child process",
+            hint="open a new EventLog/SessionStore in the child after forking",
+        )
+
+
+class ClosedError(StorageError):
+    """The log or store was used after close()."""
+
+
+class LeaseError(StorageError):
+    """A flock lease could not be taken or its lock file is unusable."""
+
+
+class ProjectionError(StorageError):
+    """A projection (state.db or the FTS index) could not be read or rebuilt."""
+
+
+class SearchDegradedError(ProjectionError):
+    """The FTS index is unusable; search falls back to a scan and this is reported."""

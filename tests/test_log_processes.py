@@ -1,0 +1,85 @@
+"""Real processes: SIGKILL during appends, and several processes appending at once."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eventlog.log import EventLog
+
+WRITER = Path(__file__).with_name("proc_log_writer.py")
+KILLS = int(os.environ.get("EVENTLOG_KILLS", "20"))
+
+
+def spawn(log: Path, name: str, threads: int, count: int, batch: int = 1) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(WRITER), str(log), name, str(threads), str(count), str(batch)],
+        stdout=subprocess.PIPE, text=True,
+    )
+
+
+def acks(text: str) -> dict[str, int]:
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "ACK":  # a line cut by the kill is not an ack
+            out[parts[1]] = int(parts[2])
+    return out
+
+
+def check_log(path: Path, acked: dict[str, int]) -> int:
+    with EventLog.open(path) as lg:
+        res = lg.verify()
+        assert res.ok, res
+        by_id = {e["id"]: e["seq"] for e in lg.read()}
+        seqs = sorted(by_id.values())
+        assert seqs == list(range(1, len(seqs) + 1)), "seqs must be gapless"
+        lost = {i: s for i, s in acked.items() if by_id.get(i) != s}
+        assert not lost, f"acknowledged appends lost or moved: {list(lost.items())[:5]}"
+        return res.head_seq
+
+
+def test_sigkill_during_appends_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    rng = random.Random(1234)
+    acked: dict[str, int] = {}
+    for round_ in range(KILLS):
+        p = spawn(path, f"r{round_}", threads=3, count=100_000, batch=rng.choice([1, 1, 5]))
+        time.sleep(rng.uniform(0.05, 0.4))
+        p.send_signal(signal.SIGKILL)
+        out, _ = p.communicate()
+        assert p.returncode == -signal.SIGKILL
+        got = acks(out)
+        acked.update(got)
+        head = check_log(path, acked)
+        assert head >= len(acked)
+    with EventLog.open(path) as lg:
+        before = lg.head()[0]
+        assert lg.append([{"type": "test.after", "session": None, "data": {}}]) == [before + 1]
+        assert lg.verify().ok
+    assert len(acked) > KILLS  # the kills did land mid-work
+
+
+def test_four_processes_of_four_threads_share_one_gapless_order(tmp_path: Path) -> None:
+    path = tmp_path / "log"
+    EventLog.open(path).close()
+    procs = [spawn(path, f"p{n}", threads=4, count=60) for n in range(4)]
+    acked: dict[str, int] = {}
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        acked.update(acks(out))
+    assert len(acked) == 4 * 4 * 60
+    head = check_log(path, acked)
+    assert head == len(acked)
+    assert len(set(acked.values())) == len(acked), "no seq given twice"
+    with EventLog.open(path) as lg:
+        for n in range(4):
+            for t in range(4):
+                assert [e["data"]["i"] for e in lg.read_session(f"p{n}-{t}")] == list(range(60))
