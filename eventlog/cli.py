@@ -136,7 +136,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     Known session event types are validated and normalized as SessionStore does; the whole
     input is one atomic batch unless --each. Prints the assigned seqs.
     """
-    lines = list(_read_events(click.get_text_stream("stdin")))
+    lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
     seqs: list[int] = []
     with c.open_log(create=True) as log:

@@ -83,6 +83,34 @@ def _check_text(s: str, field: str) -> None:
         raise ValidationError(field, "text contains a lone surrogate") from None
 
 
+def encode_plain(data: Any, field: str) -> bytes:
+    """Canonical bytes of ``data`` if it is plain JSON; else :class:`ValidationError` naming the field.
+
+    Fast path: orjson encodes (refusing surrogates, bytes, big ints, non-str keys) and the
+    decoded copy must equal the input (which refuses NaN, which orjson writes as null, and
+    types orjson would convert such as datetimes or tuples). Only a failure pays for the
+    walk that names the offending field.
+    """
+    try:
+        raw = canonical(data)
+        if orjson.loads(raw) == data and _depth_ok(data):
+            return raw
+    except (orjson.JSONEncodeError, TypeError, RecursionError):
+        pass
+    check_json(data, field)
+    raise ValidationError(field, "not plain JSON")
+
+
+def _depth_ok(value: Any, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return False
+    if type(value) is dict:
+        return all(_depth_ok(v, depth + 1) for v in value.values() if type(v) in (dict, list))
+    if type(value) is list:
+        return all(_depth_ok(v, depth + 1) for v in value if type(v) in (dict, list))
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """An input event validated and encoded outside the write transaction."""
@@ -138,11 +166,7 @@ def prepare(event: Any, index: int = 0) -> Prepared:
     data = event["data"]
     if type(data) is not dict:
         raise ValidationError(f"{p}.data", "must be a JSON object")
-    check_json(data, f"{p}.data")
-    try:
-        data_bytes = canonical(data)
-    except (orjson.JSONEncodeError, TypeError) as e:
-        raise ValidationError(f"{p}.data", f"not encodable as JSON: {e}") from e
+    data_bytes = encode_plain(data, f"{p}.data")
     if len(data_bytes) + 512 > MAX_EVENT_BYTES:
         raise EventTooLargeError(
             f"{p}.data", f"{len(data_bytes)} bytes encoded; an event is limited to {MAX_EVENT_BYTES} bytes"
@@ -204,15 +228,16 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
     return env, None
 
 
-_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_id_state = {"pid": -1, "salt": "", "n": 0}
 
 
 def new_id(now_ns: int | None = None) -> str:
-    """A 26-character, time-sortable unique id (48-bit milliseconds + 80 random bits)."""
-    ms = (now_ns if now_ns is not None else time.time_ns()) // 1_000_000
-    n = (ms << 80) | int.from_bytes(os.urandom(10), "big")
-    out = []
-    for _ in range(26):
-        out.append(_CROCKFORD[n & 31])
-        n >>= 5
-    return "".join(reversed(out))
+    """A 32-character, time-sortable unique id: 64-bit ns clock, a per-process counter, and
+    a random per-process salt (re-rolled after fork), all hex."""
+    st = _id_state
+    pid = os.getpid()
+    if st["pid"] != pid:
+        st["pid"], st["salt"], st["n"] = pid, os.urandom(5).hex(), 0
+    st["n"] = n = (st["n"] + 1) & 0xFFFFFF
+    ns = now_ns if now_ns is not None else time.time_ns()
+    return f"{ns:016x}{n:06x}{st['salt']}"

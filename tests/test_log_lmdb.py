@@ -210,3 +210,24 @@ def test_rewritten_event_with_recomputed_own_hash_is_found_at_the_next(tmp_path:
     with EventLog.open(p) as lg:
         res = lg.verify()
     assert not res.ok and res.first_bad_seq == 4
+
+
+def test_group_commit_shares_synced_transactions(tmp_path: Path) -> None:
+    import threading
+
+    with EventLog.open(tmp_path / "log", durability="sync") as lg:
+        barrier = threading.Barrier(8)
+
+        def work(w: int) -> None:
+            barrier.wait()
+            for i in range(40):
+                lg.append([ev(f"w{w}", i=i)])
+
+        ts = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert lg.head()[0] == 320
+        assert lg.commits < 320 * 0.8, f"{lg.commits} commits for 320 appends: no sharing"
+        assert lg.verify().ok

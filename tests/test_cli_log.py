@@ -1,0 +1,92 @@
+"""The log commands of the CLI, run as a user would (exit codes and JSON asserted exactly)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from eventlog.cli import main
+
+
+def run(home: Path, *args: str, input: str | None = None, profile: str = "p") -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, *args], input=input)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_init_creates_the_profile(tmp_path: Path) -> None:
+    code, out, _ = run(tmp_path, "init")
+    assert code == 0 and (tmp_path / "profiles" / "p" / "log").is_dir()
+
+
+def test_append_prints_seqs_and_tail_shows_envelopes(tmp_path: Path) -> None:
+    lines = "\n".join(json.dumps(e) for e in [
+        {"type": "session.created", "session": "s1", "data": {"source": "cli"}},
+        {"type": "message.appended", "session": "s1", "data": {"role": "user", "content": "hello"}, "id": "m1"},
+    ])
+    code, out, _ = run(tmp_path, "append", input=lines)
+    assert (code, out) == (0, "1\n2\n")
+    code, out, _ = run(tmp_path, "append", "--json", input=lines)
+    # the unnamed event gets a fresh id; the retried id m1 returns its original seq
+    assert code == 0 and json.loads(out) == {"seqs": [3, 2]}
+    code, out, _ = run(tmp_path, "log", "tail", "--json")
+    envs = [json.loads(x) for x in out.splitlines()]
+    assert code == 0 and [e["seq"] for e in envs][:2] == [1, 2]
+    assert set(envs[0]) == {"seq", "id", "ts", "type", "v", "session", "data", "prev", "hash"}
+
+
+def test_append_is_one_atomic_batch(tmp_path: Path) -> None:
+    run(tmp_path, "init")
+    lines = "\n".join([
+        json.dumps({"type": "session.created", "session": "s1", "data": {}}),
+        json.dumps({"type": "message.appended", "session": "s1", "data": {"role": "robot"}}),
+    ])
+    code, out, err = run(tmp_path, "append", input=lines)
+    assert code == 1 and out == ""
+    assert err.startswith("error: invalid line 2.data.role")
+    code, out, _ = run(tmp_path, "log", "verify", "--json")
+    assert code == 0 and json.loads(out)["events"] == 0
+
+
+@pytest.mark.parametrize("bad,field", [
+    ("not json", "line 1"),
+    ("[1,2]", "line 1"),
+    ('{"type": "session.created", "session": "s", "data": {}, "extra": 1}', "line 1.extra"),
+    ('{"type": "no.such.type", "session": "s", "data": {}}', "line 1.type"),
+    ('{"type": "session.created", "session": "s", "data": {"started_at": NaN}}', "line 1"),
+])
+def test_bad_append_input_exits_1_naming_the_problem(tmp_path: Path, bad: str, field: str) -> None:
+    code, out, err = run(tmp_path, "append", input=bad)
+    assert code == 1 and out == ""
+    assert err.startswith(f"error: invalid {field}") and err.count("\n") == 1
+
+
+def test_verify_json_shape_and_exit_code(tmp_path: Path) -> None:
+    run(tmp_path, "append", "--each", input='{"type": "session.created", "session": "s1", "data": {}}\n')
+    code, out, _ = run(tmp_path, "log", "verify", "--json")
+    body = json.loads(out)
+    assert code == 0
+    assert set(body) == {"ok", "events", "head_seq", "head_hash", "first_bad_seq", "reason"}
+    assert body["ok"] is True and body["events"] == 1 and body["first_bad_seq"] is None
+
+
+def test_bad_usage_exits_2(tmp_path: Path) -> None:
+    assert run(tmp_path, "log", "tail", "--limit", "zero")[0] == 2
+    assert run(tmp_path, "no-such-command")[0] == 2
+    r = CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", "../evil", "init"])
+    assert r.exit_code == 2 and not (tmp_path / "profiles").exists()
+
+
+def test_missing_profile_is_an_error_not_a_creation(tmp_path: Path) -> None:
+    code, _, err = run(tmp_path, "log", "verify", profile="ghost")
+    assert code == 1 and "ghost" in err
+    assert not (tmp_path / "profiles" / "ghost" / "log").exists()
+
+
+def test_console_script_runs(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("eventlog")
+    r = subprocess.run([str(exe), "--home", str(tmp_path), "init"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
