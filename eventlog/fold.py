@@ -1,0 +1,489 @@
+"""The reference fold: session events in, read models out — the executable form of docs/EVENTS.md.
+
+:class:`Fold` is pure and in memory. The SQLite projection must answer every query exactly as
+the fold does for the same events (search: the same set of message ids). The fold never raises
+on odd stored data: a value of the wrong type reads as unknown (null), see EVENTS.md "Decisions".
+"""
+from __future__ import annotations
+
+from copy import deepcopy as _copy
+from typing import Any, Iterable
+
+import orjson
+
+from eventlog import events
+
+SESSION_KEYS = (
+    "id", "source", "model", "model_config", "title", "title_source", "started_at", "ended_at",
+    "end_reason", "message_count", "tool_call_count", "input_tokens", "output_tokens",
+    "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated_cost_usd",
+    "actual_cost_usd", "cwd", "git_repo_root", "git_branch", "parent_session_id", "user_id",
+    "chat_id", "chat_type", "thread_id", "tool_names", "archived", "pinned", "hidden",
+    "last_activity_at",
+)
+MESSAGE_KEYS = (
+    "id", "session_id", "role", "content", "tool_calls", "tool_name", "tool_call_id", "timestamp",
+    "token_count", "finish_reason", "reasoning", "reasoning_details", "display_kind",
+    "display_metadata", "active",
+)
+TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+COSTS = ("estimated_cost_usd", "actual_cost_usd")
+USAGE_KEYS = ("session_id", "model", "provider", "task", *TOKENS, *COSTS, "records")
+REACTION_KEYS = ("message_id", "author", "emoji", "set_seq", "seen")
+FLAGS = {"archived": ("archived", True), "unarchived": ("archived", False),
+         "pinned": ("pinned", True), "unpinned": ("pinned", False),
+         "hidden": ("hidden", True), "unhidden": ("hidden", False)}
+_CREATED_TEXT = ("source", "model", "cwd", "git_repo_root", "git_branch", "parent_session_id",
+                 "user_id", "chat_id", "chat_type", "thread_id")
+_INHERITED = ("cwd", "git_repo_root", "git_branch")
+_META_TEXT = ("model", "cwd", "git_repo_root", "git_branch", "source")
+SEARCH_PUNCTUATION = "\"'()*^:+{}"
+
+
+# ---- coercion of stored values: anything of the wrong type reads as unknown -------------
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: Any, low: int = events.INT64_MIN) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and low <= v <= events.INT64_MAX:
+        return v
+    return None
+
+
+def _number(v: Any, low: float, high: float) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high:
+        return float(v)  # the range test is also false for NaN
+    return None
+
+
+def _time(v: Any, default: float | None) -> float | None:
+    """A stored time: absent/null → ``default`` (event time), a valid number → float, else null."""
+    return default if v is None else _number(v, 0.0, events.MAX_TIME)
+
+
+def _json(v: Any, *kinds: type) -> Any:
+    """A fresh copy of a stored JSON list/object (as orjson stores it), or null."""
+    if not isinstance(v, kinds):
+        return None
+    try:
+        return orjson.loads(orjson.dumps(v))
+    except (TypeError, ValueError):  # orjson's encode/decode errors subclass these
+        return None
+
+
+# ---- search text: what a query word is matched against ----------------------------------
+
+def content_text(content: Any) -> str:
+    """Text of a message's content: the string itself, or the string values of a list/object
+    in document order joined by newlines (keys excluded)."""
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    stack = [content]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return "\n".join(parts)
+
+
+def tool_calls_text(tool_calls: Any) -> str:
+    """``orjson.dumps(tool_calls)`` as text, or "" when there are none."""
+    if not tool_calls:
+        return ""
+    try:
+        return orjson.dumps(tool_calls).decode()
+    except TypeError:
+        return ""
+
+
+def search_text(message: dict[str, Any]) -> str:
+    """The searchable text of a message: content text, tool name and tool-calls JSON."""
+    return "\n".join((content_text(message.get("content")), _str(message.get("tool_name")) or "",
+                      tool_calls_text(message.get("tool_calls"))))
+
+
+def search_terms(query: Any) -> list[str]:
+    """Lower-cased whitespace-separated words of ``query`` with FTS punctuation stripped off
+    their ends; empty words dropped. A message matches when it contains every term."""
+    if not isinstance(query, str):
+        return []
+    terms = (word.strip(SEARCH_PUNCTUATION).lower() for word in query.split())
+    return [t for t in terms if t]
+
+
+class Fold:
+    """Applies upcast session events in log order and answers the read-model queries.
+
+    ``seq`` is the seq of the last applied envelope (0 before any). Every query returns
+    fresh dicts and lists that the caller may change.
+    """
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._sessions: dict[str, dict[str, Any]] = {}  # live sessions only
+        self._ever: set[str] = set()
+        self._ended: set[str] = set()
+        self._titles: dict[str, str] = {}  # title -> live holder
+        self._messages: dict[int, dict[str, Any]] = {}
+        self._session_messages: dict[str, list[int]] = {}
+        self._reactions: dict[int, dict[str, dict[str, Any]]] = {}  # message -> author -> row
+        self._usage: dict[str, dict[tuple[Any, Any, Any], dict[str, Any]]] = {}
+
+    # ---- applying ---------------------------------------------------------------------
+
+    def apply_all(self, envelopes: Iterable[dict[str, Any]]) -> None:
+        for envelope in envelopes:
+            self.apply(envelope)
+
+    def apply(self, envelope: dict[str, Any]) -> None:
+        """Fold one envelope. Unknown types, a non-string session, a non-integer seq and
+        events for sessions that are not live are ignored; never raises on odd data."""
+        if not isinstance(envelope, dict):
+            return
+        env = events.upcast(envelope)
+        seq, sid, kind = _int(env.get("seq"), 1), env.get("session"), env.get("type")
+        if seq is None:
+            return
+        self.seq = seq
+        if not isinstance(sid, str) or not isinstance(kind, str):
+            return
+        data = env.get("data")
+        data = data if isinstance(data, dict) else {}
+        ts = _int(env.get("ts"), 0)
+        now = _time(ts / 1e9, None) if ts is not None else None
+        if kind == "session.created":
+            self._created(sid, data, now)
+            return
+        row = self._sessions.get(sid)
+        if row is None:
+            return
+        prefix, _, action = kind.partition(".")
+        if prefix == "session" and action in FLAGS:
+            flag, value = FLAGS[action]
+            for member in self.lineage(sid):
+                self._sessions[member][flag] = value
+        elif kind == "session.titled":
+            self._titled(row, data.get("title"), data.get("source"))
+        elif kind == "session.ended":
+            if sid not in self._ended:
+                self._ended.add(sid)
+                row["ended_at"] = _time(data.get("ended_at"), now)
+                row["end_reason"] = _str(data.get("reason"))
+        elif kind == "session.reopened":
+            self._ended.discard(sid)
+            row["ended_at"] = row["end_reason"] = None
+        elif kind == "session.meta_updated":
+            for key in _META_TEXT:
+                if key in data:
+                    row[key] = _str(data[key])
+            if "model_config" in data:
+                row["model_config"] = _json(data["model_config"], dict)
+            if "tool_names" in data:
+                names = data["tool_names"]
+                row["tool_names"] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
+        elif kind == "session.deleted":
+            for member in [sid, *self._descendants(sid)]:
+                self._forget(member)
+        elif kind == "message.appended":
+            self._appended(row, seq, data, now)
+        elif kind == "messages.rewound":
+            target = self._message_of(sid, data.get("message_id"))
+            if target is not None and target["active"]:
+                for mid in self._session_messages[sid]:
+                    msg = self._messages[mid]
+                    if mid >= target["id"] and msg["active"]:
+                        msg["active"] = False
+                        row["message_count"] -= 1
+                        row["tool_call_count"] -= len(msg["tool_calls"] or [])
+        elif kind in ("message.reaction_set", "message.reaction_removed"):
+            target = self._message_of(sid, data.get("message_id"))
+            author = _str(data.get("author"))
+            emoji = _str(data.get("emoji")) if kind == "message.reaction_set" else None
+            if target is None or author is None or (emoji is None and kind == "message.reaction_set"):
+                return
+            mine = self._reactions.setdefault(target["id"], {})
+            current = mine.pop(author, None)  # removed, and retracted when the emoji is the same
+            if emoji is not None and (current is None or current["emoji"] != emoji):
+                mine[author] = {"emoji": emoji, "set_seq": seq, "seen": False}
+        elif kind == "reactions.seen":
+            up_to = _int(data.get("up_to"))
+            if up_to is not None:
+                for mid in self._session_messages[sid]:
+                    for reaction in self._reactions.get(mid, {}).values():
+                        if reaction["set_seq"] <= up_to:
+                            reaction["seen"] = True
+        elif kind == "usage.recorded":
+            self._usage_recorded(row, data)
+
+    def _created(self, sid: str, data: dict[str, Any], now: float | None) -> None:
+        if sid in self._ever:
+            return
+        self._ever.add(sid)
+        row: dict[str, Any] = dict.fromkeys(SESSION_KEYS)
+        row.update({key: _str(data.get(key)) for key in _CREATED_TEXT})
+        row.update(dict.fromkeys(("message_count", "tool_call_count", *TOKENS), 0))
+        row.update(id=sid, archived=False, pinned=False, hidden=False,
+                   model_config=_json(data.get("model_config"), dict))
+        row["started_at"] = row["last_activity_at"] = _time(data.get("started_at"), now)
+        parent = row["parent_session_id"]
+        if parent is not None and parent in self._sessions:
+            for key in _INHERITED:
+                if row[key] is None:
+                    row[key] = self._sessions[parent][key]
+            root = self._sessions[self._root(parent)]
+            row.update({flag: root[flag] for flag in ("archived", "pinned", "hidden")})
+        self._sessions[sid] = row
+        self._session_messages[sid] = []
+        self._usage[sid] = {}
+        if "title" in data:
+            self._titled(row, data.get("title"), data.get("title_source"))
+
+    def _titled(self, row: dict[str, Any], title: Any, source: Any) -> None:
+        source = "user" if source is None else source
+        if not isinstance(title, str) or not isinstance(source, str) or source not in events.TITLE_RANK:
+            return
+        title = events.normalize_title(title)
+        holder = self._titles.get(title)
+        current = row["title_source"]
+        if not title or (holder is not None and holder != row["id"]):
+            return
+        if current in events.TITLE_RANK and events.TITLE_RANK[current] > events.TITLE_RANK[source]:
+            return
+        if row["title"] is not None and self._titles.get(row["title"]) == row["id"]:
+            del self._titles[row["title"]]
+        row["title"], row["title_source"] = title, source
+        self._titles[title] = row["id"]
+
+    def _appended(self, row: dict[str, Any], seq: int, data: dict[str, Any], now: float | None) -> None:
+        if seq in self._messages:
+            return
+        content = data.get("content")
+        msg = {
+            "id": seq, "session_id": row["id"], "role": _str(data.get("role")),
+            "content": content if isinstance(content, str) else _json(content, list, dict),
+            "tool_calls": _json(data.get("tool_calls"), list),
+            "tool_name": _str(data.get("tool_name")), "tool_call_id": _str(data.get("tool_call_id")),
+            "timestamp": _time(data.get("timestamp"), now),
+            "token_count": _int(data.get("token_count"), 0),
+            "finish_reason": _str(data.get("finish_reason")), "reasoning": _str(data.get("reasoning")),
+            "reasoning_details": _json(data.get("reasoning_details"), list, dict),
+            "display_kind": _str(data.get("display_kind")),
+            "display_metadata": _json(data.get("display_metadata"), dict), "active": True,
+        }
+        self._messages[seq] = msg
+        self._session_messages[row["id"]].append(seq)
+        row["message_count"] += 1
+        row["tool_call_count"] += len(msg["tool_calls"] or [])
+        stamp, last = msg["timestamp"], row["last_activity_at"]
+        if stamp is not None and (last is None or stamp > last):
+            row["last_activity_at"] = stamp
+
+    def _usage_recorded(self, row: dict[str, Any], data: dict[str, Any]) -> None:
+        key = (_str(data.get("model")), _str(data.get("provider")), _str(data.get("task")))
+        usage = self._usage[row["id"]].get(key)
+        if usage is None:
+            usage = dict(zip(("session_id", "model", "provider", "task"), (row["id"], *key)))
+            usage.update(dict.fromkeys(TOKENS, 0), estimated_cost_usd=None, actual_cost_usd=None, records=0)
+            self._usage[row["id"]][key] = usage
+        usage["records"] += 1
+        for target in (row, usage):
+            for name in TOKENS:
+                target[name] += _int(data.get(name), 0) or 0
+            for name in COSTS:
+                cost = _number(data.get(name), 0.0, events.MAX_COST)
+                if cost is not None:
+                    target[name] = (target[name] or 0.0) + cost
+
+    def _forget(self, sid: str) -> None:
+        row = self._sessions.pop(sid)
+        if row["title"] is not None and self._titles.get(row["title"]) == sid:
+            del self._titles[row["title"]]
+        for mid in self._session_messages.pop(sid):
+            self._messages.pop(mid, None)
+            self._reactions.pop(mid, None)
+        self._usage.pop(sid, None)
+        self._ended.discard(sid)
+
+    # ---- lineage ----------------------------------------------------------------------
+
+    def _root(self, sid: str) -> str:
+        seen = {sid}
+        while True:
+            parent = self._sessions[sid]["parent_session_id"]
+            if parent is None or parent not in self._sessions or parent in seen:
+                return sid
+            seen.add(parent)
+            sid = parent
+
+    def _descendants(self, sid: str) -> list[str]:
+        children: dict[str, list[str]] = {}
+        for child, row in self._sessions.items():
+            parent = row["parent_session_id"]
+            if parent in self._sessions and parent != child:
+                children.setdefault(parent, []).append(child)
+        found, todo = {sid}, [sid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        found.discard(sid)
+        return sorted(found)
+
+    def lineage(self, session_id: str) -> list[str]:
+        """Live members of the session's lineage: the root first, then its descendants by id."""
+        if not isinstance(session_id, str) or session_id not in self._sessions:
+            return []
+        root = self._root(session_id)
+        return [root, *self._descendants(root)]
+
+    # ---- helpers for writers -------------------------------------------------------------
+
+    def is_live(self, session_id: str) -> bool:
+        return isinstance(session_id, str) and session_id in self._sessions
+
+    def title_holder(self, title: str) -> str | None:
+        """The live session holding ``title`` (compared after normalize_title), if any."""
+        return self._titles.get(events.normalize_title(title)) if isinstance(title, str) else None
+
+    def titles(self) -> set[str]:
+        """Every title held by a live session."""
+        return set(self._titles)
+
+    def message_session(self, message_id: int) -> str | None:
+        """The live session a message belongs to (active or not), or None."""
+        msg = self._messages.get(message_id) if _int(message_id) is not None else None
+        return msg["session_id"] if msg else None
+
+    def current_reaction(self, message_id: int, author: str) -> str | None:
+        if _int(message_id) is None or not isinstance(author, str):
+            return None
+        reaction = self._reactions.get(message_id, {}).get(author)
+        return reaction["emoji"] if reaction else None
+
+    def _message_of(self, sid: str, message_id: Any) -> dict[str, Any] | None:
+        mid = _int(message_id)
+        msg = self._messages.get(mid) if mid is not None else None
+        return msg if msg is not None and msg["session_id"] == sid else None
+
+    # ---- queries ----------------------------------------------------------------------------
+
+    def get_session(self, id: str) -> dict[str, Any] | None:
+        row = self._sessions.get(id) if isinstance(id, str) else None
+        return _copy(row) if row else None
+
+    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+                      pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
+                      workspace: str | None = None, limit: int | None = 50,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        """Sessions matching every filter, by last activity (null last) then id, both descending;
+        the page ``[offset:offset+limit]`` (``limit=None``: all), then the matching pinned sessions
+        outside the page, in the same order."""
+        def matches(row: dict[str, Any]) -> bool:
+            for flag, wanted in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+                if wanted is not None and row[flag] != bool(wanted):
+                    return False
+            if source is not None and (row["source"] if row["source"] is not None else "cli") != source:
+                return False
+            if not children and row["parent_session_id"] is not None:
+                return False
+            if workspace is not None:
+                cwd = row["cwd"]
+                return row["git_repo_root"] == workspace or (
+                    cwd is not None and (cwd == workspace or cwd.startswith(workspace + "/")))
+            return True
+
+        rows = sorted((r for r in self._sessions.values() if matches(r)), key=lambda r: r["id"], reverse=True)
+        rows.sort(key=lambda r: (r["last_activity_at"] is None, -(r["last_activity_at"] or 0.0)))
+        start = max(offset, 0)
+        end = None if limit is None else start + max(limit, 0)
+        page = rows[start:end]
+        shown = {r["id"] for r in page}
+        page += [r for r in rows if r["pinned"] and r["id"] not in shown]
+        return [_copy(r) for r in page]
+
+    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+                     after: int | None = None) -> list[dict[str, Any]]:
+        """The session's messages by id ascending: active only unless asked, ids > ``after``,
+        the first ``limit``."""
+        if not self.is_live(session_id):
+            return []
+        out = [self._messages[m] for m in sorted(self._session_messages[session_id])
+               if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)]
+        return [_copy(m) for m in (out if limit is None else out[:max(limit, 0)])]
+
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        """Usage rows of a live session ordered by (model, provider, task), nulls first."""
+        rows = self._usage.get(session_id, {}) if self.is_live(session_id) else {}
+        order = sorted(rows, key=lambda k: tuple((part is not None, part or "") for part in k))
+        return [dict(rows[k]) for k in order]
+
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        """Current reactions on a message of a live session, by author."""
+        if self.message_session(message_id) is None:
+            return []
+        return [self._reaction(message_id, a) for a in sorted(self._reactions.get(message_id, {}))]
+
+    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's reactions not yet seen, by (message_id, author)."""
+        if not self.is_live(session_id):
+            return []
+        return [self._reaction(m, a) for m in sorted(self._session_messages[session_id])
+                for a in sorted(self._reactions.get(m, {})) if not self._reactions[m][a]["seen"]]
+
+    def _reaction(self, message_id: int, author: str) -> dict[str, Any]:
+        return {"message_id": message_id, "author": author, **self._reactions[message_id][author]}
+
+    def search(self, query: str, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
+        """Active messages of live, non-hidden sessions containing every term of ``query``
+        (case-insensitive substring of :func:`search_text`), by id descending, at most ``limit``."""
+        terms = search_terms(query)
+        found: list[dict[str, Any]] = []
+        if not terms:
+            return found
+        for mid in sorted(self._messages, reverse=True):
+            if limit is not None and len(found) >= limit:
+                break
+            msg = self._messages[mid]
+            row = self._sessions[msg["session_id"]]
+            if not msg["active"] or row["hidden"]:
+                continue
+            if (role is not None and msg["role"] != role) or (session_id is not None and row["id"] != session_id):
+                continue
+            if source is not None and (row["source"] if row["source"] is not None else "cli") != source:
+                continue
+            text = search_text(msg).lower()
+            if all(term in text for term in terms):
+                found.append(_copy(msg))
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        """Totals over live root sessions: no parent, a parent that is not live, or itself."""
+        roots = [row for s, row in sorted(self._sessions.items())
+                 if row["parent_session_id"] in (None, s) or row["parent_session_id"] not in self._sessions]
+        out: dict[str, Any] = {"sessions": len(roots), "messages": 0, "by_source": {}}
+        out.update(dict.fromkeys(TOKENS, 0), **dict.fromkeys(COSTS))
+        for row in roots:
+            bucket = out["by_source"].setdefault(row["source"] if row["source"] is not None else "cli",
+                                                 {"sessions": 0, "messages": 0})
+            bucket["sessions"] += 1
+            bucket["messages"] += row["message_count"]
+            out["messages"] += row["message_count"]
+            for name in TOKENS:
+                out[name] += row[name]
+            for name in COSTS:
+                if row[name] is not None:
+                    out[name] = (out[name] or 0.0) + row[name]
+        return out
+
+
+__all__ = ["Fold", "SESSION_KEYS", "MESSAGE_KEYS", "USAGE_KEYS", "REACTION_KEYS",
+           "content_text", "tool_calls_text", "search_text", "search_terms"]
