@@ -1,0 +1,192 @@
+"""The floor: what the hardware and LMDB cost with nothing of ours on top.
+
+* ``lmdb_single``  - a bare loop of synced LMDB puts, one put + commit per event.
+* ``lmdb_threads8`` - the same from 8 threads (LMDB's writer mutex serialises them;
+  there is no group commit here, so this is what naive concurrency gets).
+* ``lmdb_batch100`` - one commit per batch (same batches as the batch contenders).
+* ``file_fsync``   - append a length-prefixed record to a plain file + fsync, per event.
+
+Each value is the orjson encoding of an envelope-shaped event built from the
+workload message (seq, id, ts, type, v, session, data, 64-hex prev and hash), so
+the bytes per event match what eventlog stores; the encoding happens before the
+clock starts.  Keys are 8-byte big-endian sequence numbers put with
+``append=True`` (whose result is checked).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import lmdb
+import orjson
+
+from bench.common import drive_single, drive_threads, make_result, perf
+
+MAP_SIZE = 32 << 30  # address space only; the file is sparse
+_KEY = struct.Struct(">Q")
+_FAKE_HASH = "9f" * 32
+
+
+def envelope_bytes(seq: int, m: dict[str, Any]) -> bytes:
+    data = {k: v for k, v in m.items() if k != "session_id" and v is not None}
+    return orjson.dumps({
+        "seq": seq,
+        "id": f"{seq:026d}",
+        "ts": time.time_ns(),
+        "type": "message.appended",
+        "v": 2,
+        "session": m["session_id"],
+        "data": data,
+        "prev": _FAKE_HASH,
+        "hash": _FAKE_HASH,
+    })
+
+
+def _encoded_chunks(workload: Any, chunk: int, start: int = 0, stop: int | None = None) -> Iterator[list[tuple[str, bytes]]]:
+    seq = start
+    for msgs in workload.chunks(chunk, start, stop):
+        out = []
+        for m in msgs:
+            seq += 1
+            out.append((m["session_id"], envelope_bytes(seq, m)))
+        yield out
+
+
+def open_env(dir: str) -> lmdb.Environment:
+    return lmdb.open(str(Path(dir) / "log"), map_size=MAP_SIZE, sync=True, metasync=True,
+                     subdir=True, max_dbs=0, readahead=False)
+
+
+class _Putter:
+    def __init__(self, env: lmdb.Environment) -> None:
+        self.env = env
+        self.seq = 0  # only touched inside a write txn, which LMDB serialises
+
+    def put(self, item: tuple[str, bytes]) -> None:
+        with self.env.begin(write=True) as txn:
+            s = self.seq + 1
+            if not txn.put(_KEY.pack(s), item[1], append=True):
+                raise RuntimeError(f"append put refused for seq {s}")
+            self.seq = s
+
+    def put_batch(self, batch: tuple[str, list[bytes]]) -> None:
+        with self.env.begin(write=True) as txn:
+            s = self.seq
+            for val in batch[1]:
+                s += 1
+                if not txn.put(_KEY.pack(s), val, append=True):
+                    raise RuntimeError(f"append put refused for seq {s}")
+            self.seq = s
+
+
+def lmdb_single(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    env = open_env(dir)
+    p = _Putter(env)
+    st = drive_single(_encoded_chunks(workload, opts.get("chunk", 5000)), p.put, budget=opts.get("budget"))
+    env.close()
+    return make_result("floor.lmdb_single", st, dir, extra={"sync": True})
+
+
+def lmdb_threads8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    n = opts.get("threads", 8)
+    env = open_env(dir)
+    p = _Putter(env)
+    # drive_threads partitions by session; items are (session_id, bytes)
+    st = drive_threads(_encoded_chunks(workload, opts.get("chunk", 5000)), lambda i: p.put, threads=n,
+                       budget=opts.get("budget"))
+    env.close()
+    return make_result(f"floor.lmdb_threads{n}", st, dir, extra={"sync": True, "threads": n})
+
+
+def lmdb_batch100(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    env = open_env(dir)
+    p = _Putter(env)
+
+    def encoded_batches() -> Iterator[list[tuple[str, list[bytes]]]]:
+        seq = 0
+        for chunk in workload.batch_chunks(100, opts.get("chunk", 5000)):
+            out = []
+            for sid, msgs in chunk:
+                vals = []
+                for m in msgs:
+                    seq += 1
+                    vals.append(envelope_bytes(seq, m))
+                out.append((sid, vals))
+            yield out
+
+    st = drive_single(encoded_batches(), p.put_batch, count=lambda b: len(b[1]), budget=opts.get("budget"))
+    env.close()
+    return make_result("floor.lmdb_batch100", st, dir, unit="batch",
+                       extra={"sync": True, "mean_batch": round(st.messages / max(1, st.items), 1)})
+
+
+def file_fsync(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    path = Path(dir) / "append.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    hdr = struct.Struct(">I")
+
+    def write(item: tuple[str, bytes]) -> None:
+        val = item[1]
+        os.write(fd, hdr.pack(len(val)) + val)
+        os.fsync(fd)
+
+    try:
+        st = drive_single(_encoded_chunks(workload, opts.get("chunk", 5000)), write, budget=opts.get("budget"))
+    finally:
+        os.close(fd)
+    return make_result("floor.file_fsync", st, dir, extra={"sync": "fsync per record"})
+
+
+def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    """Prefill in 10k-put transactions, then ``probe`` single synced puts (latency),
+    then a full scan that decodes every value in bounded read transactions (the
+    floor of any rebuild)."""
+    probe = opts.get("probe", 2000)
+    size = workload.n_messages - probe
+    env = open_env(dir)
+    p = _Putter(env)
+    t0 = perf()
+    for chunk in _encoded_chunks(workload, 10000, 0, size):
+        p.put_batch(("", [v for _sid, v in chunk]))
+    prefill_s = perf() - t0
+    st = drive_single(_encoded_chunks(workload, probe, size, size + probe), p.put)
+    t0 = perf()
+    n = 0
+    last = b""
+    while True:
+        with env.begin() as txn:
+            cur = txn.cursor()
+            ok = cur.set_range(last) if last else cur.first()
+            if ok and last and cur.key() == last:
+                ok = cur.next()
+            got = 0
+            while ok and got < 10000:
+                orjson.loads(cur.value())
+                last = cur.key()
+                got += 1
+                ok = cur.next()
+        n += got
+        if got == 0:
+            break
+    rebuild_s = perf() - t0
+    env.close()
+    lat = st.rec.summary()
+    res = make_result("floor.scale", st, dir, extra={"size": size})
+    total = size + st.messages
+    res["scale"] = {
+        "size": size,
+        "prefill_s": round(prefill_s, 3),
+        "append_p50_ms": lat.get("p50"),
+        "append_p99_ms": lat.get("p99"),
+        "rebuild_s": round(rebuild_s, 4),
+        "rebuild_events_per_s": round(n / rebuild_s, 1) if rebuild_s else None,
+        "rebuild_what": f"scan + orjson.loads of all {n:,} values",
+        "search_p50_ms": None,
+        "search_p99_ms": None,
+        "disk_bytes_per_message": round(res["disk_bytes"] / total, 1),
+    }
+    return res
+
