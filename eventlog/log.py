@@ -36,6 +36,7 @@ from eventlog.errors import (
     DuplicateEventError,
     EventLogError,
     ForkedEnvironmentError,
+    IntegrityError,
     StorageError,
     ValidationError,
 )
@@ -477,6 +478,50 @@ class EventLog:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
         return fresh
+
+    def append_sealed(self, raws: list[bytes]) -> int:
+        """Append already-sealed events verbatim (an audit import); returns how many were written.
+
+        Each must continue this log's chain exactly: its seq is head + 1, its prev is the head
+        hash, its hash recomputes, and its id is new. Used to reproduce an exported log with
+        identical seqs and hashes. All or nothing; raises :class:`IntegrityError` naming the
+        first event that does not fit.
+        """
+        self._check()
+        if not raws:
+            return 0
+        # LMDB's write lock serializes this transaction with group-commit leaders.
+        try:
+            with self._env.begin(write=True) as txn:
+                head = txn.get(b"head", db=self._meta)
+                seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
+                ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
+                for raw in raws:
+                    env, reason = codec.check_stored(raw, seq + 1, prev)
+                    if reason is not None or env is None:
+                        raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+                    seq += 1
+                    key = seq_key(seq)
+                    if not evs.put(key, raw, append=True):
+                        raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
+                    eid = env.get("id")
+                    if type(eid) is not str or not ids.put(eid.encode(), key, overwrite=False):
+                        raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
+                    if env.get("session") is not None:
+                        streams.put(str(env["session"]).encode(), key)
+                    prev = env["hash"]
+                txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
+        except lmdb.Error as e:
+            raise storage_error(e, "import failed") from e
+        with self._appended:
+            self._appended.notify_all()
+        return len(raws)
+
+    def event_seq(self, event_id: str) -> int | None:
+        """The seq of the event with id ``event_id``, or None."""
+        with self._read() as txn:
+            found = txn.get(event_id.encode(), db=self._ids)
+        return None if found is None else key_seq(found)
 
     # ---------------------------------------------------------------- reads
 

@@ -10,7 +10,7 @@ import time
 from typing import Any, Iterable, Iterator
 
 from eventlog import codec
-from eventlog.errors import ClosedError, ConcurrencyError, DuplicateEventError, ValidationError
+from eventlog.errors import ClosedError, ConcurrencyError, DuplicateEventError, IntegrityError, ValidationError
 from eventlog.log import VerifyResult
 
 
@@ -87,6 +87,32 @@ class MemoryLog:
                 seqs[i] = seq
             self._lock.notify_all()
             return seqs
+
+    def append_sealed(self, raws: list[bytes]) -> int:
+        self._check()
+        with self._lock:
+            seq, prev = len(self._raw), self._head
+            staged = []
+            for raw in raws:
+                env, reason = codec.check_stored(raw, seq + 1, prev)
+                if reason is not None or env is None:
+                    raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+                if env["id"] in self._ids or any(e["id"] == env["id"] for e in staged):
+                    raise IntegrityError(f"imported event {seq + 1} has an already used id {env['id']!r}")
+                staged.append(env)
+                seq, prev = seq + 1, env["hash"]
+            for raw, env in zip(raws, staged):
+                self._raw.append(raw)
+                self._ids[env["id"]] = env["seq"]
+                if env.get("session") is not None:
+                    self._streams.setdefault(env["session"], []).append(env["seq"])
+            self._head = prev
+            self._lock.notify_all()
+            return len(staged)
+
+    def event_seq(self, event_id: str) -> int | None:
+        with self._lock:
+            return self._ids.get(event_id)
 
     def head(self) -> tuple[int, str]:
         self._check()
