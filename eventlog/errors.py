@@ -9,6 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped (one line, always)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class EventLogError(Exception):
     """Root of every eventlog error."""
 
@@ -30,7 +37,7 @@ class ValidationError(EventLogError, ValueError):
     """Input was rejected before anything was appended. ``field`` names the offending field."""
 
     def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
-        super().__init__(f"invalid {field}: {problem}", hint=hint)
+        super().__init__(f"invalid {printable(field)}: {problem}", hint=hint)
         self.field = field
         self.problem = problem
 

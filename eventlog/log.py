@@ -47,6 +47,8 @@ DEFAULT_MAP_SIZE = 32 * 1024**3
 """Address space reserved up front (the file is sparse); doubled on MapFullError."""
 READ_CHUNK = 1024
 """Events per read transaction in long scans: a long-lived reader pins freed pages."""
+READER_SWEEP_S = 1.0
+"""How often a process that reads clears reader slots left by dead processes."""
 GROUP_MAX_EVENTS = 20_000
 GROUP_MAX_BYTES = 64 * 1024 * 1024
 DURABILITIES = ("sync", "nosync")
@@ -87,6 +89,16 @@ class VerifyResult:
         return asdict(self)
 
 
+class _LockReplaced(Exception):
+    """Internal: lock.mdb changed under an open write transaction; the group is retried."""
+
+
+def log_warn(message: str) -> None:
+    import logging
+
+    logging.getLogger("eventlog.log").warning(message)
+
+
 class _Request:
     __slots__ = ("items", "expected", "size", "owner", "wake", "done", "seqs", "error")
 
@@ -102,7 +114,15 @@ class _Request:
         self.error: BaseException | None = None
 
 
-def storage_error(e: lmdb.Error, action: str) -> StorageError:
+def _nearly_full(path: Path) -> bool:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 4 * 1024 * 1024
+
+
+def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
     if isinstance(e, lmdb.MapFullError):
@@ -112,7 +132,8 @@ def storage_error(e: lmdb.Error, action: str) -> StorageError:
             f"{action}: LMDB reader table is full",
             hint="dead processes may hold reader slots: reopen the log (it runs reader_check) or raise max_readers",
         )
-    if "No space left" in text or getattr(e, "errno", None) == errno.ENOSPC:
+    if "No space left" in text or getattr(e, "errno", None) == errno.ENOSPC or (
+            "Input/output error" in text and path is not None and _nearly_full(path)):
         return DiskFullError(f"{action}: no space left on device", hint="free disk space, then retry: nothing was written")
     if isinstance(e, (lmdb.ReadonlyError,)) or "Permission denied" in text or "Read-only" in text:
         return StorageError(
@@ -136,14 +157,10 @@ class EventLog:
     def __init__(self, path: Path, env: lmdb.Environment, durability: str, profile: str | None) -> None:
         self.path = path
         self.durability = durability
-        self._env = env
         self._pid = os.getpid()
         self._forked = False
         self._closed = False
-        self._events = env.open_db(b"events")
-        self._ids = env.open_db(b"ids")
-        self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True)
-        self._meta = env.open_db(b"meta")
+        self._attach(env)
         self._mu = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._leader = False
@@ -152,10 +169,35 @@ class EventLog:
         self._rcv = threading.Condition()
         self._appended = threading.Condition()
         self.profile = profile
+        self._sweep_lock = threading.Lock()
+        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self.commits = 0
         """Write transactions committed by this handle (group commit shares them)."""
         self._init_meta(profile)
         _live_logs.add(self)
+        self._sweeper.start()
+
+    def _attach(self, env: lmdb.Environment) -> None:
+        self._env = env
+        self._events = env.open_db(b"events")
+        self._ids = env.open_db(b"ids")
+        self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True)
+        self._meta = env.open_db(b"meta")
+        st = os.stat(self.path / "lock.mdb")
+        self._lock_id = (st.st_dev, st.st_ino)
+
+    def _sweep(self) -> None:
+        """Clear reader slots of dead processes every READER_SWEEP_S, even while idle, so a
+        table filled by SIGKILLed readers frees itself for every process that opens the log."""
+        while True:
+            time.sleep(READER_SWEEP_S)
+            with self._sweep_lock:
+                if self._closed or self._forked or self._pid != os.getpid():
+                    return
+                try:
+                    self._env.reader_check()
+                except lmdb.Error:
+                    pass
 
     # ---------------------------------------------------------------- open / close
 
@@ -185,8 +227,39 @@ class EventLog:
             except OSError as e:
                 raise StorageError(f"cannot create the log directory {p}: {e.strerror}",
                                    hint="check that the home directory is writable") from e
+        env = cls._open_env(p, map_size, max_readers, durability, readonly)
         try:
-            env = lmdb.open(
+            env.reader_check()
+        except lmdb.Error:
+            pass
+        if not readonly:
+            for name in ("data.mdb", "lock.mdb"):
+                restrict_file(p / name)
+        try:
+            log = cls(p, env, durability, profile)
+        except lmdb.Error as e:
+            env.close()
+            raise storage_error(e, f"cannot open log at {p}") from e
+        log._open_args = (p, map_size, max_readers, durability, readonly)
+        return log
+
+    @staticmethod
+    def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
+        # py-lmdb begins a read transaction while opening: with the reader table full of slots
+        # of dead processes, wait for a live process's sweep (READER_SWEEP_S) before giving up.
+        deadline = time.monotonic() + 3 * READER_SWEEP_S
+        while True:
+            try:
+                return EventLog._open_env_once(p, map_size, max_readers, durability, readonly)
+            except lmdb.ReadersFullError as e:
+                if time.monotonic() > deadline:
+                    raise storage_error(e, f"cannot open log at {p}") from e
+                time.sleep(0.05)
+
+    @staticmethod
+    def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
+        try:
+            return lmdb.open(
                 str(p),
                 map_size=map_size,
                 max_dbs=8,
@@ -200,19 +273,9 @@ class EventLog:
                 readahead=False,
                 lock=True,
             )
+        except lmdb.ReadersFullError:
+            raise
         except lmdb.Error as e:
-            raise storage_error(e, f"cannot open log at {p}") from e
-        try:
-            env.reader_check()
-        except lmdb.Error:
-            pass
-        if not readonly:
-            for name in ("data.mdb", "lock.mdb"):
-                restrict_file(p / name)
-        try:
-            return cls(p, env, durability, profile)
-        except lmdb.Error as e:
-            env.close()
             raise storage_error(e, f"cannot open log at {p}") from e
 
     def _init_meta(self, profile: str | None) -> None:
@@ -234,11 +297,12 @@ class EventLog:
         """Close the environment. Later calls raise :class:`ClosedError`."""
         if self._closed:
             return
-        self._closed = True
+        with self._sweep_lock:
+            self._closed = True
+            if not self._forked and self._pid == os.getpid():
+                self._env.close()
         with self._appended:
             self._appended.notify_all()
-        if not self._forked and self._pid == os.getpid():
-            self._env.close()
 
     def __enter__(self) -> "EventLog":
         return self
@@ -259,6 +323,7 @@ class EventLog:
     def _read(self) -> Iterator[lmdb.Transaction]:
         """A short read transaction; waits while this process grows the map."""
         self._check()
+        self._ensure_lock()
         with self._rcv:
             while self._resizing:
                 self._rcv.wait()
@@ -390,13 +455,15 @@ class EventLog:
             try:
                 self._write_group(group)
                 return
+            except _LockReplaced:
+                self._ensure_lock()
             except lmdb.MapFullError:
                 self._grow_map()
             except lmdb.MapResizedError:
                 with self._exclusive():
                     self._env.set_mapsize(0)
             except lmdb.Error as e:
-                err: BaseException = storage_error(e, "append failed")
+                err: BaseException = storage_error(e, "append failed", self.path)
                 err.__cause__ = e
                 for r in group:
                     r.seqs, r.error = [], err
@@ -418,17 +485,20 @@ class EventLog:
             self._env.set_mapsize(size * 2)
 
     def _write_group(self, group: list[_Request]) -> None:
+        self._ensure_lock()
         env = self._env
-        with env.begin(write=True) as txn:
+        txn = env.begin(write=True)
+        try:
+            if self._lock_replaced():  # removed after the check: retry the group on the new table
+                raise _LockReplaced()
             head = txn.get(b"head", db=self._meta)
-            seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
+            start = key_seq(head[:_SEQ]) if head else 0
+            seq, prev = (start, head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
             ids_cur = txn.cursor(db=self._ids)
             stream_cur = txn.cursor(db=self._streams)
             ev_cur = txn.cursor(db=self._events)
             for r in group:
                 fresh = self._plan(r, txn, ids_cur, stream_cur)
-                if not fresh:
-                    continue
                 for i, it in fresh:
                     seq += 1
                     ts = time.time_ns()
@@ -442,8 +512,42 @@ class EventLog:
                         stream_cur.put(it.session.encode(), key)
                     prev = digest
                     r.seqs[i] = seq
+            if seq == start:
+                txn.abort()  # refusals and replays write nothing, not even the head
+                return
             txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
         self.commits += 1
+
+    def _lock_replaced(self) -> bool:
+        # Only os.stat: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
+        try:
+            st = os.stat(self.path / "lock.mdb")
+        except FileNotFoundError:
+            return True
+        return (st.st_dev, st.st_ino) != self._lock_id
+
+    def _ensure_lock(self) -> None:
+        """Rejoin the log's lock table if lock.mdb was deleted or replaced since it was opened.
+
+        LMDB's write mutex and reader table live in lock.mdb. A process that opens the log after
+        the file was removed creates a new one, and a process still on the old table would then
+        write in parallel with it and lose commits. So every write (and every read) first checks
+        the file's identity and, when it changed, reopens the environment on the current lock
+        file — waiting until no transaction of this process is open.
+        """
+        if not self._lock_replaced():
+            return
+        with self._exclusive():
+            if not self._lock_replaced():
+                return
+            log_warn(f"{self.path / 'lock.mdb'} was deleted or replaced; reopening the log on the current lock file")
+            with self._sweep_lock:
+                self._env.close()
+                self._attach(self._open_env(*self._open_args))
 
     def _plan(
         self,
