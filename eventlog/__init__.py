@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from eventlog import errors
 from eventlog.errors import EventLogError
+from eventlog.log import EventLog
+from eventlog.store import SessionStore
 
-__all__ = ["EventLogError", "errors"]
+__all__ = ["EventLog", "EventLogError", "SessionStore", "errors"]
 __version__ = "0.1.0"

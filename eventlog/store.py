@@ -1,0 +1,461 @@
+"""SessionStore: the facade an agent runtime talks to.
+
+Writes validate their input (``eventlog.events``), check the domain rules they can check up
+front against the current read model, and append events to the profile's log. Reads query a
+read model with read-your-writes for the calling process: the SQLite projections when they are
+available, else the in-memory reference fold caught up from the log.
+
+Thread-safe: one store may be shared by every thread of a gateway; concurrent appends share
+commits (group commit in :class:`eventlog.log.EventLog`).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from eventlog import events as ev
+from eventlog.codec import new_id
+from eventlog.errors import (
+    ConcurrencyError,
+    ConflictError,
+    NotFoundError,
+    TitleConflictError,
+    ValidationError,
+)
+from eventlog.fold import Fold
+from eventlog.log import EventLog
+from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
+
+
+class ReadModel(Protocol):
+    """What SessionStore needs from a read model (the fold and the projections provide it)."""
+
+    def wait_for(self, seq: int, timeout: float | None = None) -> None: ...
+    def is_live(self, session_id: str) -> bool: ...
+    def title_holder(self, title: str) -> str | None: ...
+    def titles(self) -> set[str]: ...
+    def message_session(self, message_id: int) -> str | None: ...
+    def current_reaction(self, message_id: int, author: str) -> str | None: ...
+    def lineage(self, session_id: str) -> list[str]: ...
+    def get_session(self, id: str) -> dict[str, Any] | None: ...
+    def list_sessions(self, **kw: Any) -> list[dict[str, Any]]: ...
+    def get_messages(self, session_id: str, **kw: Any) -> list[dict[str, Any]]: ...
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]: ...
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]: ...
+    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]: ...
+    def search(self, query: str, **kw: Any) -> Any: ...
+    def stats(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class FoldReadModel:
+    """The reference fold, caught up from the log before every read (in-process only)."""
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self._fold = Fold()
+        self._seq = 0
+        self._lock = threading.RLock()
+
+    def wait_for(self, seq: int, timeout: float | None = None) -> None:
+        with self._lock:
+            if self._seq >= seq:
+                return
+            for env in self._log.read(self._seq + 1):
+                self._fold.apply(env)
+                self._seq = env["seq"]
+
+    def close(self) -> None:
+        pass
+
+    def peek(self) -> "FoldReadModel":
+        return self
+
+    def search(self, query: str, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int = 20) -> dict[str, Any]:
+        """The projection's result shape, from the fold's matching messages (no index to degrade)."""
+        from eventlog.fold import content_text
+
+        with self._lock:
+            self.wait_for(self._log.head()[0])
+            hits = self._fold.search(query, role=role, source=source, session_id=session_id, limit=limit)
+        return {"degraded": False, "results": [
+            {"session_id": m["session_id"], "message_id": m["id"], "role": m["role"],
+             "snippet": (content_text(m["content"]) or "")[:200], "timestamp": m["timestamp"]} for m in hits]}
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._fold, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                self.wait_for(self._log.head()[0])
+                return method(*args, **kwargs)
+
+        return call
+
+
+_SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
+                   "user_id", "chat_id", "chat_type", "thread_id", "title", "title_source", "started_at")
+_FLAG_EVENTS = {
+    "archive": "session.archived", "unarchive": "session.unarchived",
+    "pin": "session.pinned", "unpin": "session.unpinned",
+    "hide": "session.hidden", "unhide": "session.unhidden",
+}
+
+
+class SessionStore:
+    """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
+
+    def __init__(self, log: EventLog, reads: ReadModel, *, home: Path | None, profile: str,
+                 projector: Any = None) -> None:
+        self.log = log
+        self.home = home
+        self.profile = profile
+        self._reads = reads
+        self._projector = projector
+        self._last_seq = 0
+        self._seq_lock = threading.Lock()
+        self._live: set[str] = set()
+        self._deleted: set[str] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, **options: Any) -> "SessionStore":
+        """Open (creating if needed) ``profile`` under ``home`` (default ``$EVENTLOG_HOME`` or ~/.eventlog).
+
+        Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
+        ``follower`` (bool: keep projecting other processes' appends in the background).
+        """
+        h = resolve_home(home)
+        d = profile_dir(h, profile)
+        log = EventLog.open(d / "log", durability=options.pop("durability", "sync"), profile=profile,
+                            **{k: options.pop(k) for k in ("map_size",) if k in options})
+        try:
+            reads, projector = cls._open_reads(d, log, profile, options)
+        except BaseException:
+            log.close()
+            raise
+        return cls(log, reads, home=h, profile=profile, projector=projector)
+
+    @staticmethod
+    def _open_reads(d: Path, log: EventLog, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
+        kind = options.pop("read_model", "projection")
+        allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValidationError(unknown[0], "unknown SessionStore.open option")
+        if kind == "fold":
+            return FoldReadModel(log), None
+        if kind != "projection":
+            raise ValidationError("read_model", "must be 'projection' or 'fold'")
+        from projections.store_reads import open_read_model  # the facade may import projections
+
+        return open_read_model(d, log, profile, **options)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._reads.close()
+        finally:
+            self.log.close()
+
+    def __enter__(self) -> "SessionStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _append(self, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+        seqs = self.log.append(events, expected_version=expected_version)
+        top = max(seqs)
+        with self._seq_lock:
+            if top > self._last_seq:
+                self._last_seq = top
+        return seqs
+
+    def _fresh(self) -> ReadModel:
+        """The read model, caught up at least to this store's own last append."""
+        self._reads.wait_for(self._last_seq)
+        return self._reads
+
+    def _need_live_cached(self, sid: str) -> None:
+        """The append hot path: a session this store already saw live is not looked up again, and
+        an established session is checked on the read model as it stands (no catch-up wait).
+        Only an unknown session pays for read-your-writes."""
+        if sid in self._live:
+            return
+        if sid not in self._deleted:
+            peek = getattr(self._reads, "peek", None)
+            if peek is not None and peek().is_live(sid):
+                self._remember(sid)
+                return
+        self._need_live(sid)
+        self._remember(sid)
+
+    def _remember(self, sid: str) -> None:
+        if len(self._live) >= 10_000:
+            self._live.clear()
+        self._live.add(sid)
+
+    def _need_live(self, session_id: Any) -> str:
+        sid = ev.validate_session_id(session_id)
+        if not self._fresh().is_live(sid):
+            raise NotFoundError("session", sid)
+        return sid
+
+    def _event(self, etype: str, session: str, data: dict[str, Any]) -> dict[str, Any]:
+        return ev.make_event(etype, session, data)
+
+    # ------------------------------------------------------------------ writes
+
+    def create_session(self, id: str | None = None, **fields: Any) -> str:
+        """Create a session and return its id (a time-sortable one is generated if not given).
+
+        Fields: source, model, model_config, cwd, git_repo_root, git_branch, parent_session_id,
+        user_id, chat_id, chat_type, thread_id, title, title_source, started_at.
+        Raises ConflictError if the id was ever used, NotFoundError for an unknown parent,
+        TitleConflictError for a title another session holds, ValidationError for bad input.
+        """
+        unknown = sorted(set(fields) - set(_SESSION_FIELDS))
+        if unknown:
+            raise ValidationError(unknown[0], "unknown session field")
+        sid = new_id() if id is None else ev.validate_session_id(id)
+        data = {k: v for k, v in fields.items() if v is not None}
+        event = self._event("session.created", sid, data)
+        reads = self._fresh()
+        parent = event["data"].get("parent_session_id")
+        if parent is not None and not reads.is_live(parent):
+            raise NotFoundError("session", parent)
+        title = event["data"].get("title")
+        if title is not None:
+            holder = reads.title_holder(title)
+            if holder is not None:
+                raise TitleConflictError(title, holder)
+        try:
+            self._append([event], expected_version=0)
+        except ConcurrencyError:
+            raise ConflictError("id", f"session id {sid!r} is already used", hint="omit id to get a fresh one") from None
+        self._remember(sid)
+        return sid
+
+    def append_message(self, session_id: str, role: str, content: Any = None, **fields: Any) -> int:
+        """Append one message; returns its durable id (the seq of its event)."""
+        return self.append_messages(session_id, [dict(fields, role=role, content=content)])[0]
+
+    def append_messages(self, session_id: str, messages: Iterable[dict[str, Any]]) -> list[int]:
+        """Append several messages to one session in one atomic batch; returns their ids."""
+        sid = ev.validate_session_id(session_id)
+        if isinstance(messages, (str, bytes, bytearray, memoryview, dict)) or not hasattr(messages, "__iter__"):
+            raise ValidationError("messages", f"must be a list of message dicts, got {type(messages).__name__}")
+        batch = []
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict):
+                raise ValidationError(f"messages[{i}]", "must be a dict of message fields")
+            data = {k: v for k, v in m.items() if v is not None}
+            try:
+                batch.append(self._event("message.appended", sid, data))
+            except ValidationError as e:
+                field = e.field[5:] if e.field.startswith("data.") else e.field
+                raise ValidationError(f"messages[{i}].{field}", e.problem) from None
+        if not batch:
+            return []
+        self._need_live_cached(sid)
+        return self._append(batch)
+
+    def set_title(self, session_id: str, title: str, source: str = "user") -> int | None:
+        """Set the title. Returns the seq, or None when a higher-provenance title is kept.
+
+        Raises TitleConflictError if another live session holds the title.
+        """
+        event = self._event("session.titled", ev.validate_session_id(session_id), {"title": title, "source": source})
+        sid = self._need_live(session_id)
+        reads = self._reads
+        t = event["data"]["title"]
+        holder = reads.title_holder(t)
+        if holder is not None and holder != sid:
+            raise TitleConflictError(t, holder)
+        cur = reads.get_session(sid) or {}
+        if cur.get("title_source") and ev.TITLE_RANK.get(cur["title_source"], -1) > ev.TITLE_RANK[event["data"]["source"]]:
+            return None
+        return self._append([event])[0]
+
+    def next_title(self, base: str) -> str:
+        """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ..."""
+        return ev.next_title(base, self._fresh().titles())
+
+    def _flag(self, which: str, session_id: str) -> int:
+        sid = self._need_live(session_id)
+        return self._append([self._event(_FLAG_EVENTS[which], sid, {})])[0]
+
+    def archive(self, session_id: str) -> int:
+        """Archive the session's whole lineage."""
+        return self._flag("archive", session_id)
+
+    def unarchive(self, session_id: str) -> int:
+        return self._flag("unarchive", session_id)
+
+    def pin(self, session_id: str) -> int:
+        """Pin the session's whole lineage (pinned sessions are always listed)."""
+        return self._flag("pin", session_id)
+
+    def unpin(self, session_id: str) -> int:
+        return self._flag("unpin", session_id)
+
+    def hide(self, session_id: str) -> int:
+        """Hide the session's whole lineage from listings and search."""
+        return self._flag("hide", session_id)
+
+    def unhide(self, session_id: str) -> int:
+        return self._flag("unhide", session_id)
+
+    def _message_session(self, message_id: Any) -> str:
+        if type(message_id) is not int or not 1 <= message_id <= ev.INT64_MAX:
+            raise ValidationError("message_id", "must be a positive 64-bit integer (a message's seq)")
+        sid = self._fresh().message_session(message_id)
+        if sid is None or not self._reads.is_live(sid):
+            raise NotFoundError("message", message_id)
+        return sid
+
+    def react(self, message_id: int, author: str, emoji: str) -> int:
+        """Set ``author``'s reaction on a message (the same emoji again retracts it, another replaces it)."""
+        sid = self._message_session(message_id)
+        return self._append([self._event("message.reaction_set", sid,
+                                         {"message_id": message_id, "author": author, "emoji": emoji})])[0]
+
+    def remove_reaction(self, message_id: int, author: str) -> int:
+        sid = self._message_session(message_id)
+        return self._append([self._event("message.reaction_removed", sid,
+                                         {"message_id": message_id, "author": author})])[0]
+
+    def take_unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
+        """Return the session's unseen reactions and mark them seen: each is taken exactly once,
+        even with several processes taking at the same time."""
+        sid = self._need_live(session_id)
+        while True:
+            version = self.log.stream_version(sid)
+            self._reads.wait_for(self.log.head()[0])
+            unseen = self._reads.unseen_reactions(sid)
+            if not unseen:
+                return []
+            up_to = max(r["set_seq"] for r in unseen)
+            try:
+                self._append([self._event("reactions.seen", sid, {"up_to": up_to})], expected_version=version)
+            except ConcurrencyError:
+                continue  # someone else appended to the stream: look again
+            return unseen
+
+    def record_usage(self, session_id: str, **fields: Any) -> int:
+        """Record token usage and cost (model, provider, task, *_tokens, estimated/actual_cost_usd, message_id)."""
+        sid = ev.validate_session_id(session_id)
+        event = self._event("usage.recorded", sid, {k: v for k, v in fields.items() if v is not None or k.endswith("cost_usd")})
+        self._need_live_cached(sid)
+        return self._append([event])[0]
+
+    def update_meta(self, session_id: str, **fields: Any) -> int:
+        """Update model, model_config, cwd, git_repo_root, git_branch, tool_names or source."""
+        sid = ev.validate_session_id(session_id)
+        event = self._event("session.meta_updated", sid, fields)
+        self._need_live(sid)
+        return self._append([event])[0]
+
+    def end_session(self, session_id: str, reason: str) -> int | None:
+        """End the session; the first reason wins (returns None if it was already ended)."""
+        event = self._event("session.ended", ev.validate_session_id(session_id), {"reason": reason})
+        sid = self._need_live(session_id)
+        cur = self._reads.get_session(sid) or {}
+        if cur.get("end_reason") is not None:
+            return None
+        return self._append([event])[0]
+
+    def reopen(self, session_id: str) -> int:
+        sid = self._need_live(session_id)
+        return self._append([self._event("session.reopened", sid, {})])[0]
+
+    def rewind(self, session_id: str, message_id: int, expected_version: int | None = None) -> int:
+        """Hide ``message_id`` and every later message of the session (the log keeps them)."""
+        sid = self._need_live(session_id)
+        if self._message_session(message_id) != sid:
+            raise NotFoundError("message", message_id)
+        return self._append([self._event("messages.rewound", sid, {"message_id": message_id})],
+                            expected_version=expected_version)[0]
+
+    def delete_session(self, session_id: str, expected_version: int | None = None) -> int:
+        """Tombstone the session and its descendants; they vanish from every read model."""
+        sid = self._need_live(session_id)
+        # The whole lineage (a superset of what the cascade deletes): members only lose the
+        # append fast path and are checked against the caught-up read model again.
+        doomed = [sid, *self._reads.lineage(sid)]
+        seq = self._append([self._event("session.deleted", sid, {})], expected_version=expected_version)[0]
+        self._deleted.update(doomed)
+        self._live.difference_update(doomed)
+        return seq
+
+    def version(self, session_id: str) -> int:
+        """The number of events in the session's stream (for ``expected_version``)."""
+        return self.log.stream_version(ev.validate_session_id(session_id))
+
+    # ------------------------------------------------------------------ projections
+
+    def _need_projector(self) -> Any:
+        if self._projector is None:
+            raise ValidationError("read_model", "this operation needs the projection read model")
+        return self._projector
+
+    def rebuild(self, which: str = "all", progress: Any = None) -> dict[str, Any]:
+        """Rebuild state.db and/or the FTS index (``which``: all|state|fts) from the log into new
+        files and swap them in. Returns ``{"events", "seconds", "events_per_s", ...}``."""
+        return self._need_projector().rebuild(which, progress=progress)
+
+    def snapshot(self, out: str | Path, *, until_seq: int | None = None, as_of_ns: int | None = None,
+                 progress: Any = None) -> dict[str, Any]:
+        """Write a standalone state.db (FTS tables inside) of the profile as of a log prefix:
+        the whole log, up to ``until_seq``, or up to the last event appended at ``as_of_ns``."""
+        return self._need_projector().rebuild("all", until_seq=until_seq, as_of_ns=as_of_ns, out_path=out,
+                                              progress=progress)
+
+    def health(self, full: bool = True) -> dict[str, Any]:
+        """The projections' health (``{"ok", "state": {"status", ...}, "fts": {...}}``); reads only."""
+        return self._need_projector().health(full=full)
+
+    def projection_lag(self) -> int:
+        """How many events of the log the projections have not applied yet."""
+        return max(0, self.log.head()[0] - self._need_projector().cursor())
+
+    # ------------------------------------------------------------------ reads
+
+    def sync(self, timeout: float | None = 10.0) -> int:
+        """Wait until the read model has reached the log head as of this call; returns that seq."""
+        head = self.log.head()[0]
+        self._reads.wait_for(head, timeout)
+        return head
+
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return self._fresh().get_session(session_id)
+
+    def list_sessions(self, **filters: Any) -> list[dict[str, Any]]:
+        """Filters: source, archived, pinned, hidden, children, workspace, limit, offset (docs/EVENTS.md)."""
+        return self._fresh().list_sessions(**filters)
+
+    def get_messages(self, session_id: str, **kw: Any) -> list[dict[str, Any]]:
+        """Options: include_inactive, limit, after."""
+        return self._fresh().get_messages(session_id, **kw)
+
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        return self._fresh().get_usage(session_id)
+
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        return self._fresh().get_reactions(message_id)
+
+    def search(self, query: str, **kw: Any) -> Any:
+        """Full-text search (role, source, session_id, limit); never crosses profiles."""
+        return self._fresh().search(query, **kw)
+
+    def stats(self) -> dict[str, Any]:
+        return self._fresh().stats()

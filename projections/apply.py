@@ -1,0 +1,432 @@
+"""The fold rules of docs/EVENTS.md, applied to the state.db tables.
+
+:class:`Applier` is the SQL twin of :class:`eventlog.fold.Fold`: for every event sequence the
+tables it writes answer the queries exactly as the fold does. It works inside a transaction
+the caller opens and commits; :meth:`Applier.flush` must run before the commit.
+
+Speed: the two events that dominate a log, ``message.appended`` and ``usage.recorded``, are
+applied to an in-memory copy of the rows they touch (session counters, usage rows) and
+written back in bulk by :meth:`flush`; every other event flushes first and then works on the
+tables directly. Sums are still computed one event at a time in log order, so float totals
+are bit-identical to the fold's whatever the batch sizes.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Iterable
+
+import orjson
+
+from eventlog import events
+from eventlog.fold import content_text
+from projections.schema import COSTS, TOKENS
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_TIME = 4.2e9
+MAX_COST = 1e15
+FLAGS = {"archived": ("archived", 1), "unarchived": ("archived", 0),
+         "pinned": ("pinned", 1), "unpinned": ("pinned", 0),
+         "hidden": ("hidden", 1), "unhidden": ("hidden", 0)}
+_CREATED_TEXT = ("source", "model", "cwd", "git_repo_root", "git_branch", "parent_session_id",
+                 "user_id", "chat_id", "chat_type", "thread_id")
+_INHERITED = ("cwd", "git_repo_root", "git_branch")
+_META_TEXT = ("model", "cwd", "git_repo_root", "git_branch", "source")
+
+
+def upcaster() -> Any:
+    """``eventlog.events.upcast``, skipped for envelopes already at the current version (it
+    would only copy them; the applier never changes an envelope)."""
+    from eventlog.events import CURRENT_VERSIONS, upcast
+
+    current = CURRENT_VERSIONS
+
+    def up(env: dict[str, Any]) -> dict[str, Any]:
+        v, t = env.get("v", 1), env.get("type")
+        if type(v) is int and isinstance(t, str) and current.get(t) == v:
+            return env
+        return upcast(env)
+
+    return up
+
+
+# ---- coercion of event values: the fold's rules (a value of the wrong type is unknown) ------
+
+def as_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def as_int(v: Any, low: int = INT64_MIN) -> int | None:
+    if isinstance(v, int) and not isinstance(v, bool) and low <= v <= INT64_MAX:
+        return v
+    return None
+
+
+def as_number(v: Any, low: float, high: float) -> float | None:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high:
+        return float(v)
+    return None
+
+
+def as_time(v: Any, default: float | None) -> float | None:
+    return default if v is None else as_number(v, 0.0, MAX_TIME)
+
+
+def as_json(v: Any, *kinds: type) -> str | None:
+    """The stored form of a JSON list/object: its orjson text, or None."""
+    if not isinstance(v, kinds):
+        return None
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:
+        return None
+
+
+def store_int(v: int) -> int | str:
+    """Token totals may outgrow SQLite's 64-bit integers: store those as decimal text."""
+    return v if v <= INT64_MAX else str(v)
+
+
+def load_int(v: Any) -> int:
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str) and v.isdigit():
+        return int(v)
+    return 0
+
+
+def usage_key(model: str | None, provider: str | None, task: str | None) -> str:
+    return orjson.dumps([model, provider, task]).decode()
+
+
+_COUNTER_COLS = ("message_count", "tool_call_count", "last_activity_at", *TOKENS, *COSTS)
+_SELECT_COUNTERS = f"SELECT {', '.join(_COUNTER_COLS)} FROM sessions WHERE id = ?"
+_UPDATE_COUNTERS = f"UPDATE sessions SET {', '.join(c + ' = ?' for c in _COUNTER_COLS)} WHERE id = ?"
+_USAGE_COLS = ("model", "provider", "task", *TOKENS, *COSTS, "records")
+_SELECT_USAGE = f"SELECT {', '.join(_USAGE_COLS)} FROM usage WHERE session_id = ? AND ukey = ?"
+_UPSERT_USAGE = (f"INSERT OR REPLACE INTO usage (session_id, ukey, {', '.join(_USAGE_COLS)}) "
+                 f"VALUES ({', '.join('?' * (2 + len(_USAGE_COLS)))})")
+_MESSAGE_COLS = ("id", "session_id", "role", "content", "content_json", "tool_calls", "tool_name",
+                 "tool_call_id", "timestamp", "token_count", "finish_reason", "reasoning",
+                 "reasoning_details", "display_kind", "display_metadata", "active", "n_tool_calls")
+_INSERT_MESSAGE = (f"INSERT INTO messages ({', '.join(_MESSAGE_COLS)}) "
+                   f"VALUES ({', '.join('?' * len(_MESSAGE_COLS))})")
+_SESSION_INSERT_COLS = ("id", *_CREATED_TEXT, "model_config", "started_at", "last_activity_at",
+                        "archived", "pinned", "hidden", "profile_name", "created_seq")
+_INSERT_SESSION = (f"INSERT INTO sessions ({', '.join(_SESSION_INSERT_COLS)}) "
+                   f"VALUES ({', '.join('?' * len(_SESSION_INSERT_COLS))})")
+
+
+class Applier:
+    """Applies upcast-or-raw envelopes in log order to the state tables of ``db``."""
+
+    def __init__(self, db: sqlite3.Connection, profile_name: str | None = None) -> None:
+        self.db = db
+        self.profile_name = profile_name
+        self.upcast = upcaster()
+        self.seq = 0
+        self.hash: str | None = None
+        self._counters: dict[str, list[Any] | None] = {}
+        self._dirty: set[str] = set()
+        self._usage: dict[tuple[str, str], list[Any]] = {}
+        self._usage_dirty: set[tuple[str, str]] = set()
+        self._messages: list[tuple[Any, ...]] = []
+        self.docs: list[tuple[int, str, str]] | None = None
+        """When a list: (message id, session id, lower-cased search text) of each message
+        inserted, for an FTS index built alongside (see fts.search_doc: same text)."""
+
+    # ---- entry points ---------------------------------------------------------------------
+
+    def apply_all(self, envelopes: Iterable[dict[str, Any]]) -> None:
+        for env in envelopes:
+            self.apply(env)
+        self.flush()
+
+    def apply(self, envelope: dict[str, Any]) -> None:
+        """Fold one envelope (the caller's transaction must be open). Never raises on odd data."""
+        if not isinstance(envelope, dict):
+            return
+        env = self.upcast(envelope)
+        seq, sid, kind = as_int(env.get("seq"), 1), env.get("session"), env.get("type")
+        if seq is None:
+            return
+        self.seq = seq
+        h = env.get("hash")
+        self.hash = h if type(h) is str else None
+        if type(sid) is not str or type(kind) is not str:
+            if not isinstance(sid, str) or not isinstance(kind, str):
+                return
+        data = env.get("data")
+        if type(data) is not dict:
+            data = data if isinstance(data, dict) else {}
+        ts = as_int(env.get("ts"), 0)
+        now = None if ts is None else as_number(ts / 1e9, 0.0, MAX_TIME)
+        if kind == "message.appended":
+            self._appended(sid, seq, data, now)
+            return
+        if kind == "usage.recorded":
+            self._usage_recorded(sid, data)
+            return
+        self.flush()
+        if kind == "session.created":
+            self._created(sid, seq, data, now)
+            return
+        if not self._live(sid):
+            return
+        prefix, _, action = kind.partition(".")
+        if prefix == "session" and action in FLAGS:
+            flag, value = FLAGS[action]
+            members = self._lineage(sid)
+            self.db.executemany(f"UPDATE sessions SET {flag} = ? WHERE id = ?", [(value, m) for m in members])
+        elif kind == "session.titled":
+            self._titled(sid, data.get("title"), data.get("source"))
+        elif kind == "session.ended":
+            self.db.execute(
+                "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
+                (as_time(data.get("ended_at"), now), as_str(data.get("reason")), sid))
+        elif kind == "session.reopened":
+            self.db.execute("UPDATE sessions SET ended = 0, ended_at = NULL, end_reason = NULL WHERE id = ?", (sid,))
+        elif kind == "session.meta_updated":
+            self._meta_updated(sid, data)
+        elif kind == "session.deleted":
+            self._deleted(sid, seq)
+        elif kind == "messages.rewound":
+            self._rewound(sid, data.get("message_id"))
+        elif kind in ("message.reaction_set", "message.reaction_removed"):
+            self._reaction(sid, seq, kind, data)
+        elif kind == "reactions.seen":
+            up_to = as_int(data.get("up_to"))
+            if up_to is not None:
+                self.db.execute("UPDATE reactions SET seen = 1 WHERE session_id = ? AND set_seq <= ?", (sid, up_to))
+
+    def flush(self, *, keep_cache: bool = False) -> None:
+        """Write the buffered rows of the hot path to the tables. The cached rows are then
+        dropped (the next event may change the tables behind them) unless ``keep_cache``:
+        between two hot-path events nothing else writes them."""
+        if self._messages:
+            self.db.executemany(_INSERT_MESSAGE, self._messages)
+            self._messages = []
+        if self._dirty:
+            rows = []
+            for sid in self._dirty:
+                c = self._counters[sid]
+                assert c is not None
+                rows.append((*c[:3], *(store_int(v) for v in c[3:8]), *c[8:], sid))
+            self.db.executemany(_UPDATE_COUNTERS, rows)
+            self._dirty = set()
+        if self._usage_dirty:
+            self.db.executemany(_UPSERT_USAGE, [
+                (sid, ukey, *u[:3], *(store_int(v) for v in u[3:8]), *u[8:])
+                for (sid, ukey), u in ((k, self._usage[k]) for k in self._usage_dirty)])
+            self._usage_dirty = set()
+        if not keep_cache:
+            self._usage = {}
+            self._counters = {}
+
+    # ---- hot path ---------------------------------------------------------------------------
+
+    def _load(self, sid: str) -> list[Any] | None:
+        try:
+            return self._counters[sid]
+        except KeyError:
+            pass
+        row = self.db.execute(_SELECT_COUNTERS, (sid,)).fetchone()
+        c = None
+        if row is not None:
+            c = list(row)
+            for i in range(3, 8):
+                c[i] = load_int(c[i])
+        self._counters[sid] = c
+        return c
+
+    def _appended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        # The hottest path of a rebuild: the fold's coercions, inlined for the common types.
+        c = self._counters[sid] if sid in self._counters else self._load(sid)
+        if c is None:
+            return
+        g = data.get
+        role, tool_name, tool_call_id, finish_reason, reasoning, display_kind = [
+            v if type(v) is str else None for v in (g("role"), g("tool_name"), g("tool_call_id"),
+                                                    g("finish_reason"), g("reasoning"), g("display_kind"))]
+        raw = content = g("content")
+        content_json = 0
+        if content is not None and type(content) is not str:
+            content = as_json(content, list, dict)
+            content_json = 0 if content is None else 1
+        calls = g("tool_calls")
+        calls_text, n_calls = None, 0
+        if calls is not None:
+            calls_text = as_json(calls, list)
+            if calls_text is not None:
+                n_calls = len(calls)
+        stamp = g("timestamp")
+        stamp = now if stamp is None else as_number(stamp, 0.0, MAX_TIME)
+        tokens = g("token_count")
+        if tokens is not None:
+            tokens = as_int(tokens, 0)
+        details = g("reasoning_details")
+        if details is not None:
+            details = as_json(details, list, dict)
+        display = g("display_metadata")
+        if display is not None:
+            display = as_json(display, dict)
+        if self.docs is not None:
+            text = content_text(raw) if content_json else (content or "")
+            calls_part = calls_text if calls_text is not None and n_calls else ""
+            self.docs.append((seq, sid, "\n".join((text, tool_name or "", calls_part)).lower()))
+        self._messages.append((seq, sid, role, content, content_json, calls_text, tool_name, tool_call_id, stamp,
+                               tokens, finish_reason, reasoning, details, display_kind, display, 1, n_calls))
+        c[0] += 1
+        c[1] += n_calls
+        if stamp is not None and (c[2] is None or stamp > c[2]):
+            c[2] = stamp
+        self._dirty.add(sid)
+
+    def _usage_recorded(self, sid: str, data: dict[str, Any]) -> None:
+        c = self._load(sid)
+        if c is None:
+            return
+        model, provider, task = as_str(data.get("model")), as_str(data.get("provider")), as_str(data.get("task"))
+        ukey = usage_key(model, provider, task)
+        u = self._usage.get((sid, ukey))
+        if u is None:
+            row = self.db.execute(_SELECT_USAGE, (sid, ukey)).fetchone()
+            if row is None:
+                u = [model, provider, task, 0, 0, 0, 0, 0, None, None, 0]
+            else:
+                u = list(row)
+                for i in range(3, 8):
+                    u[i] = load_int(u[i])
+            self._usage[(sid, ukey)] = u
+        u[10] += 1
+        for i, name in enumerate(TOKENS):
+            add = as_int(data.get(name), 0) or 0
+            c[3 + i] += add
+            u[3 + i] += add
+        for i, name in enumerate(COSTS):
+            cost = as_number(data.get(name), 0.0, MAX_COST)
+            if cost is not None:
+                c[8 + i] = (c[8 + i] or 0.0) + cost
+                u[8 + i] = (u[8 + i] or 0.0) + cost
+        self._dirty.add(sid)
+        self._usage_dirty.add((sid, ukey))
+
+    # ---- session events ---------------------------------------------------------------------
+
+    def _live(self, sid: str) -> bool:
+        return self.db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
+
+    def _created(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._live(sid) or self.db.execute("SELECT 1 FROM tombstones WHERE id = ?", (sid,)).fetchone():
+            return
+        row = {key: as_str(data.get(key)) for key in _CREATED_TEXT}
+        flags = (0, 0, 0)
+        parent = row["parent_session_id"]
+        if parent is not None:
+            p = self.db.execute(
+                f"SELECT {', '.join(_INHERITED)} FROM sessions WHERE id = ?", (parent,)).fetchone()
+            if p is not None:
+                for key, value in zip(_INHERITED, p):
+                    if row[key] is None:
+                        row[key] = value
+                flags = self.db.execute("SELECT archived, pinned, hidden FROM sessions WHERE id = ?",
+                                        (self._root(parent),)).fetchone()
+        started = as_time(data.get("started_at"), now)
+        self.db.execute(_INSERT_SESSION, (
+            sid, *(row[k] for k in _CREATED_TEXT), as_json(data.get("model_config"), dict),
+            started, started, *flags, self.profile_name, seq))
+        if "title" in data:
+            self._titled(sid, data.get("title"), data.get("title_source"))
+
+    def _titled(self, sid: str, title: Any, source: Any) -> None:
+        source = "user" if source is None else source
+        if not isinstance(title, str) or not isinstance(source, str) or source not in events.TITLE_RANK:
+            return
+        title = events.normalize_title(title)
+        if not title:
+            return
+        holder = self.db.execute("SELECT id FROM sessions WHERE title = ? LIMIT 1", (title,)).fetchone()
+        if holder is not None and holder[0] != sid:
+            return
+        current = self.db.execute("SELECT title_source FROM sessions WHERE id = ?", (sid,)).fetchone()[0]
+        if current in events.TITLE_RANK and events.TITLE_RANK[current] > events.TITLE_RANK[source]:
+            return
+        self.db.execute("UPDATE sessions SET title = ?, title_source = ? WHERE id = ?", (title, source, sid))
+
+    def _meta_updated(self, sid: str, data: dict[str, Any]) -> None:
+        sets: list[tuple[str, Any]] = [(k, as_str(data[k])) for k in _META_TEXT if k in data]
+        if "model_config" in data:
+            sets.append(("model_config", as_json(data["model_config"], dict)))
+        if "tool_names" in data:
+            names = data["tool_names"]
+            value = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
+            sets.append(("tool_names", None if value is None else orjson.dumps(value).decode()))
+        if sets:
+            self.db.execute(f"UPDATE sessions SET {', '.join(k + ' = ?' for k, _ in sets)} WHERE id = ?",
+                            (*(v for _, v in sets), sid))
+
+    def _deleted(self, sid: str, seq: int) -> None:
+        members = self._descendants(sid)
+        db = self.db
+        for m in members:
+            db.execute("DELETE FROM reactions WHERE session_id = ?", (m,))
+            db.execute("DELETE FROM usage WHERE session_id = ?", (m,))
+            db.execute("DELETE FROM messages WHERE session_id = ?", (m,))
+            db.execute("DELETE FROM sessions WHERE id = ?", (m,))
+            db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (m, seq))
+
+    def _rewound(self, sid: str, message_id: Any) -> None:
+        mid = as_int(message_id)
+        if mid is None:
+            return
+        target = self.db.execute("SELECT active FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
+        if target is None or not target[0]:
+            return
+        n, calls = self.db.execute(
+            "SELECT count(*), coalesce(sum(n_tool_calls), 0) FROM messages "
+            "WHERE session_id = ? AND id >= ? AND active = 1", (sid, mid)).fetchone()
+        self.db.execute("UPDATE messages SET active = 0 WHERE session_id = ? AND id >= ? AND active = 1", (sid, mid))
+        self.db.execute("UPDATE sessions SET message_count = message_count - ?, "
+                        "tool_call_count = tool_call_count - ? WHERE id = ?", (n, calls, sid))
+
+    def _reaction(self, sid: str, seq: int, kind: str, data: dict[str, Any]) -> None:
+        mid = as_int(data.get("message_id"))
+        author, emoji = as_str(data.get("author")), as_str(data.get("emoji"))
+        if mid is None or author is None:
+            return
+        if self.db.execute("SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone() is None:
+            return
+        current = self.db.execute("SELECT emoji FROM reactions WHERE message_id = ? AND author = ?",
+                                  (mid, author)).fetchone()
+        if kind == "message.reaction_set":
+            if emoji is None:
+                return
+            if current is not None and current[0] == emoji:
+                self.db.execute("DELETE FROM reactions WHERE message_id = ? AND author = ?", (mid, author))
+            else:
+                self.db.execute("INSERT OR REPLACE INTO reactions (message_id, author, emoji, set_seq, seen, "
+                                "session_id) VALUES (?, ?, ?, ?, 0, ?)", (mid, author, emoji, seq, sid))
+        elif current is not None:
+            self.db.execute("DELETE FROM reactions WHERE message_id = ? AND author = ?", (mid, author))
+
+    # ---- lineage ------------------------------------------------------------------------------
+
+    def _root(self, sid: str) -> str:
+        seen = {sid}
+        while True:
+            row = self.db.execute(
+                "SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id WHERE s.id = ?",
+                (sid,)).fetchone()
+            if row is None or row[0] in seen:
+                return sid
+            sid = row[0]
+            seen.add(sid)
+
+    def _descendants(self, sid: str) -> list[str]:
+        """``sid`` and every live session reachable from it through child links."""
+        rows = self.db.execute(
+            "WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN d "
+            "ON s.parent_session_id = d.id WHERE s.id != s.parent_session_id) SELECT id FROM d", (sid,))
+        return [r[0] for r in rows]
+
+    def _lineage(self, sid: str) -> list[str]:
+        return self._descendants(self._root(sid))

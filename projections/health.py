@@ -1,0 +1,174 @@
+"""Health checks of one projection file; they read and never change anything.
+
+Statuses, worst first: ``missing`` (no pointer, no file, or an empty file), ``unreadable``
+(permissions: the file must be readable and writable by its owner), ``corrupt`` (SQLite
+refuses it, or an integrity check fails), ``foreign`` (not an eventlog projection of this kind,
+of this profile, or of this log: the cursor hash differs from the log's hash at that seq),
+``old_schema`` (written by an older version), ``ahead`` (cursor past the log head, or an FTS
+index past its state.db), ``stale`` (behind the log; catching up fixes it), ``ok``.
+``newer_schema`` is reported for a file of a newer program version (never rebuilt by us).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from projections import db as sql
+from projections import files
+from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
+
+HEALTHY = ("ok", "stale")
+_RANK = ["missing", "unreadable", "corrupt", "foreign", "old_schema", "newer_schema", "ahead", "stale", "ok"]
+
+
+@dataclass(frozen=True)
+class LogView:
+    """What a check needs from the log: its head and the hash at a seq."""
+
+    head_seq: int
+    head_hash: str
+    hash_at: Callable[[int], str | None]
+
+    @classmethod
+    def of(cls, log: Any) -> "LogView":
+        seq, h = log.head()
+
+        def hash_at(s: int) -> str | None:
+            if s == seq:
+                return str(h)
+            env = log.get(s)
+            found = env.get("hash") if isinstance(env, dict) else None
+            return found if isinstance(found, str) else None
+
+        return cls(seq, h, hash_at)
+
+    @property
+    def log_id(self) -> str:
+        return (self.hash_at(1) or "") if self.head_seq >= 1 else ""
+
+
+def worst(*statuses: str) -> str:
+    return min(statuses, key=_RANK.index)
+
+
+def read_meta(db: sqlite3.Connection, schema: str = "main") -> dict[str, Any]:
+    return dict(db.execute(f"SELECT key, value FROM {schema}.meta").fetchall())
+
+
+def judge_meta(meta: dict[str, Any], kind: str, profile: str | None, log: LogView) -> tuple[str, str]:
+    """(status, detail) of a projection's identity and cursor against the log."""
+    if meta.get("kind") != kind:
+        return "foreign", f"meta says kind {meta.get('kind')!r}, expected {kind!r}"
+    if profile is not None and meta.get("profile") not in (None, profile):
+        return "foreign", f"built for profile {meta.get('profile')!r}"
+    last_seq = meta.get("last_seq")
+    last_hash = meta.get("last_hash")
+    if not isinstance(last_seq, int) or last_seq < 0:
+        return "corrupt", f"cursor seq {last_seq!r} is not a number"
+    log_id = meta.get("log_id") or ""
+    if last_seq > 0 and log.head_seq > 0 and log_id and log_id != log.log_id:
+        return "foreign", "derived from another log (first event hash differs)"
+    if last_seq > log.head_seq:
+        return "ahead", f"cursor at seq {last_seq}, log head is {log.head_seq}"
+    if last_seq > 0 and log.hash_at(last_seq) != last_hash:
+        return "foreign", f"cursor hash at seq {last_seq} is not this log's"
+    if last_seq < log.head_seq:
+        return "stale", f"{log.head_seq - last_seq} events behind the log"
+    return "ok", "up to date"
+
+
+def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full: bool = False,
+            state_seq: int | None = None) -> dict[str, Any]:
+    """Check the projection ``pointer`` names. ``full`` adds SQLite's integrity check and, for
+    FTS, a read of every index page. ``state_seq``: the state cursor an FTS file must not pass."""
+    schema = STATE_SCHEMA if kind == "state" else FTS_SCHEMA
+    app_id = STATE_APP_ID if kind == "state" else FTS_APP_ID
+    out: dict[str, Any] = {"status": "ok", "detail": "", "pointer": pointer.name, "file": None,
+                           "generation": None, "schema": None, "last_seq": None, "log_head": log.head_seq}
+
+    def done(status: str, detail: str) -> dict[str, Any]:
+        out["status"], out["detail"] = status, detail
+        return out
+
+    if not os.path.lexists(pointer):
+        return done("missing", "no projection file")
+    if not os.path.islink(pointer):
+        return done("foreign", f"{pointer.name} is a plain file, not a generation pointer")
+    g = files.read_pointer(pointer)
+    if g is None:
+        return done("foreign", f"{pointer.name} names {os.readlink(pointer)!r}, not a generation file")
+    out.update(file=g.name, generation=g.gen, schema=g.schema)
+    try:
+        st = os.stat(g.path)
+    except FileNotFoundError:
+        return done("missing", f"{g.name} does not exist")
+    except OSError as e:
+        return done("unreadable", f"{g.name}: {e.strerror}")
+    if st.st_size == 0:
+        return done("missing", f"{g.name} is empty")
+    if st.st_mode & 0o600 != 0o600 or not os.access(g.path, os.R_OK | os.W_OK):
+        return done("unreadable", f"{g.name} is not readable and writable by its owner "
+                                  f"(mode {st.st_mode & 0o777:o})")
+    if g.schema < schema:
+        return done("old_schema", f"schema version {g.schema}, this program writes {schema}")
+    if g.schema > schema:
+        return done("newer_schema", f"schema version {g.schema} of a newer program")
+    try:
+        conn = sql.connect_ro(g.path)
+    except sqlite3.Error as e:
+        return done(sql.status_of(e), f"cannot open {g.name}: {e}")
+    try:
+        found_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if found_id != app_id:
+            return done("foreign", f"application_id {found_id:#x} is not an eventlog {kind} projection")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != g.schema:
+            return done("foreign", f"user_version {version} does not match the file name's schema {g.schema}")
+        meta = read_meta(conn)
+        out["last_seq"] = meta.get("last_seq")
+        status, detail = judge_meta(meta, kind, profile, log)
+        if status in HEALTHY and kind == "fts" and state_seq is not None and isinstance(meta.get("last_seq"), int):
+            if meta["last_seq"] > state_seq:
+                status, detail = "ahead", f"index at seq {meta['last_seq']}, state.db at {state_seq}"
+        if full and status in HEALTHY + ("ahead",):
+            problem = integrity(conn, kind)
+            if problem:
+                return done("corrupt", problem)
+        return done(status, detail)
+    except sqlite3.DatabaseError as e:
+        return done(sql.status_of(e), f"{g.name}: {e}")
+    finally:
+        conn.close()
+
+
+def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str | None:
+    """A read-only deep check; returns what is wrong, or None."""
+    rows = conn.execute(f"PRAGMA {schema}.integrity_check(20)").fetchall()
+    if [r[0] for r in rows] != ["ok"]:
+        return "integrity_check: " + "; ".join(str(r[0]) for r in rows[:5])
+    if kind == "fts":
+        # Reading every entry of the index visits every index page; SQLite's integrity_check
+        # does not look inside FTS5 tables (and the 'integrity-check' command needs a write
+        # transaction, which only the lease holder may open).
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_probe USING fts5vocab({schema}, fts, instance)")
+        try:
+            conn.execute("SELECT count(*) FROM temp.fts_probe").fetchone()
+            docs = conn.execute(f"SELECT count(*) FROM {schema}.docs").fetchone()[0]
+            indexed = conn.execute(f"SELECT count(*) FROM {schema}.fts_docsize").fetchone()[0]
+            if docs != indexed:
+                return f"fts index holds {indexed} documents, docs table {docs}"
+        finally:
+            conn.execute("DROP TABLE IF EXISTS temp.fts_probe")
+    return None
+
+
+def fts_command_check(conn: sqlite3.Connection, schema: str = "main") -> str | None:
+    """FTS5's own index-vs-content check. Needs a read-write connection: lease holder only."""
+    try:
+        conn.execute(f"INSERT INTO {schema}.fts (fts, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError as e:
+        return f"fts integrity-check: {e}"
+    return None

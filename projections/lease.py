@@ -1,0 +1,115 @@
+"""The projector lease: one process at a time writes a profile's projections.
+
+A ``flock`` (never ``fcntl``/``lockf`` locks: closing any descriptor of a file cancels every
+POSIX lock the process holds on it) taken on the profile directory itself. A lock *file* can
+be deleted under its holder, and the next process would then lock a fresh file while the
+holder still writes; the directory cannot vanish while the profile exists. ``projector.lock``
+is still created, as the visible name of the lease. flock belongs to the open file
+description, so threads of one process share it; a re-entrant thread lock serializes them.
+The lock is released when the holder closes it or dies (SIGKILL included).
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from eventlog.errors import LeaseError
+from projections.files import FILE_MODE
+
+LOCK_NAME = "projector.lock"
+
+
+class Lease:
+    """Re-entrant, cross-process exclusive lease on ``<profile dir>/projector.lock``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / LOCK_NAME
+        self._mutex = threading.RLock()
+        self._fd: int | None = None
+        self._depth = 0
+        self._owner: int | None = None
+
+    def _open(self) -> int:
+        if self._fd is None:
+            try:
+                os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
+                self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError as e:
+                raise LeaseError(f"cannot open the projector lease in {self.directory}: {e.strerror}",
+                                 hint="check that the profile directory is writable by this user") from e
+        return self._fd
+
+    @property
+    def held(self) -> bool:
+        """True when the calling thread holds the lease."""
+        return self._depth > 0 and self._owner == threading.get_ident()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Take the lease; wait at most ``timeout`` seconds (None: forever, 0: don't wait).
+        Returns False when it could not be taken in time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._mutex.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            return False
+        try:
+            if self._depth > 0:
+                self._depth += 1
+                return True
+            fd = self._open()
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                except OSError as e:
+                    raise LeaseError(f"cannot lock {self.directory}: {e.strerror}") from e
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._mutex.release()
+                    return False
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+            self._depth = 1
+            self._owner = threading.get_ident()
+            return True
+        except BaseException:
+            if self._depth == 0:
+                self._mutex.release()
+            raise
+
+    def release(self) -> None:
+        if not self.held:
+            raise LeaseError("the projector lease is not held by this thread")
+        self._depth -= 1
+        if self._depth == 0:
+            self._owner = None
+            assert self._fd is not None
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._mutex.release()
+
+    @contextmanager
+    def hold(self, timeout: float | None = None) -> Iterator[None]:
+        """Context manager; raises :class:`LeaseError` when not taken within ``timeout``."""
+        if not self.acquire(timeout):
+            raise LeaseError(
+                f"another process has held the projector lease {self.path} for over {timeout} s",
+                hint="a long rebuild may be running; retry later or check `eventlog doctor`",
+            )
+        try:
+            yield
+        finally:
+            self.release()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+                self._depth = 0
+                self._owner = None

@@ -1,0 +1,483 @@
+"""Read-only queries on a profile's projections: the read models of docs/EVENTS.md.
+
+A :class:`Reader` opens state.db ``mode=ro`` (never a write lock) with the FTS file attached
+read-only as ``f``. Before each query it checks the pointers (two ``readlink`` calls) and
+reopens when a rebuild swapped in a new generation; a connection to the old file keeps
+working until then. A query that meets a damaged file asks the projector to repair it and
+runs once more. A search whose index fails falls back to a scan of state.db and says so
+(``degraded: True``); transcripts stay readable throughout.
+
+Odd stored values never break a read: they come back as None, and ``reader.warnings.lines``
+(and the ``eventlog.projections`` logger) names the session and column.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from eventlog.errors import ProjectionError
+from eventlog.events import normalize_title
+from projections import db as sql
+from projections import files, fts
+from projections.apply import load_int
+from projections.files import Generation
+from projections.health import HEALTHY, LogView, judge_meta, read_meta
+from projections.rows import (
+    MESSAGE_COLS,
+    REACTION_COLS,
+    SESSION_COLS,
+    USAGE_COLS,
+    Warnings,
+    message_dict,
+    reaction_dict,
+    session_dict,
+    usage_dict,
+)
+from projections.schema import COSTS, FTS_APP_ID, REPLAY_APP_ID, STATE_APP_ID, TOKENS
+
+T = TypeVar("T")
+_S = ", ".join(f"s.{c}" for c in SESSION_COLS)
+_M = ", ".join(f"m.{c}" for c in MESSAGE_COLS)
+_U = ", ".join(USAGE_COLS)
+_R = ", ".join(REACTION_COLS)
+
+
+def _encodable(*values: Any) -> bool:
+    """False when a text argument holds lone surrogates: nothing stored can equal or contain it
+    (stored text had them replaced), and SQLite cannot bind it."""
+    for v in values:
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+    return True
+
+
+def _clamp(v: int) -> int:
+    """An int argument brought into SQLite's 64-bit range (same answers: no stored id is
+    outside it)."""
+    return max(-(2**63), min(int(v), 2**63 - 1))
+
+
+def _int64(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+
+
+class Reader:
+    """Queries over one profile's projections (``Reader(projector)``) or over a standalone
+    replay file (:meth:`open_file`). Thread-safe; one connection guarded by a lock."""
+
+    def __init__(self, projector: Any = None, *, path: str | Path | None = None) -> None:
+        if (projector is None) == (path is None):
+            raise ValueError("give a projector or a path")
+        self._projector = projector
+        self._path = Path(path).absolute() if path is not None else None
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        self._state_gen: Generation | None = None
+        self._fts_gen: Generation | None = None
+        self._fts: str | None = None  # schema name of the FTS tables, None when unusable
+        self.warnings = Warnings()
+        self.last_search_degraded = False
+
+    @classmethod
+    def open_file(cls, path: str | Path) -> "Reader":
+        """A reader over a standalone file written by ``rebuild(out_path=...)``."""
+        return cls(path=path)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+            self._db = None
+            self._state_gen = self._fts_gen = None
+            self._fts = None
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- connection ------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._path is not None:
+            if self._db is None:
+                if not self._path.exists():
+                    raise ProjectionError(f"{self._path} does not exist")
+                db = sql.connect_ro(self._path)
+                try:
+                    app = db.execute("PRAGMA application_id").fetchone()[0]
+                    if app not in (REPLAY_APP_ID, STATE_APP_ID):
+                        raise ProjectionError(f"{self._path} is not an eventlog projection file")
+                    has_fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone()
+                except sqlite3.DatabaseError as e:
+                    db.close()
+                    raise ProjectionError(f"{self._path} cannot be read: {e}") from e
+                fts.register(db)
+                self._db, self._fts = db, ("main" if has_fts else None)
+            return self._db
+        p = self._projector
+        g = files.read_pointer(p.state_pointer())
+        if self._db is None or g != self._state_gen:
+            self._open_state(g)
+        assert self._db is not None
+        fg = files.read_pointer(p.fts_pointer())
+        if fg != self._fts_gen:
+            self._attach_fts(fg)
+        return self._db
+
+    def _open_state(self, g: Generation | None) -> None:
+        self.close()
+        p = self._projector
+        for attempt in (1, 2):
+            problem = None
+            db = None
+            if g is None:
+                problem = "missing"
+            else:
+                try:
+                    db = sql.connect_ro(g.path)
+                    if db.execute("PRAGMA application_id").fetchone()[0] != STATE_APP_ID:
+                        problem = "foreign"
+                    else:
+                        status, detail = judge_meta(read_meta(db), "state", p.profile, LogView.of(p.log))
+                        if status not in HEALTHY:
+                            problem = f"{status} ({detail})"
+                except sqlite3.DatabaseError as e:
+                    problem = f"{sql.status_of(e)} ({e})"
+            if problem is None and db is not None:
+                fts.register(db)
+                self._db, self._state_gen = db, g
+                return
+            if db is not None:
+                db.close()
+            if attempt == 2:
+                raise ProjectionError(f"state.db is unusable: {problem}",
+                                      hint="run `eventlog doctor --fix` or `eventlog rebuild`")
+            p.ensure()
+            g = files.read_pointer(p.state_pointer())
+
+    def _attach_fts(self, fg: Generation | None) -> None:
+        assert self._db is not None
+        if self._fts is not None:
+            try:
+                self._db.execute("DETACH DATABASE f")
+            except sqlite3.Error:
+                pass
+        self._fts, self._fts_gen = None, fg
+        if fg is None or not fg.path.exists():
+            return
+        try:
+            sql.attach_ro(self._db, fg.path, "f")
+        except sqlite3.DatabaseError:
+            return
+        try:
+            if self._db.execute("PRAGMA f.application_id").fetchone()[0] == FTS_APP_ID:
+                self._fts = "f"
+                return
+        except sqlite3.DatabaseError:
+            pass
+        try:
+            self._db.execute("DETACH DATABASE f")
+        except sqlite3.Error:
+            pass
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            for attempt in (1, 2):
+                db = self._connection()
+                try:
+                    db.execute("BEGIN")
+                    try:
+                        return fn(db)
+                    finally:
+                        if db.in_transaction:
+                            db.execute("COMMIT")
+                except sqlite3.DatabaseError as e:
+                    if not sql.is_fault(e) or attempt == 2 or self._projector is None:
+                        raise ProjectionError(f"reading the projection failed: {e}",
+                                              hint="run `eventlog doctor --fix`") from e
+                    self.close()
+                    self._projector.ensure(full=True)
+            raise AssertionError("unreachable")
+
+    def cursors(self) -> tuple[int, int | None]:
+        """(state.db cursor, FTS cursor or None when the index is unusable)."""
+        def read(db: sqlite3.Connection) -> tuple[int, int | None]:
+            s = db.execute("SELECT value FROM meta WHERE key = 'last_seq'").fetchone()
+            f = None
+            if self._fts is not None:
+                try:
+                    row = db.execute(f"SELECT value FROM {self._fts}.meta WHERE key = 'last_seq'").fetchone()
+                    f = row[0] if row else None
+                except sqlite3.DatabaseError:
+                    f = None
+            return (s[0] if s else 0), f
+        return self._run(read)
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    def get_session(self, id: str) -> dict[str, Any] | None:
+        if not isinstance(id, str) or not _encodable(id):
+            return None
+        row = self._run(lambda db: db.execute(f"SELECT {_S} FROM sessions s WHERE s.id = ?", (id,)).fetchone())
+        return session_dict(row, self.warnings) if row else None
+
+    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+                      pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
+                      workspace: str | None = None, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """Most recent activity first (null last), then id descending; the page
+        ``[offset:offset+limit]``, then every matching pinned session outside the page."""
+        if not _encodable(source, workspace):
+            return []
+        where: list[str] = []
+        params: list[Any] = []
+        for flag, wanted in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+            if wanted is not None:
+                where.append(f"s.{flag} = ?")
+                params.append(1 if wanted else 0)
+        if source is not None:
+            where.append("coalesce(s.source, 'cli') = ?")
+            params.append(source)
+        if not children:
+            where.append("s.parent_session_id IS NULL")
+        if workspace is not None:
+            where.append("(s.git_repo_root = ? OR s.cwd = ? OR substr(s.cwd, 1, length(?) + 1) = ? || '/')")
+            params += [workspace] * 4
+        cond = " AND ".join(where) or "1"
+        start = _clamp(max(int(offset or 0), 0))
+        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        order = "ORDER BY s.last_activity_at DESC, s.id DESC"
+
+        def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            page = db.execute(f"SELECT {_S} FROM sessions s WHERE {cond} {order} LIMIT ? OFFSET ?",
+                              (*params, count, start)).fetchall()
+            if pinned is False:
+                return page
+            shown = {r[0] for r in page}
+            extra = db.execute(f"SELECT {_S} FROM sessions s WHERE {cond} AND s.pinned = 1 {order}",
+                               params).fetchall()
+            return page + [r for r in extra if r[0] not in shown]
+
+        return [session_dict(r, self.warnings) for r in self._run(query)]
+
+    # ---- checks writers make before appending (same answers as the fold's helpers) --------
+
+    def is_live(self, session_id: str) -> bool:
+        if not isinstance(session_id, str) or not _encodable(session_id):
+            return False
+        row = self._run(lambda db: db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone())
+        return row is not None
+
+    def title_holder(self, title: str) -> str | None:
+        """The live session holding ``title`` (compared after normalize_title), if any."""
+        if not isinstance(title, str):
+            return None
+        t = normalize_title(title)
+        if not _encodable(t):
+            return None
+        row = self._run(lambda db: db.execute("SELECT id FROM sessions WHERE title = ? LIMIT 1", (t,)).fetchone())
+        return row[0] if row else None
+
+    def titles(self) -> set[str]:
+        rows = self._run(lambda db: db.execute("SELECT title FROM sessions WHERE title IS NOT NULL").fetchall())
+        return {r[0] for r in rows if isinstance(r[0], str)}
+
+    def message_session(self, message_id: int) -> str | None:
+        """The live session a message belongs to (active or not), or None."""
+        if not _int64(message_id):
+            return None
+        row = self._run(lambda db: db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone())
+        return row[0] if row else None
+
+    def current_reaction(self, message_id: int, author: str) -> str | None:
+        if not _int64(message_id) or not isinstance(author, str) \
+                or not _encodable(author):
+            return None
+        row = self._run(lambda db: db.execute(
+            "SELECT emoji FROM reactions WHERE message_id = ? AND author = ?", (message_id, author)).fetchone())
+        return row[0] if row else None
+
+    def lineage(self, session_id: str) -> list[str]:
+        """Live members of the session's lineage: the root first, then its descendants by id."""
+        if not isinstance(session_id, str) or not _encodable(session_id):
+            return []
+
+        def query(db: sqlite3.Connection) -> list[str]:
+            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                return []
+            sid, seen = session_id, {session_id}
+            while True:
+                row = db.execute("SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id "
+                                 "WHERE s.id = ?", (sid,)).fetchone()
+                if row is None or row[0] in seen:
+                    break
+                sid = row[0]
+                seen.add(sid)
+            rows = db.execute(
+                "WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN d "
+                "ON s.parent_session_id = d.id WHERE s.id != s.parent_session_id) SELECT id FROM d", (sid,))
+            return [sid, *sorted(r[0] for r in rows if r[0] != sid)]
+
+        return self._run(query)
+
+    # ---- messages ------------------------------------------------------------------------------
+
+    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+                     after: int | None = None) -> list[dict[str, Any]]:
+        if not isinstance(session_id, str) or not _encodable(session_id):
+            return []
+        cond = "m.session_id = ?"
+        params: list[Any] = [session_id]
+        if not include_inactive:
+            cond += " AND m.active = 1"
+        if after is not None:
+            cond += " AND m.id > ?"
+            params.append(_clamp(after) if isinstance(after, int) else after)
+        count = -1 if limit is None else _clamp(max(int(limit), 0))
+
+        def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
+                return []
+            return db.execute(f"SELECT {_M} FROM messages m WHERE {cond} ORDER BY m.id LIMIT ?",
+                              (*params, count)).fetchall()
+
+        return [message_dict(r, self.warnings) for r in self._run(query)]
+
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        if not isinstance(session_id, str) or not _encodable(session_id):
+            return []
+        rows = self._run(lambda db: db.execute(
+            f"SELECT {_U} FROM usage WHERE session_id = ? ORDER BY model, provider, task",
+            (session_id,)).fetchall())
+        return [usage_dict(r, self.warnings) for r in rows]
+
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        if not _int64(message_id):
+            return []
+
+        def query(db: sqlite3.Connection) -> tuple[Any, list[tuple[Any, ...]]]:
+            owner = db.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if owner is None:
+                return None, []
+            return owner[0], db.execute(f"SELECT {_R} FROM reactions WHERE message_id = ? ORDER BY author",
+                                        (message_id,)).fetchall()
+
+        session, rows = self._run(query)
+        return [reaction_dict(r, session, self.warnings) for r in rows]
+
+    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
+        if not isinstance(session_id, str) or not _encodable(session_id):
+            return []
+        rows = self._run(lambda db: db.execute(
+            f"SELECT {_R} FROM reactions WHERE session_id = ? AND seen = 0 ORDER BY message_id, author",
+            (session_id,)).fetchall())
+        return [reaction_dict(r, session_id, self.warnings) for r in rows]
+
+    # ---- search ----------------------------------------------------------------------------------
+
+    def search(self, query: str, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
+        """Active messages of live, non-hidden sessions whose search text contains every term
+        of ``query`` (case-insensitive substrings), newest first. Any text is accepted.
+
+        Returns ``{"degraded": bool, "results": [{"session_id", "message_id", "role",
+        "snippet", "timestamp"}]}``; ``degraded`` means the index was unusable and a scan of
+        state.db answered (same results, slower)."""
+        terms, longer, shorter = fts.plan(query)
+        if not terms or not _encodable(*terms, role, source, session_id):
+            return {"degraded": bool(self._projector is not None and self._projector.search_degraded),
+                    "results": []}
+        filters, params = ["m.active = 1", "s.hidden = 0"], []
+        if role is not None:
+            filters.append("m.role = ?")
+            params.append(role)
+        if source is not None:
+            filters.append("coalesce(s.source, 'cli') = ?")
+            params.append(source)
+        if session_id is not None:
+            filters.append("m.session_id = ?")
+            params.append(session_id)
+        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
+
+        def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            f = self._fts
+            conds = filters + ["instr(d.text, ?) > 0" for _ in shorter]
+            where = " AND ".join(conds)
+            if longer:
+                return db.execute(
+                    f"SELECT {cols} FROM {f}.fts JOIN {f}.docs d ON d.id = fts.rowid "
+                    f"JOIN messages m ON m.id = fts.rowid JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE fts MATCH ? AND {where} ORDER BY fts.rowid DESC LIMIT ?",
+                    (fts.match_expression(longer), *params, *shorter, count)).fetchall()
+            return db.execute(
+                f"SELECT {cols} FROM {f}.docs d JOIN messages m ON m.id = d.id "
+                f"JOIN sessions s ON s.id = m.session_id WHERE {where} ORDER BY d.id DESC LIMIT ?",
+                (*params, *shorter, count)).fetchall()
+
+        def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            db.create_function("doc_matches", 4, lambda *a: all(t in fts.search_doc(*a) for t in terms))
+            where = " AND ".join(filters + ["doc_matches(m.content, m.content_json, m.tool_name, m.tool_calls)"])
+            return db.execute(
+                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE {where} ORDER BY m.id DESC LIMIT ?", (*params, count)).fetchall()
+
+        def run(db: sqlite3.Connection) -> tuple[bool, list[tuple[Any, ...]]]:
+            if self._fts is None and self._projector is not None:
+                self._projector.report_fts_fault("the FTS index is missing or unreadable")
+            if self._fts is not None and not self._degraded():
+                try:
+                    return False, indexed(db)
+                except sqlite3.DatabaseError as e:
+                    # Whatever the index did wrong (a damaged or dropped shadow table reads as
+                    # anything from "malformed" to "SQL logic error"), the scan answers instead.
+                    if self._projector is not None:
+                        self._projector.report_fts_fault(e)
+            return True, scan(db)
+
+        degraded, rows = self._run(run)
+        self.last_search_degraded = degraded
+        results = []
+        for mid, sid, role_, stamp, content, content_json, tool_name, tool_calls in rows:
+            text = fts.raw_search_text(content, content_json, tool_name, tool_calls)
+            msg = message_dict((mid, sid, role_, None, 0, None, None, None, stamp, None, None, None, None,
+                                None, None, 1), self.warnings)
+            results.append({"session_id": sid, "message_id": mid, "role": msg["role"],
+                            "snippet": fts.snippet(text, terms), "timestamp": msg["timestamp"]})
+        return {"degraded": degraded, "results": results}
+
+    def _degraded(self) -> bool:
+        return self._fts is None or (self._projector is not None and self._projector.search_degraded)
+
+    # ---- stats -------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Totals over live root sessions (no parent, or a parent that is not live)."""
+        rows = self._run(lambda db: db.execute(
+            f"SELECT s.id, s.source, s.message_count, {', '.join('s.' + c for c in TOKENS + COSTS)} "
+            "FROM sessions s LEFT JOIN sessions p ON p.id = s.parent_session_id "
+            "WHERE s.parent_session_id IS NULL OR s.parent_session_id = s.id OR p.id IS NULL "
+            "ORDER BY s.id").fetchall())
+        out: dict[str, Any] = {"sessions": len(rows), "messages": 0, "by_source": {}}
+        out.update(dict.fromkeys(TOKENS, 0), **dict.fromkeys(COSTS))
+        for sid, source, messages, *rest in rows:
+            if not isinstance(messages, int):
+                self.warnings.add(sid, "message_count", messages)
+                messages = 0
+            key = source if isinstance(source, str) else "cli"
+            bucket = out["by_source"].setdefault(key, {"sessions": 0, "messages": 0})
+            bucket["sessions"] += 1
+            bucket["messages"] += messages
+            out["messages"] += messages
+            for name, v in zip(TOKENS, rest[:5]):
+                out[name] += load_int(v)
+            for name, v in zip(COSTS, rest[5:]):
+                if isinstance(v, (int, float)) and v == v:
+                    out[name] = (out[name] or 0.0) + v
+        return out

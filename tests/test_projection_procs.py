@@ -1,0 +1,248 @@
+"""Projections under real processes: a projector SIGKILLed mid-batch, processes racing to
+rebuild, one writer at a time, and other processes' appends becoming visible."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.errors import LeaseError
+from eventlog.events import make_event
+from eventlog.fold import Fold
+from eventlog.log import EventLog
+from projections import Projector, files
+from projections.testing import answers, diff
+
+SIDS = [f"s{i}" for i in range(6)] + ["zz"]
+ROOT = Path(__file__).resolve().parent.parent
+
+CATCH_UP = """
+import sys, time
+from eventlog.log import EventLog
+from projections import Projector
+log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
+read = log.read
+def slow_read(from_seq=1, *a, **k):  # a catch-up keeps each batch's transaction open a while
+    for env in read(from_seq, *a, **k):
+        if from_seq > 1:
+            time.sleep(0.0002)
+        yield env
+log.read = slow_read
+p = Projector(sys.argv[2], log, "p", batch_size=int(sys.argv[3]))
+print("ready", flush=True)
+p.catch_up()
+print("done", flush=True)
+"""
+
+ENSURE = """
+import json, sys
+from eventlog.log import EventLog
+from projections import Projector, files
+log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
+p = Projector(sys.argv[2], log, "p")
+sys.stdin.readline()
+if sys.argv[3] == "rebuild":
+    p.rebuild("all")
+else:
+    p.ensure()
+r = p.reader()
+print(json.dumps({"gen": files.read_pointer(p.state_pointer()).gen, "stats": r.stats()}), flush=True)
+"""
+
+APPEND = """
+import sys, time
+from eventlog.log import EventLog
+from eventlog.events import make_event
+log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
+for i in range(int(sys.argv[3])):
+    sys.stdin.readline()
+    log.append([make_event("message.appended", "s0", {"role": "user", "content": f"{sys.argv[2]} {i}"})])
+    print(time.monotonic(), flush=True)
+"""
+
+
+def spawn(code: str, *args: Any, stdin: bool = False) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE if stdin else None, text=True, env=env, cwd=ROOT)
+
+
+def add_events(log: EventLog, rng: random.Random, n: int) -> None:
+    batch = []
+    for _ in range(n):
+        sid = rng.choice(SIDS[:6])
+        r = rng.random()
+        if r < 0.05:
+            batch.append(make_event("session.created", sid, {"source": rng.choice(["cli", "tg"])}))
+        elif r < 0.08:
+            batch.append(make_event("session.titled", sid, {"title": f"T{rng.randrange(5)}"}))
+        elif r < 0.10:
+            batch.append(make_event("session.pinned", sid, {}))
+        elif r < 0.20:
+            batch.append(make_event("usage.recorded", sid, {"model": "m", "input_tokens": rng.randrange(100),
+                                                             "estimated_cost_usd": rng.random()}))
+        elif r < 0.22:
+            batch.append(make_event("messages.rewound", sid, {"message_id": rng.randrange(1, log.head()[0] + 2)}))
+        elif r < 0.25:
+            batch.append(make_event("message.reaction_set", sid, {"message_id": rng.randrange(1, log.head()[0] + 2),
+                                                                   "author": "ann", "emoji": "+1"}))
+        elif r < 0.255:
+            batch.append(make_event("session.deleted", sid, {}))
+        else:
+            batch.append(make_event("message.appended", sid, {"role": rng.choice(["user", "assistant"]),
+                                                              "content": f"alpha {rng.randrange(1000)} beta"}))
+        if len(batch) >= 100:
+            log.append(batch)
+            batch = []
+    if batch:
+        log.append(batch)
+
+
+def fold_answers(log: EventLog, mids: list[int]) -> dict[Any, Any]:
+    fold = Fold()
+    fold.apply_all(log.read())
+    return answers(fold, SIDS, mids)
+
+
+def test_projector_killed_mid_batch_resumes_exactly(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", s, {}) for s in SIDS[:6]])
+    add_events(log, rng, 3000)
+    directory = tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.catch_up()
+    kills = 0
+    for round_ in range(22):
+        if round_ in (7, 13):  # a broken state.db: this child dies rebuilding it, the next finishes
+            os.unlink(files.read_pointer(directory / "state.db").path)  # type: ignore[union-attr]
+        child = spawn(CATCH_UP, tmp_path / "log", directory, rng.choice([1, 2, 3, 7, 20]))
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        if round_ in (8, 14):
+            assert child.wait(timeout=60) == 0
+        else:
+            time.sleep(0.02 if round_ in (7, 13) else rng.uniform(0.0, 0.05))
+            if child.poll() is None:
+                child.send_signal(signal.SIGKILL)
+                kills += 1
+            child.wait()
+        child.stdout.close()
+        add_events(log, rng, 400)
+    assert kills >= 15  # nearly every round dies mid-batch (or mid-rebuild)
+    with Projector(directory, log, "p") as p:
+        p.catch_up()
+        h = p.health(full=True)
+        assert h["ok"], h
+        mids = list(range(1, log.head()[0] + 2, 7))
+        r = p.reader()
+        got = answers(r, SIDS, mids)
+        r.close()
+    expected = fold_answers(log, mids)
+    assert got == expected, "\n".join(diff(expected, got)[:5])
+    assert log.verify().ok
+    log.close()
+
+
+@pytest.mark.parametrize("mode", ["ensure", "rebuild"])
+def test_processes_racing_to_rebuild(tmp_path: Path, mode: str) -> None:
+    rng = random.Random(5)
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", s, {}) for s in SIDS[:6]])
+    add_events(log, rng, 2000)
+    directory = tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.catch_up()
+    before = files.read_pointer(directory / "state.db")
+    assert before is not None
+    os.unlink(before.path)  # broken: every process that opens it wants to rebuild
+    children = [spawn(ENSURE, tmp_path / "log", directory, mode, stdin=True) for _ in range(3)]
+    for c in children:
+        assert c.stdin is not None
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    outs = []
+    for c in children:
+        out, _ = c.communicate(timeout=60)
+        assert c.returncode == 0
+        outs.append(json.loads(out))
+    fold = Fold()
+    fold.apply_all(log.read())
+    assert all(o["stats"] == json.loads(json.dumps(fold.stats())) for o in outs)
+    gens = {o["gen"] for o in outs}
+    if mode == "ensure":
+        assert gens == {before.gen + 1}  # one rebuilt it; the others found it healthy under the lease
+    with Projector(directory, log, "p") as p:
+        assert p.health(full=True)["ok"]
+        mids = list(range(1, log.head()[0] + 2, 5))
+        r = p.reader()
+        got = answers(r, SIDS, mids)
+        r.close()
+    assert got == fold_answers(log, mids)
+    names = os.listdir(directory)
+    assert len([n for n in names if n.startswith("state.") and files.parse(directory / n)]) <= 2, names
+    log.close()
+
+
+def test_one_writer_at_a_time_and_readers_never_wait(tmp_path: Path) -> None:
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", "s0", {})])
+    directory = tmp_path / "p"
+    holder = Projector(directory, log, "p")
+    holder.catch_up()
+    other = Projector(directory, log, "p")
+    assert holder.lease.acquire(0)
+    try:
+        log.append([make_event("message.appended", "s0", {"role": "user", "content": "x"})])
+        with pytest.raises(LeaseError):
+            other.catch_up(timeout=0.05)
+        assert other.refresh() is False  # never waits
+        started = time.monotonic()
+        assert other.reader().get_session("s0") is not None  # reads take no lock
+        assert time.monotonic() - started < 3.0  # a lock wait would be the 5 s busy timeout
+        assert other.wait_for(log.head()[0], timeout=0.1) is False
+    finally:
+        holder.lease.release()
+    assert other.wait_for(log.head()[0], timeout=5)
+    holder.close()
+    other.close()
+    log.close()
+
+
+def test_other_processes_appends_become_visible_with_a_follower(tmp_path: Path) -> None:
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", "s0", {})])
+    directory = tmp_path / "p"
+    p = Projector(directory, log, "p")
+    p.catch_up()
+    p.start_follower()
+    reader = p.reader()
+    writer = spawn(APPEND, tmp_path / "log", "hello", 20, stdin=True)
+    assert writer.stdin is not None and writer.stdout is not None
+    lags = []
+    for i in range(20):
+        writer.stdin.write("next\n")
+        writer.stdin.flush()
+        appended_at = float(writer.stdout.readline())
+        while True:
+            msgs = reader.get_messages("s0")
+            if msgs and msgs[-1]["content"] == f"hello {i}":
+                break
+            assert time.monotonic() - appended_at < 5, "append never became visible"
+            time.sleep(0.001)
+        lags.append(time.monotonic() - appended_at)
+    writer.wait(timeout=10)
+    p.stop_follower()
+    reader.close()
+    p.close()
+    log.close()
+    lags.sort()
+    assert lags[len(lags) // 2] < 1.0, lags  # bound ~ poll (20 ms) + apply; generous for loaded CI machines

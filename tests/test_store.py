@@ -1,0 +1,679 @@
+"""SessionStore: one test per domain rule, through the public write and read API.
+
+Every test runs against the reference fold, and also against the SQLite projection once
+``projections.store_reads`` exists (the parameter list is built at import time).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from eventlog import events
+from eventlog.errors import (
+    ConcurrencyError,
+    ConflictError,
+    EventLogError,
+    NotFoundError,
+    TitleConflictError,
+    ValidationError,
+)
+from eventlog.fold import MESSAGE_KEYS, SESSION_KEYS
+from eventlog.store import SessionStore
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _has_projection_reads() -> bool:
+    try:
+        return importlib.util.find_spec("projections.store_reads") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+READ_MODELS = ["fold"] + (["projection"] if _has_projection_reads() else [])
+
+
+@pytest.fixture(params=READ_MODELS)
+def read_model(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(tmp_path: Path, read_model: str) -> Iterator[SessionStore]:
+    with SessionStore.open(home=tmp_path, profile="p", read_model=read_model, durability="nosync") as s:
+        yield s
+
+
+def snapshot(store: SessionStore) -> tuple[Any, list[bytes]]:
+    return store.log.head(), [bytes(v) for _, v in store.log.read(raw=True)]
+
+
+@contextmanager
+def log_unchanged(store: SessionStore) -> Iterator[None]:
+    """The body must leave the log byte-for-byte as it found it."""
+    before = snapshot(store)
+    yield
+    assert snapshot(store) == before
+
+
+def session(store: SessionStore, sid: str) -> dict[str, Any]:
+    row = store.get_session(sid)
+    assert row is not None, f"session {sid} should be live"
+    return row
+
+
+def hits(store: SessionStore, query: str, **kw: Any) -> list[dict[str, Any]]:
+    """Search results as rows carrying ``message_id`` and ``session_id``."""
+    out = store.search(query, **kw)
+    rows = out["results"] if isinstance(out, dict) else out
+    return [dict(r, message_id=r.get("message_id", r.get("id"))) for r in rows]
+
+
+def found(store: SessionStore, query: str, **kw: Any) -> set[int]:
+    return {r["message_id"] for r in hits(store, query, **kw)}
+
+
+def active_ids(store: SessionStore, sid: str) -> list[int]:
+    return [m["id"] for m in store.get_messages(sid)]
+
+
+# ---- titles ----------------------------------------------------------------------------------
+
+
+def test_titles_are_unique_in_a_profile(store: SessionStore, tmp_path: Path) -> None:
+    a = store.create_session(title="Release plan")
+    b = store.create_session()
+    with log_unchanged(store), pytest.raises(TitleConflictError) as err:
+        store.set_title(b, "Release plan")
+    assert err.value.holder == a and err.value.field == "title"
+    with log_unchanged(store), pytest.raises(TitleConflictError):
+        store.set_title(b, "  Release \t plan ")  # compared after normalization
+    with log_unchanged(store), pytest.raises(TitleConflictError):
+        store.create_session(title="Release plan")
+    assert session(store, b)["title"] is None
+    # The holder may set its own title again; once it moves on, the old title is free.
+    assert store.set_title(a, "Release plan") is not None
+    store.set_title(a, "Release plan (old)")
+    store.set_title(b, "Release plan")
+    assert session(store, b)["title"] == "Release plan"
+    # Another profile is another namespace.
+    with SessionStore.open(home=tmp_path, profile="q", read_model="fold", durability="nosync") as other:
+        c = other.create_session(title="Release plan")
+        assert other.get_session(c)["title"] == "Release plan"  # type: ignore[index]
+        assert other.get_session(b) is None
+
+
+def test_title_provenance_lower_never_replaces_higher(store: SessionStore) -> None:
+    sid = store.create_session()
+    assert store.set_title(sid, "derived one", "derived") is not None
+    assert store.set_title(sid, "llm one", "llm") is not None
+    assert (session(store, sid)["title"], session(store, sid)["title_source"]) == ("llm one", "llm")
+    with log_unchanged(store):
+        assert store.set_title(sid, "derived two", "derived") is None
+    assert store.set_title(sid, "user one") is not None  # source defaults to "user"
+    with log_unchanged(store):
+        assert store.set_title(sid, "llm two", "llm") is None
+        assert store.set_title(sid, "derived three", "derived") is None
+    assert store.set_title(sid, "user two", "user") is not None  # equal rank replaces
+    row = session(store, sid)
+    assert (row["title"], row["title_source"]) == ("user two", "user")
+    # A title given at creation has a provenance too.
+    s2 = store.create_session(title="auto", title_source="derived")
+    assert store.set_title(s2, "better", "llm") is not None
+    assert session(store, s2)["title"] == "better"
+
+
+def test_next_title_numbers_a_lineage(store: SessionStore) -> None:
+    assert store.next_title("Fix the parser") == "Fix the parser"
+    root = store.create_session(title="Fix the parser")
+    assert store.next_title("Fix the parser") == "Fix the parser #2"
+    child = store.create_session(parent_session_id=root, title=store.next_title("Fix the parser"))
+    assert session(store, child)["title"] == "Fix the parser #2"
+    assert store.next_title("Fix the parser #2") == "Fix the parser #3"
+    assert store.next_title("Fix the parser") == "Fix the parser #3"
+    store.delete_session(child)
+    assert store.next_title("Fix the parser") == "Fix the parser #2"  # freed by the delete
+
+
+# ---- lineage ---------------------------------------------------------------------------------
+
+
+def test_child_inherits_cwd_and_git_fields_unless_given(store: SessionStore) -> None:
+    root = store.create_session(cwd="/src/app", git_repo_root="/src", git_branch="main", model="m1")
+    child = store.create_session(parent_session_id=root)
+    row = session(store, child)
+    assert (row["cwd"], row["git_repo_root"], row["git_branch"]) == ("/src/app", "/src", "main")
+    assert row["parent_session_id"] == root
+    assert row["model"] is None  # only cwd and git fields are inherited
+    own = store.create_session(parent_session_id=root, cwd="/elsewhere", git_branch="topic")
+    row = session(store, own)
+    assert (row["cwd"], row["git_repo_root"], row["git_branch"]) == ("/elsewhere", "/src", "topic")
+    grandchild = store.create_session(parent_session_id=own)
+    row = session(store, grandchild)
+    assert (row["cwd"], row["git_repo_root"], row["git_branch"]) == ("/elsewhere", "/src", "topic")
+
+
+def test_child_of_unknown_parent_is_refused(store: SessionStore) -> None:
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.create_session(parent_session_id="no-such-parent")
+
+
+@pytest.mark.parametrize("flag,on,off", [("archived", "archive", "unarchive"),
+                                         ("pinned", "pin", "unpin"),
+                                         ("hidden", "hide", "unhide")])
+def test_flags_apply_to_the_whole_lineage(store: SessionStore, flag: str, on: str, off: str) -> None:
+    root = store.create_session()
+    child = store.create_session(parent_session_id=root)
+    grandchild = store.create_session(parent_session_id=child)
+    stranger = store.create_session()
+    family = [root, child, grandchild]
+
+    getattr(store, on)(grandchild)
+    assert [session(store, s)[flag] for s in family] == [True, True, True]
+    assert session(store, stranger)[flag] is False
+    late = store.create_session(parent_session_id=root)  # copies the root's flags
+    assert session(store, late)[flag] is True
+
+    getattr(store, off)(child)
+    assert [session(store, s)[flag] for s in [*family, late]] == [False] * 4
+    getattr(store, on)(root)
+    assert [session(store, s)[flag] for s in [*family, late]] == [True] * 4
+
+
+def test_hidden_lineage_leaves_listings_and_search(store: SessionStore) -> None:
+    root = store.create_session()
+    child = store.create_session(parent_session_id=root)
+    store.append_message(child, "user", "zebra crossing")
+    other = store.create_session()
+    store.append_message(other, "user", "zebra stripes")
+    store.hide(root)
+    assert {s["id"] for s in store.list_sessions(limit=None)} == {other}
+    assert {s["id"] for s in store.list_sessions(hidden=True, limit=None)} == {root, child}
+    assert {r["session_id"] for r in hits(store, "zebra")} == {other}
+
+
+def test_archived_lineage_leaves_default_listing_and_pinned_always_listed(store: SessionStore) -> None:
+    root = store.create_session()
+    child = store.create_session(parent_session_id=root)
+    store.archive(child)
+    assert store.list_sessions(limit=None) == []
+    assert {s["id"] for s in store.list_sessions(archived=True, limit=None)} == {root, child}
+    store.unarchive(root)
+    store.pin(root)
+    extra = [store.create_session() for _ in range(3)]
+    # The page holds the most recent session; the pinned lineage is appended after it.
+    assert [s["id"] for s in store.list_sessions(limit=1)] == [extra[-1], child, root]
+
+
+# ---- reactions -------------------------------------------------------------------------------
+
+
+def test_reactions_one_per_author_same_retracts_other_replaces(store: SessionStore) -> None:
+    sid = store.create_session()
+    mid = store.append_message(sid, "assistant", "done")
+
+    def current() -> dict[str, str]:
+        return {r["author"]: r["emoji"] for r in store.get_reactions(mid)}
+
+    store.react(mid, "ann", "👍")
+    store.react(mid, "bob", "🎉")
+    assert current() == {"ann": "👍", "bob": "🎉"}
+    store.react(mid, "ann", "👎")  # a different emoji replaces
+    assert current() == {"ann": "👎", "bob": "🎉"}
+    store.react(mid, "ann", "👎")  # the same emoji again retracts
+    assert current() == {"bob": "🎉"}
+    store.react(mid, "ann", "👎")
+    assert current() == {"ann": "👎", "bob": "🎉"}
+    assert [r["author"] for r in store.get_reactions(mid)] == ["ann", "bob"]
+
+
+def test_reactions_on_unknown_messages_are_refused(store: SessionStore) -> None:
+    sid = store.create_session()
+    store.append_message(sid, "user", "x")
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.react(10_000, "ann", "👍")
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.react(1, "ann", "👍")  # seq 1 is the session.created event, not a message
+
+
+def test_unseen_reactions_are_taken_exactly_once(store: SessionStore) -> None:
+    sid = store.create_session()
+    m1 = store.append_message(sid, "assistant", "one")
+    m2 = store.append_message(sid, "assistant", "two")
+    assert store.take_unseen_reactions(sid) == []
+    r1 = store.react(m1, "ann", "👍")
+    r2 = store.react(m2, "bob", "👀")
+    store.react(m2, "cat", "x")
+    store.react(m2, "cat", "x")  # retracted before anyone looked: never taken
+    taken = store.take_unseen_reactions(sid)
+    assert [(r["message_id"], r["author"], r["emoji"], r["set_seq"]) for r in taken] == [
+        (m1, "ann", "👍", r1), (m2, "bob", "👀", r2)]
+    with log_unchanged(store):
+        assert store.take_unseen_reactions(sid) == []
+    r3 = store.react(m1, "ann", "❤")  # a replacement is new, so unseen again
+    assert [(r["author"], r["emoji"], r["set_seq"]) for r in store.take_unseen_reactions(sid)] == [
+        ("ann", "❤", r3)]
+    assert store.take_unseen_reactions(sid) == []
+    # Seen reactions are still reactions.
+    assert {r["author"]: r["seen"] for r in store.get_reactions(m1)} == {"ann": True}
+
+
+def _react_many(store: SessionStore, sid: str, mids: list[int], n: int, pause_every: int = 0) -> list[int]:
+    seqs = []
+    for i in range(n):
+        seqs.append(store.react(mids[i % len(mids)], f"author{i}", "👍"))
+        if pause_every and i % pause_every == 0:
+            time.sleep(0.002)
+    return seqs
+
+
+def test_take_unseen_reactions_exactly_once_across_threads(store: SessionStore) -> None:
+    sid = store.create_session()
+    mids = [store.append_message(sid, "assistant", f"m{i}") for i in range(4)]
+    stop = threading.Event()
+    taken: list[list[int]] = [[], []]
+    errors: list[BaseException] = []
+
+    def taker(slot: int) -> None:
+        try:
+            while True:
+                done = stop.is_set()
+                got = store.take_unseen_reactions(sid)
+                taken[slot] += [r["set_seq"] for r in got]
+                if done and not got:
+                    return
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=taker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    made = _react_many(store, sid, mids, 120, pause_every=7)
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    together = taken[0] + taken[1]
+    assert sorted(together) == sorted(made)  # every reaction once, none twice
+
+
+_TAKER = r"""
+import json, sys, time
+from eventlog.store import SessionStore
+home, sid = sys.argv[1], sys.argv[2]
+taken = []
+with SessionStore.open(home=home, profile="p", read_model="fold", durability="nosync") as s:
+    print("ready", flush=True)
+    while True:
+        done = s.get_session(sid)["end_reason"] is not None
+        got = s.take_unseen_reactions(sid)
+        taken += [r["set_seq"] for r in got]
+        if done and not got:
+            break
+        if not got:
+            time.sleep(0.001)
+print(json.dumps(taken), flush=True)
+"""
+
+
+def test_take_unseen_reactions_exactly_once_across_processes(store: SessionStore) -> None:
+    sid = store.create_session()
+    mids = [store.append_message(sid, "assistant", f"m{i}") for i in range(4)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", _TAKER, str(store.home), sid], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        made = _react_many(store, sid, mids, 150, pause_every=5)
+        store.end_session(sid, "done")
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+    per_proc = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    together = [seq for t in per_proc for seq in t]
+    assert sorted(together) == sorted(made)
+
+
+# ---- rewind ----------------------------------------------------------------------------------
+
+
+def test_rewind_hides_the_message_and_everything_after_it(store: SessionStore) -> None:
+    sid = store.create_session()
+    other = store.create_session()
+    mids = [store.append_message(sid, "user", f"turn {i}", tool_calls=[{"id": str(i)}]) for i in range(5)]
+    elsewhere = store.append_message(other, "user", "untouched")
+    store.rewind(sid, mids[2])
+    assert active_ids(store, sid) == mids[:2]
+    every = store.get_messages(sid, include_inactive=True)
+    assert [(m["id"], m["active"]) for m in every] == [(m, i < 2) for i, m in enumerate(mids)]
+    row = session(store, sid)
+    assert (row["message_count"], row["tool_call_count"]) == (2, 2)
+    assert active_ids(store, other) == [elsewhere]
+    # The log keeps every message and the rewind itself.
+    kinds = [e["type"] for e in store.log.read_session(sid)]
+    assert kinds.count("message.appended") == 5 and kinds[-1] == "messages.rewound"
+    # New messages after a rewind are active; search sees only active ones.
+    later = store.append_message(sid, "user", "turn again")
+    assert active_ids(store, sid) == [*mids[:2], later]
+    assert found(store, "turn") == {*mids[:2], later}
+
+
+def test_rewind_needs_a_message_of_that_session(store: SessionStore) -> None:
+    a = store.create_session()
+    b = store.create_session()
+    mine = store.append_message(a, "user", "a")
+    theirs = store.append_message(b, "user", "b")
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.rewind(a, theirs)
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.rewind(a, 999_999)
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        store.rewind("ghost", mine)
+    assert active_ids(store, a) == [mine]
+
+
+# ---- end / reopen ----------------------------------------------------------------------------
+
+
+def test_end_first_reason_wins_and_reopen_clears(store: SessionStore) -> None:
+    sid = store.create_session()
+    assert store.end_session(sid, "user_exit") is not None
+    with log_unchanged(store):
+        assert store.end_session(sid, "timeout") is None
+    row = session(store, sid)
+    assert row["end_reason"] == "user_exit" and row["ended_at"] is not None
+    store.reopen(sid)
+    row = session(store, sid)
+    assert (row["end_reason"], row["ended_at"]) == (None, None)
+    assert store.end_session(sid, "compressed") is not None
+    assert session(store, sid)["end_reason"] == "compressed"
+
+
+# ---- usage -----------------------------------------------------------------------------------
+
+
+def test_usage_sums_per_session_and_per_model_provider_task(store: SessionStore) -> None:
+    sid = store.create_session()
+    store.record_usage(sid, model="m1", provider="acme", task="chat", input_tokens=10, output_tokens=5)
+    store.record_usage(sid, model="m1", provider="acme", task="chat", input_tokens=1, cache_read_tokens=7,
+                       estimated_cost_usd=0.5)
+    store.record_usage(sid, model="m2", input_tokens=100, reasoning_tokens=3, actual_cost_usd=2)
+    store.record_usage(sid, model="m1", provider="acme", task="title", output_tokens=4,
+                       estimated_cost_usd=None)
+    row = session(store, sid)
+    assert (row["input_tokens"], row["output_tokens"], row["cache_read_tokens"], row["cache_write_tokens"],
+            row["reasoning_tokens"]) == (111, 9, 7, 0, 3)
+    assert (row["estimated_cost_usd"], row["actual_cost_usd"]) == (0.5, 2.0)
+    rows = {(u["model"], u["provider"], u["task"]): u for u in store.get_usage(sid)}
+    assert list(rows) == [("m1", "acme", "chat"), ("m1", "acme", "title"), ("m2", None, None)]
+    chat = rows[("m1", "acme", "chat")]
+    assert (chat["records"], chat["input_tokens"], chat["output_tokens"], chat["cache_read_tokens"]) == (2, 11, 5, 7)
+    assert (chat["estimated_cost_usd"], chat["actual_cost_usd"]) == (0.5, None)
+    title = rows[("m1", "acme", "title")]
+    assert (title["records"], title["estimated_cost_usd"], title["actual_cost_usd"]) == (1, None, None)
+    assert rows[("m2", None, None)]["actual_cost_usd"] == 2.0
+
+
+def test_missing_cost_stays_missing(store: SessionStore) -> None:
+    sid = store.create_session()
+    store.record_usage(sid, input_tokens=5)
+    store.record_usage(sid, output_tokens=5, estimated_cost_usd=None, actual_cost_usd=None)
+    row = session(store, sid)
+    assert (row["estimated_cost_usd"], row["actual_cost_usd"]) == (None, None)
+    assert store.stats()["estimated_cost_usd"] is None
+    store.record_usage(sid, estimated_cost_usd=0)
+    assert session(store, sid)["estimated_cost_usd"] == 0.0  # a known zero is not missing
+    assert session(store, sid)["actual_cost_usd"] is None
+
+
+# ---- delete ----------------------------------------------------------------------------------
+
+
+def test_delete_is_a_tombstone_that_cascades_to_descendants(store: SessionStore) -> None:
+    root = store.create_session(title="root")
+    child = store.create_session(parent_session_id=root, title="child")
+    grandchild = store.create_session(parent_session_id=child, title="grandchild")
+    sibling = store.create_session(parent_session_id=root, title="sibling")
+    msgs = {s: store.append_message(s, "user", f"needle {s}") for s in (root, child, grandchild, sibling)}
+    for s in (child, grandchild):
+        store.record_usage(s, input_tokens=10)
+    store.react(msgs[grandchild], "ann", "👍")
+    before = store.stats()
+
+    store.delete_session(child)
+    for gone in (child, grandchild):
+        assert store.get_session(gone) is None
+        assert store.get_messages(gone, include_inactive=True) == []
+        assert store.get_usage(gone) == []
+    assert store.get_reactions(msgs[grandchild]) == []
+    assert {s["id"] for s in store.list_sessions(limit=None)} == {root, sibling}
+    assert found(store, "needle") == {msgs[root], msgs[sibling]}
+    assert (before["sessions"], before["messages"]) == (1, 1)  # children never count in stats
+    assert (store.stats()["sessions"], store.stats()["messages"]) == (1, 1)
+    # The titles are free again; the ids are not.
+    for title in ("child", "grandchild"):
+        store.create_session(title=title)
+    with log_unchanged(store), pytest.raises(ConflictError):
+        store.create_session(id=grandchild)
+    # The log keeps everything: a tombstone, not an erasure.
+    assert [e["type"] for e in store.log.read_session(child)][-1] == "session.deleted"
+    assert any(e["type"] == "message.appended" for e in store.log.read_session(grandchild))
+    # Deleting the root takes the rest of the lineage.
+    store.delete_session(root)
+    assert store.get_session(sibling) is None
+    assert found(store, "needle") == set()
+
+
+# ---- unknown targets, conflicts, ids ----------------------------------------------------------
+
+_ON_SESSION: list[tuple[str, Callable[[SessionStore, str], Any]]] = [
+    ("append_message", lambda s, sid: s.append_message(sid, "user", "hi")),
+    ("append_messages", lambda s, sid: s.append_messages(sid, [{"role": "user", "content": "hi"}])),
+    ("set_title", lambda s, sid: s.set_title(sid, "a title")),
+    ("archive", lambda s, sid: s.archive(sid)),
+    ("unarchive", lambda s, sid: s.unarchive(sid)),
+    ("pin", lambda s, sid: s.pin(sid)),
+    ("unpin", lambda s, sid: s.unpin(sid)),
+    ("hide", lambda s, sid: s.hide(sid)),
+    ("unhide", lambda s, sid: s.unhide(sid)),
+    ("take_unseen_reactions", lambda s, sid: s.take_unseen_reactions(sid)),
+    ("record_usage", lambda s, sid: s.record_usage(sid, input_tokens=1)),
+    ("update_meta", lambda s, sid: s.update_meta(sid, model="m")),
+    ("end_session", lambda s, sid: s.end_session(sid, "bye")),
+    ("reopen", lambda s, sid: s.reopen(sid)),
+    ("rewind", lambda s, sid: s.rewind(sid, 2)),
+    ("delete_session", lambda s, sid: s.delete_session(sid)),
+    ("create_session(parent)", lambda s, sid: s.create_session(parent_session_id=sid)),
+]
+
+
+@pytest.mark.parametrize("name,op", _ON_SESSION, ids=[n for n, _ in _ON_SESSION])
+@pytest.mark.parametrize("target", ["unknown", "deleted"])
+def test_operations_on_unknown_sessions_raise_not_found(store: SessionStore, name: str,
+                                                         op: Callable[[SessionStore, str], Any], target: str) -> None:
+    sid = "never-created"
+    if target == "deleted":
+        sid = store.create_session()
+        store.append_message(sid, "user", "m")
+        store.delete_session(sid)
+    with log_unchanged(store), pytest.raises(NotFoundError):
+        op(store, sid)
+
+
+@pytest.mark.parametrize("target", ["unknown", "deleted"])
+def test_operations_on_unknown_messages_raise_not_found(store: SessionStore, target: str) -> None:
+    live = store.create_session()
+    store.append_message(live, "user", "m")
+    mid = 424_242
+    if target == "deleted":
+        gone = store.create_session()
+        mid = store.append_message(gone, "user", "m")
+        store.delete_session(gone)
+    for op in (lambda: store.react(mid, "ann", "👍"), lambda: store.remove_reaction(mid, "ann"),
+               lambda: store.rewind(live, mid)):
+        with log_unchanged(store), pytest.raises(NotFoundError):
+            op()
+
+
+def test_create_session_with_a_used_id_conflicts(store: SessionStore) -> None:
+    assert store.create_session(id="fixed-id", title="first") == "fixed-id"
+    with log_unchanged(store), pytest.raises(ConflictError) as err:
+        store.create_session(id="fixed-id")
+    assert err.value.field == "id"
+    store.delete_session("fixed-id")
+    with log_unchanged(store), pytest.raises(ConflictError):
+        store.create_session(id="fixed-id")  # a deleted id stays used
+
+
+def test_generated_ids_sort_in_creation_order(store: SessionStore, tmp_path: Path, read_model: str) -> None:
+    made = [store.create_session() for _ in range(200)]
+    assert made == sorted(made) and len(set(made)) == len(made)
+    assert all(events.validate_session_id(s) == s for s in made)
+    store.close()
+    with SessionStore.open(home=tmp_path, profile="p", read_model=read_model, durability="nosync") as again:
+        later = again.create_session()
+    assert later > made[-1]
+
+
+# ---- batches and optimistic concurrency --------------------------------------------------------
+
+
+def test_append_messages_is_one_atomic_batch(store: SessionStore) -> None:
+    sid = store.create_session()
+    good = {"role": "user", "content": "fine"}
+    with log_unchanged(store), pytest.raises(ValidationError) as err:
+        store.append_messages(sid, [good, {"role": "robot", "content": "x"}, good])
+    assert err.value.field.startswith("messages[1].") and err.value.field.endswith("role")
+    with log_unchanged(store), pytest.raises(ValidationError) as err:
+        store.append_messages(sid, [good, good, {"role": "user", "content": b"raw bytes"}])
+    assert err.value.field.startswith("messages[2].") and err.value.field.endswith("content")
+    with log_unchanged(store), pytest.raises(ValidationError) as err:
+        store.append_messages(sid, [good, "not a message"])  # type: ignore[list-item]
+    assert err.value.field == "messages[1]"
+    assert store.get_messages(sid) == []
+    ids = store.append_messages(sid, [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    assert ids == sorted(ids) and active_ids(store, sid) == ids
+    assert [m["content"] for m in store.get_messages(sid)] == [f"m{i}" for i in range(5)]
+    assert store.append_messages(sid, []) == []
+
+
+def test_rewind_and_delete_with_a_stale_version_are_refused(store: SessionStore) -> None:
+    sid = store.create_session()
+    first = store.append_message(sid, "user", "one")
+    seen = store.version(sid)
+    store.append_message(sid, "assistant", "two")  # someone else moved on
+    with log_unchanged(store), pytest.raises(ConcurrencyError):
+        store.rewind(sid, first, expected_version=seen)
+    with log_unchanged(store), pytest.raises(ConcurrencyError):
+        store.delete_session(sid, expected_version=seen)
+    assert len(active_ids(store, sid)) == 2
+    store.rewind(sid, first, expected_version=store.version(sid))
+    assert active_ids(store, sid) == []
+    store.delete_session(sid, expected_version=store.version(sid))
+    assert store.get_session(sid) is None
+
+
+# ---- threads, read-your-writes, upcasting -------------------------------------------------------
+
+
+def test_threads_sharing_one_store_keep_every_message_in_order(store: SessionStore) -> None:
+    sessions = [store.create_session() for _ in range(8)]
+    errors: list[BaseException] = []
+    per_thread = 40
+
+    def work(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                if i % 10 == 9:
+                    store.append_messages(sessions[t], [{"role": "user", "content": f"{t}:{i}"}])
+                else:
+                    store.append_message(sessions[t], "user", f"{t}:{i}")
+                if i % 13 == 0:
+                    store.get_messages(sessions[t])
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors
+    for t, sid in enumerate(sessions):
+        msgs = store.get_messages(sid)
+        assert [m["content"] for m in msgs] == [f"{t}:{i}" for i in range(per_thread)]
+        assert [m["id"] for m in msgs] == sorted(m["id"] for m in msgs)
+    assert store.stats()["messages"] == 8 * per_thread
+    assert store.log.verify().ok
+
+
+def test_reads_see_the_callers_own_writes_at_once(store: SessionStore) -> None:
+    sid = store.create_session(source="cli")
+    assert store.get_session(sid) is not None
+    mid = store.append_message(sid, "user", "hello")
+    assert active_ids(store, sid) == [mid]
+    store.set_title(sid, "greeting")
+    assert session(store, sid)["title"] == "greeting"
+    store.pin(sid)
+    assert session(store, sid)["pinned"] is True
+    store.react(mid, "ann", "👋")
+    assert store.get_reactions(mid)[0]["emoji"] == "👋"
+    store.record_usage(sid, input_tokens=3)
+    assert session(store, sid)["input_tokens"] == 3
+    store.update_meta(sid, model="m9", tool_names=["grep"])
+    assert (session(store, sid)["model"], session(store, sid)["tool_names"]) == ("m9", ["grep"])
+    store.rewind(sid, mid)
+    assert active_ids(store, sid) == []
+    store.end_session(sid, "bye")
+    assert session(store, sid)["end_reason"] == "bye"
+    store.delete_session(sid)
+    assert store.get_session(sid) is None
+
+
+def test_v1_message_in_the_log_reads_back_in_v2_shape(store: SessionStore) -> None:
+    sid = store.create_session()
+    [old] = store.log.append([{"type": "message.appended", "session": sid, "v": 1,
+                               "data": {"role": "assistant", "text": "written by eventlog 0.0",
+                                        "tool_calls_json": '[{"id": "c1", "type": "function"}]',
+                                        "token_count": 7}}])
+    [odd] = store.log.append([{"type": "message.appended", "session": sid, "v": 1,
+                               "data": {"role": "tool", "text": None, "tool_calls_json": "{not json"}}])
+    new = store.append_message(sid, "user", "written now")
+    msgs = store.get_messages(sid)
+    assert [m["id"] for m in msgs] == [old, odd, new]
+    assert all(set(m) == set(MESSAGE_KEYS) for m in msgs)
+    assert (msgs[0]["content"], msgs[0]["tool_calls"], msgs[0]["token_count"]) == (
+        "written by eventlog 0.0", [{"id": "c1", "type": "function"}], 7)
+    assert (msgs[1]["content"], msgs[1]["tool_calls"]) == (None, None)
+    assert session(store, sid)["tool_call_count"] == 1
+    assert store.log.get(old)["v"] == 1  # type: ignore[index]  # the log itself is never rewritten
+    assert found(store, "eventlog") == {old}
+
+
+def test_session_rows_have_every_documented_key(store: SessionStore) -> None:
+    sid = store.create_session()
+    assert set(session(store, sid)) == set(SESSION_KEYS)
+
+
+def test_every_refusal_is_an_eventlog_error(store: SessionStore) -> None:
+    sid = store.create_session()
+    for bad in (lambda: store.append_message(sid, "user", object()),
+                lambda: store.set_title(sid, ""),
+                lambda: store.record_usage(sid, input_tokens=-1),
+                lambda: store.end_session(sid, "   ")):
+        with log_unchanged(store), pytest.raises(EventLogError):
+            bad()
