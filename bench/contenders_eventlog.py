@@ -75,7 +75,7 @@ def msg_kwargs(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def msg_event(sid: str, m: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "message.appended", "session": sid, "data": msg_kwargs(m)}  # API: event dict shape
+    return {"type": "message.appended", "session": sid, "v": 2, "data": msg_kwargs(m)}
 
 
 class _Sessions:

@@ -32,6 +32,12 @@ class Ctx:
             raise NotFoundError("profile", self.profile)
         return d
 
+    def open_store(self, *, create: bool = False, **options: Any) -> Any:
+        from eventlog.store import SessionStore
+
+        self.profile_dir(create=create)
+        return SessionStore.open(self.home, self.profile, **options)
+
     def open_log(self, *, create: bool = False) -> Any:
         from eventlog.log import EventLog
 
@@ -39,7 +45,9 @@ class Ctx:
 
 
 def fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
+    from eventlog.errors import printable
+
+    click.echo(f"error: {printable(message)}", err=True)
     sys.exit(1)
 
 
@@ -133,8 +141,9 @@ def prepare_input(obj: Any, where: str) -> dict[str, Any]:
 def append(c: Ctx, each: bool, as_json: bool) -> None:
     """Append JSONL events from stdin: one {"type", "session"?, "data", "id"?} per line.
 
-    Known session event types are validated and normalized as SessionStore does; the whole
-    input is one atomic batch unless --each. Prints the assigned seqs.
+    Every line is validated and normalized as SessionStore does before anything is appended;
+    the whole input is one atomic batch unless --each. Prints the assigned seqs (with --each,
+    as each line lands, so a later failure still shows what was appended).
     """
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
@@ -142,7 +151,12 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     with c.open_log(create=True) as log:
         if each:
             for ev in batch:
-                seqs.extend(log.append([ev]))
+                got = log.append([ev])
+                seqs.extend(got)
+                if not as_json:
+                    click.echo(str(got[0]))
+            if not as_json:
+                return
         else:
             seqs = log.append(batch)
     if as_json:
@@ -224,6 +238,428 @@ def demo(ctx: click.Context) -> None:
     profile = c.profile if ctx.parent and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE else DEMO_PROFILE
     if not run_demo(c.home, profile, click.echo):
         sys.exit(1)
+
+
+def progress_bar(label: str) -> Any:
+    """A click progress bar on a terminal (stderr), a silent stand-in otherwise.
+
+    Returns a context manager yielding ``update(done, total)``.
+    """
+    import contextlib
+
+    @contextlib.contextmanager
+    def bar() -> Iterator[Callable[[int, int], None]]:
+        if not sys.stderr.isatty():
+            yield lambda done, total: None
+            return
+        state = {"bar": None, "done": 0}
+
+        def update(done: int, total: int) -> None:
+            if state["bar"] is None:
+                state["bar"] = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
+                state["bar"].__enter__()
+            state["bar"].update(done - state["done"])
+            state["done"] = done
+
+        try:
+            yield update
+        finally:
+            if state["bar"] is not None:
+                state["bar"].__exit__(None, None, None)
+
+    return bar()
+
+
+def _iso(t: Any) -> str:
+    from datetime import datetime, timezone
+
+    if not isinstance(t, (int, float)) or not 0 <= t <= 4.2e9:
+        return "unknown"
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+# ---------------------------------------------------------------------------- sessions
+
+
+@main.group()
+def sessions() -> None:
+    """Create, list, show and change sessions."""
+
+
+@sessions.command("new")
+@click.option("--id", "sid", default=None, help="Session id (default: a fresh, time-sortable id).")
+@click.option("--source", default=None, help="Where the session comes from (cli, gateway, cron, ...).")
+@click.option("--title", default=None, help="A title; must not be held by another session.")
+@click.option("--model", default=None, help="Model name.")
+@click.option("--cwd", default=None, help="Working directory.")
+@click.option("--parent", default=None, help="Parent session id (a continuation or branch).")
+@pass_ctx
+@handled
+def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None, model: str | None,
+                 cwd: str | None, parent: str | None) -> None:
+    """Create a session and print its id."""
+    with c.open_store(create=True) as store:
+        click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
+                                        parent_session_id=parent))
+
+
+@sessions.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Sessions per page.")
+@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option("--archived", is_flag=True, help="Include archived sessions.")
+@click.option("--pinned", is_flag=True, help="Only pinned sessions.")
+@click.option("--workspace", default=None, help="Only sessions whose git root or cwd is at or under PATH.")
+@json_option
+@pass_ctx
+@handled
+def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool,
+                  workspace: str | None, as_json: bool) -> None:
+    """List sessions, most recent activity first (pinned ones always included)."""
+    with c.open_store() as store:
+        rows = store.list_sessions(source=source, archived=None if archived else False,
+                                   pinned=True if pinned else None, workspace=workspace, limit=limit)
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-")
+        click.echo(f"{r['id']}  {flags}  {_iso(r['last_activity_at'])}  {r['message_count']:>5} msgs  "
+                   f"{r.get('source') or 'cli':<8} {r.get('title') or ''}")
+
+
+@sessions.command("show")
+@click.argument("session_id")
+@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@json_option
+@pass_ctx
+@handled
+def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool) -> None:
+    """Show a session and its messages."""
+    with c.open_store() as store:
+        session = store.get_session(session_id)
+        if session is None:
+            raise NotFoundError("session", session_id)
+        messages = store.get_messages(session_id, include_inactive=include_inactive)
+    if as_json:
+        emit_json({"session": session, "messages": messages})
+        return
+    click.echo(f"{session['id']}  {session.get('title') or '(untitled)'}")
+    click.echo(f"source {session.get('source') or 'cli'}  model {session.get('model') or '-'}  "
+               f"started {_iso(session.get('started_at'))}  messages {session['message_count']}")
+    for m in messages:
+        content = m["content"] if isinstance(m["content"], str) else orjson.dumps(m["content"]).decode()
+        click.echo(f"[{m['id']}] {_iso(m['timestamp'])} {m['role']}: {(content or '')[:200]}")
+
+
+def _simple_session_command(name: str, method: str, doc: str) -> None:
+    @sessions.command(name, help=doc)
+    @click.argument("session_id")
+    @pass_ctx
+    @handled
+    def cmd(c: Ctx, session_id: str) -> None:
+        with c.open_store() as store:
+            seq = getattr(store, method)(session_id)
+        click.echo(str(seq))
+
+
+for _name, _doc in [("archive", "Archive a session and its lineage."),
+                    ("unarchive", "Unarchive a session and its lineage."),
+                    ("pin", "Pin a session and its lineage."),
+                    ("unpin", "Unpin a session and its lineage."),
+                    ("delete", "Delete a session and its descendants (a tombstone; the log keeps them).")]:
+    _simple_session_command(_name, "delete_session" if _name == "delete" else _name, _doc)
+
+
+@sessions.command("title")
+@click.argument("session_id")
+@click.argument("title")
+@click.option("--source", "provenance", type=click.Choice(["user", "llm", "derived"]), default="user",
+              show_default=True, help="Provenance: a lower one never replaces a higher one.")
+@pass_ctx
+@handled
+def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
+    """Set a session's title (titles are unique in a profile)."""
+    with c.open_store() as store:
+        seq = store.set_title(session_id, title, provenance)
+    click.echo("kept the existing higher-provenance title" if seq is None else str(seq))
+
+
+@sessions.command("end")
+@click.argument("session_id")
+@click.option("--reason", default="user", show_default=True, help="Why it ended (the first reason wins).")
+@pass_ctx
+@handled
+def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
+    """End a session."""
+    with c.open_store() as store:
+        seq = store.end_session(session_id, reason)
+    click.echo("already ended" if seq is None else str(seq))
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+@main.group()
+def messages() -> None:
+    """Add messages to sessions."""
+
+
+@messages.command("add")
+@click.argument("session_id")
+@click.option("--role", required=True, type=click.Choice(["system", "user", "assistant", "tool", "session_meta"]))
+@click.option("--content", default=None, help="The message text.")
+@click.option("--content-file", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
+              help="Read the message text from a file ('-' for stdin).")
+@click.option("--tool-name", default=None, help="Tool name (for role tool).")
+@json_option
+@pass_ctx
+@handled
+def messages_add(c: Ctx, session_id: str, role: str, content: str | None, content_file: Any,
+                 tool_name: str | None, as_json: bool) -> None:
+    """Append a message and print its id (the seq of its event)."""
+    if (content is None) == (content_file is None):
+        raise click.UsageError("give exactly one of --content and --content-file")
+    text = content if content is not None else content_file.read()
+    with c.open_store() as store:
+        mid = store.append_message(session_id, role, text, tool_name=tool_name)
+    emit_json({"id": mid, "session_id": session_id}) if as_json else click.echo(str(mid))
+
+
+# ---------------------------------------------------------------------------- search, stats
+
+
+@main.command()
+@click.argument("query")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--role", default=None, help="Only messages with this role.")
+@click.option("--session", "session_id", default=None, help="Only messages of this session.")
+@json_option
+@pass_ctx
+@handled
+def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | None, as_json: bool) -> None:
+    """Full-text search over messages (any text is accepted as a query)."""
+    with c.open_store() as store:
+        res = store.search(query, role=role, session_id=session_id, limit=limit)
+    if as_json:
+        emit_json(res)
+        return
+    if res["degraded"]:
+        click.echo("warning: the search index is degraded; results come from a slower scan "
+                   "(hint: eventlog rebuild --projection fts)", err=True)
+    for r in res["results"]:
+        click.echo(f"{r['session_id']}  [{r['message_id']}] {r['role']:<9} {_iso(r['timestamp'])}  {r['snippet']}")
+
+
+# ---------------------------------------------------------------------------- projections
+
+
+@main.command()
+@click.option("--projection", "which", type=click.Choice(["state", "fts", "all"]), default="all", show_default=True,
+              help="Which projection to rebuild.")
+@pass_ctx
+@handled
+def rebuild(c: Ctx, which: str) -> None:
+    """Rebuild projections from the log into new files and swap them in (the log is not written)."""
+    with c.open_store() as store, progress_bar(f"rebuilding {which}") as update:
+        res = store.rebuild(which, progress=update)
+    click.echo(f"rebuilt {which}: {res['events']} events in {res['seconds']:.2f} s "
+               f"({res['events_per_s']:,.0f} events/s)")
+
+
+@main.command()
+@click.option("--fix", is_flag=True, help="Repair every projection problem by rebuilding (never writes the log).")
+@json_option
+@pass_ctx
+@handled
+def doctor(c: Ctx, fix: bool, as_json: bool) -> None:
+    """Check the log, state.db, the FTS index, cursors, the lease and file permissions.
+
+    Without --fix nothing is changed; exits 1 if anything is wrong. With --fix, exits 0 only if
+    everything is ok afterwards.
+    """
+    from projections.doctor import examine, repair
+
+    d = c.profile_dir(create=False)
+    actions: list[str] = []
+    with c.open_log() as lg:
+        if fix:
+            actions = repair(d, lg, c.profile)
+        report = examine(d, lg, c.profile)
+    if fix:
+        report["fixed"] = actions
+    if as_json:
+        emit_json(report)
+    else:
+        for part in ("log", "state", "fts", "permissions"):
+            item = report[part]
+            status = item.get("status", "ok" if item["ok"] else "broken")
+            detail = item.get("detail") or item.get("reason") or "; ".join(item.get("problems", [])) or ""
+            click.echo(f"{part:<12} {status:<11} {detail}")
+        for a in actions:
+            click.echo(f"fixed: {a}")
+    if not report["ok"]:
+        if not as_json:
+            click.echo("error: problems found" + ("" if fix else " (hint: run `eventlog doctor --fix`)"), err=True)
+        sys.exit(1)
+
+
+def _parse_time_ns(text: str) -> int:
+    from eventlog.events import parse_time
+
+    try:
+        return int(round(parse_time(text, "--as-of") * 1e9))
+    except ValidationError as e:
+        raise click.BadParameter(e.problem, param_hint="--as-of") from None
+
+
+@main.command()
+@click.option("--until", "until_seq", type=click.IntRange(min=0), default=None, help="Last seq to include.")
+@click.option("--as-of", "as_of", default=None, help="ISO-8601 time: include events appended up to then.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The state.db file to write.")
+@pass_ctx
+@handled
+def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
+    """Write a standalone state.db (with its FTS index) of the profile as it was at a point."""
+    if (until_seq is None) == (as_of is None):
+        raise click.UsageError("give exactly one of --until and --as-of")
+    as_of_ns = _parse_time_ns(as_of) if as_of is not None else None
+    with c.open_store() as store, progress_bar("replaying") as update:
+        res = store.snapshot(out, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
+    click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
+
+
+@main.command()
+@json_option
+@pass_ctx
+@handled
+def stats(c: Ctx, as_json: bool) -> None:
+    """Sessions and messages by source, token and cost totals, log size and head, projection lag."""
+    with c.open_store() as store:
+        body = store.stats()
+        head, head_hash = store.log.head()
+        body["log"] = {"head_seq": head, "head_hash": head_hash, "size_bytes": store.log.size_bytes()}
+        body["projection"] = {"lag": store.projection_lag(), "degraded": bool(store.health(full=False)["fts"]["degraded"])}
+    if as_json:
+        emit_json(body)
+        return
+    click.echo(f"sessions {body['sessions']}  messages {body['messages']}")
+    for src, row in sorted(body["by_source"].items()):
+        click.echo(f"  {src:<12} {row['sessions']:>6} sessions {row['messages']:>8} messages")
+    click.echo(f"tokens in {body['input_tokens']} out {body['output_tokens']} cache-read {body['cache_read_tokens']} "
+               f"cache-write {body['cache_write_tokens']} reasoning {body['reasoning_tokens']}")
+    cost = body["estimated_cost_usd"]
+    click.echo(f"estimated cost {'unknown' if cost is None else f'${cost:.4f}'}")
+    click.echo(f"log head {head} ({body['log']['size_bytes']:,} bytes)  projection lag {body['projection']['lag']}")
+
+
+# ---------------------------------------------------------------------------- export, import
+
+
+@main.command("export")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "sqlite", "md", "html"]), default="jsonl",
+              show_default=True, help="jsonl: the log itself; sqlite: a state.db snapshot; md/html: a transcript.")
+@click.option("--session", "session_id", default=None, help="Only this session (required for md and html).")
+@click.argument("out", type=click.Path(dir_okay=False, allow_dash=True))
+@pass_ctx
+@handled
+def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
+    """Export the profile to OUT ('-' for stdout with jsonl, md and html)."""
+    if fmt in ("md", "html") and session_id is None:
+        raise click.UsageError(f"--format {fmt} needs --session ID")
+    if fmt == "sqlite" and out == "-":
+        raise click.UsageError("--format sqlite needs a file name")
+    if fmt == "jsonl":
+        from sqlite_export.jsonl import export_jsonl
+
+        with c.open_log() as lg, _output(out) as fp, progress_bar("exporting") as update:
+            n = export_jsonl(lg, fp, session=session_id, progress=update)
+        click.echo(f"exported {n} events", err=True)
+        return
+    with c.open_store() as store:
+        if fmt == "sqlite":
+            if session_id is not None:
+                raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
+            with progress_bar("snapshot") as update:
+                info = store.snapshot(out, progress=update)
+            click.echo(f"wrote {out} ({info['events']} events, up to seq {info['last_seq']})", err=True)
+            return
+        from sqlite_export.transcript import render_html, render_markdown
+
+        assert session_id is not None
+        session = store.get_session(session_id)
+        if session is None:
+            raise NotFoundError("session", session_id)
+        msgs = store.get_messages(session_id)
+    text = (render_markdown if fmt == "md" else render_html)(session, msgs)
+    with _output(out) as fp:
+        fp.write(text.encode("utf-8"))
+
+
+class _output:
+    """A binary output: stdout for '-', else the file written atomically (temp, fsync, rename)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tmp: Path | None = None
+
+    def __enter__(self) -> Any:
+        if self.name == "-":
+            return sys.stdout.buffer
+        import os
+
+        target = Path(self.name)
+        self.tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        self.fp = open(self.tmp, "wb")
+        return self.fp
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> None:
+        if self.tmp is None:
+            sys.stdout.flush()
+            return
+        import os
+
+        self.fp.flush()
+        os.fsync(self.fp.fileno())
+        self.fp.close()
+        if exc_type is None:
+            os.replace(self.tmp, self.name)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+
+@main.command("import")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "hermes"]), default="jsonl", show_default=True,
+              help="jsonl: an eventlog export; hermes: an existing agent state.db (read-only).")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
+@json_option
+@pass_ctx
+@handled
+def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
+    """Import FILE into the profile (created if it does not exist)."""
+    if fmt == "jsonl":
+        from sqlite_export.jsonl import import_jsonl
+
+        with c.open_log(create=True) as lg, progress_bar("importing") as update:
+            if file == "-":
+                res = import_jsonl(lg, sys.stdin.buffer, progress=update)
+            else:
+                with open(file, "rb") as fp:
+                    res = import_jsonl(lg, fp, progress=update)
+        report = res.to_dict()
+    else:
+        from sqlite_export.hermes import import_hermes
+
+        with c.open_store(create=True) as store, progress_bar("importing") as update:
+            rep = import_hermes(store, Path(file), progress=update)
+        report = rep.to_dict()
+        for w in rep.warnings[:50]:
+            click.echo(f"warning: {w}", err=True)
+        if len(rep.warnings) > 50:
+            click.echo(f"warning: ... and {len(rep.warnings) - 50} more", err=True)
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
 
 
 if __name__ == "__main__":  # pragma: no cover

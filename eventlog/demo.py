@@ -1,44 +1,57 @@
 """The demo behind ``python3 run demo``: a realistic agent conversation written, read back, verified."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Callable
 
 DEMO_PROFILE = "demo"
 
+_TURNS = [
+    {"role": "user", "content": "Find the flaky test in the payments service and fix it."},
+    {"role": "assistant", "content": "Let me search the test suite for timing-dependent code.",
+     "reasoning": "Flaky usually means sleeps or ordering; grep for sleep first.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "grep", "arguments": '{"pattern": "sleep(", "path": "tests/"}'}}],
+     "finish_reason": "tool_calls"},
+    {"role": "tool", "tool_name": "grep", "tool_call_id": "call_1",
+     "content": "tests/test_refunds.py:88:    time.sleep(0.1)  # wait for the webhook"},
+    {"role": "assistant", "finish_reason": "stop",
+     "content": "test_refunds waits a fixed 100 ms for the refund webhook, which is sometimes slower on CI. "
+                "I replaced the sleep with an explicit wait on the webhook event (timeout 5 s)."},
+]
+
 
 def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
-    """Write a demo session into ``profile`` under ``home``, read it back, verify the log.
+    """Write a demo session into ``profile`` under ``home``, read it back, search it, verify the log.
 
     Returns True when everything checked out.
     """
-    from eventlog.log import EventLog
-    from eventlog.profiles import profile_dir
+    from eventlog.store import SessionStore
 
-    d = profile_dir(home, profile)
-    sid = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    turns = [
-        {"role": "user", "content": "Find the flaky test in the payments service and fix it."},
-        {"role": "assistant", "content": "Let me search the test suite for timing-dependent code.",
-         "tool_calls": [{"id": "call_1", "type": "function",
-                         "function": {"name": "grep", "arguments": '{"pattern": "sleep(", "path": "tests/"}'}}]},
-        {"role": "tool", "tool_name": "grep", "tool_call_id": "call_1",
-         "content": "tests/test_refunds.py:88:    time.sleep(0.1)  # wait for the webhook"},
-        {"role": "assistant", "content": "test_refunds waits a fixed 100 ms for a webhook; I replaced it with "
-                                         "an explicit wait on the webhook event."},
-    ]
-    with EventLog.open(d / "log", profile=profile) as log:
-        log.append([{"type": "session.created", "session": sid,
-                     "data": {"source": "cli", "model": "demo-model", "title": f"Fix flaky payments test ({sid})"}}])
-        for t in turns:
-            log.append([{"type": "message.appended", "session": sid, "v": 2, "data": t}])
-        back = list(log.read_session(sid))
-        echo(f"profile {profile!r} at {d}")
-        echo(f"session {sid}: {len(back)} events")
-        for env in back[1:]:
-            data = env["data"]
-            echo(f"  [{env['seq']}] {data['role']:<9} {str(data.get('content'))[:70]}")
-        res = log.verify()
-        echo(f"log verify: {'ok' if res.ok else 'BROKEN'} ({res.events} events, head {res.head_seq})")
-        return res.ok
+    with SessionStore.open(home, profile) as store:
+        title = store.next_title("Fix flaky payments test")
+        sid = store.create_session(source="cli", model="demo-model", cwd="/work/payments",
+                                   git_repo_root="/work/payments", git_branch="main", title=title)
+        ids = store.append_messages(sid, _TURNS)
+        store.record_usage(sid, model="demo-model", provider="demo", task="chat", input_tokens=1840,
+                           output_tokens=212, estimated_cost_usd=0.0043)
+        store.react(ids[-1], author="user", emoji="👍")
+        store.end_session(sid, "completed")
+
+        session = store.get_session(sid)
+        assert session is not None
+        echo(f"profile {profile!r} under {store.home}")
+        echo(f"session {sid}  {session['title']!r}  ({session['message_count']} messages, "
+             f"{session['tool_call_count']} tool call, {session['input_tokens']}+{session['output_tokens']} tokens)")
+        for m in store.get_messages(sid):
+            text = m["content"] if isinstance(m["content"], str) else ""
+            echo(f"  [{m['id']}] {m['role']:<9} {text[:72]}")
+        hits = store.search("webhook", session_id=sid)["results"]
+        echo(f"search 'webhook': {len(hits)} hits, e.g. {hits[0]['snippet'][:60]!r}" if hits else "search: no hits")
+        listed = store.list_sessions(limit=5)
+        echo(f"sessions in profile: {store.stats()['sessions']} (latest: {listed[0]['title']!r})")
+        res = store.log.verify()
+        health = store.health(full=False)
+        echo(f"log verify: {'ok' if res.ok else 'BROKEN'} ({res.events} events, head {res.head_seq}); "
+             f"state.db {health['state']['status']}, fts {health['fts']['status']}")
+        return bool(res.ok and hits and health["ok"])

@@ -1,0 +1,166 @@
+"""The session, message, search, export and import commands, driven as a user would.
+
+Exit codes and JSON shapes are asserted exactly (issue 5).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from eventlog.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def cli(home: Path, *args: str, input: str | None = None, profile: str = "p") -> tuple[int, str, str]:
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, *args], input=input)
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def new(home: Path, *args: str) -> str:
+    code, out, err = cli(home, "sessions", "new", *args)
+    assert code == 0, err
+    return out.strip()
+
+
+def test_sessions_new_list_show(home: Path) -> None:
+    sid = new(home, "--source", "gateway", "--title", "Flaky test", "--model", "m1", "--cwd", "/w/pay")
+    child = new(home, "--parent", sid)
+    code, out, _ = cli(home, "messages", "add", sid, "--role", "user", "--content", "why does the refund test flake?")
+    assert code == 0 and out.strip().isdigit()
+    mid = int(out)
+    code, out, _ = cli(home, "sessions", "list", "--json")
+    rows = json.loads(out)
+    assert code == 0 and {r["id"] for r in rows} == {sid, child}
+    required = {"id", "title", "source", "started_at", "last_activity_at", "message_count", "archived", "pinned",
+                "parent_session_id"}
+    assert all(required <= set(r) for r in rows)
+    top = next(r for r in rows if r["id"] == sid)
+    assert (top["title"], top["source"], top["message_count"], top["archived"], top["pinned"]) == \
+        ("Flaky test", "gateway", 1, False, False)
+    assert next(r for r in rows if r["id"] == child)["parent_session_id"] == sid
+    code, out, _ = cli(home, "sessions", "show", sid, "--json")
+    body = json.loads(out)
+    assert code == 0 and set(body) == {"session", "messages"}
+    assert body["session"]["id"] == sid
+    m = body["messages"][0]
+    assert {"id", "role", "content", "timestamp"} <= set(m)
+    assert (m["id"], m["role"], m["content"]) == (mid, "user", "why does the refund test flake?")
+
+
+def test_title_conflict_exits_1_and_creates_nothing(home: Path) -> None:
+    new(home, "--title", "Taken")
+    code, out, err = cli(home, "sessions", "new", "--title", "Taken")
+    assert code == 1 and out == "" and err.startswith("error: title:") and err.count("\n") == 1
+    assert len(json.loads(cli(home, "sessions", "list", "--json")[1])) == 1
+
+
+def test_archived_are_left_out_unless_asked(home: Path) -> None:
+    a, b = new(home), new(home)
+    assert cli(home, "sessions", "archive", a)[0] == 0
+    ids = {r["id"] for r in json.loads(cli(home, "sessions", "list", "--json")[1])}
+    assert ids == {b}
+    ids = {r["id"] for r in json.loads(cli(home, "sessions", "list", "--archived", "--json")[1])}
+    assert ids == {a, b}
+
+
+def test_write_commands_by_hand(home: Path) -> None:
+    sid = new(home)
+    for cmd in (["pin", sid], ["unpin", sid], ["archive", sid], ["unarchive", sid], ["title", sid, "Renamed"],
+                ["end", sid, "--reason", "done"]):
+        code, out, err = cli(home, "sessions", *cmd)
+        assert code == 0, (cmd, err)
+    s = json.loads(cli(home, "sessions", "show", sid, "--json")[1])["session"]
+    assert (s["title"], s["end_reason"], s["pinned"], s["archived"]) == ("Renamed", "done", False, False)
+    assert cli(home, "sessions", "delete", sid)[0] == 0
+    code, _, err = cli(home, "sessions", "show", sid)
+    assert code == 1 and "not found" in err
+
+
+def test_unknown_session_exits_1(home: Path) -> None:
+    new(home)
+    assert cli(home, "messages", "add", "nope", "--role", "user", "--content", "x")[0] == 1
+    assert cli(home, "sessions", "pin", "nope")[0] == 1
+
+
+def test_messages_add_usage_errors_exit_2(home: Path, tmp_path: Path) -> None:
+    sid = new(home)
+    assert cli(home, "messages", "add", sid, "--role", "robot", "--content", "x")[0] == 2
+    assert cli(home, "messages", "add", sid, "--role", "user")[0] == 2
+    f = tmp_path / "c.txt"
+    f.write_text("from a file")
+    code, out, _ = cli(home, "messages", "add", sid, "--role", "tool", "--content-file", str(f), "--tool-name", "grep", "--json")
+    assert code == 0 and set(json.loads(out)) == {"id", "session_id"}
+
+
+def test_search_json_shape_and_hostile_queries(home: Path) -> None:
+    sid = new(home)
+    cli(home, "messages", "add", sid, "--role", "user", "--content", "the quick brown fox")
+    cli(home, "messages", "add", sid, "--role", "assistant", "--content", "数据库 is locked again")
+    code, out, _ = cli(home, "search", "quick", "--json")
+    body = json.loads(out)
+    assert code == 0 and set(body) == {"degraded", "results"} and body["degraded"] is False
+    assert len(body["results"]) == 1
+    assert set(body["results"][0]) == {"session_id", "message_id", "role", "snippet", "timestamp"}
+    for q in ['"unbalanced', "a OR", "NOT", "(((", "*", "fox*", "col:umn", "^", "''", "AND AND"]:
+        code, out, err = cli(home, "search", q, "--json")
+        assert code == 0, (q, err)
+        assert isinstance(json.loads(out)["results"], list)
+    assert json.loads(cli(home, "search", "数据库", "--json")[1])["results"][0]["role"] == "assistant"
+    assert json.loads(cli(home, "search", "fox", "--role", "assistant", "--json")[1])["results"] == []
+
+
+def test_export_jsonl_import_round_trip_through_the_cli(home: Path, tmp_path: Path) -> None:
+    sid = new(home, "--title", "Audit me")
+    cli(home, "messages", "add", sid, "--role", "user", "--content", "hello")
+    out = tmp_path / "log.jsonl"
+    assert cli(home, "export", "--format", "jsonl", str(out))[0] == 0
+    before = json.loads(cli(home, "log", "verify", "--json")[1])
+    code, text, _ = cli(home, "import", "--format", "jsonl", str(out), "--json", profile="fresh")
+    assert code == 0 and json.loads(text)["mode"] == "verbatim"
+    after = json.loads(cli(home, "log", "verify", "--json", profile="fresh")[1])
+    assert after["ok"] and after["head_hash"] == before["head_hash"]
+    assert json.loads(cli(home, "sessions", "show", sid, "--json", profile="fresh")[1])["session"]["title"] == "Audit me"
+
+
+def test_export_transcripts(home: Path, tmp_path: Path) -> None:
+    sid = new(home, "--title", "Transcript")
+    cli(home, "messages", "add", sid, "--role", "user", "--content", "<b>bold?</b>")
+    for fmt in ("md", "html"):
+        out = tmp_path / f"t.{fmt}"
+        code, _, err = cli(home, "export", "--format", fmt, "--session", sid, str(out))
+        assert code == 0, err
+        assert "Transcript" in out.read_text()
+    assert cli(home, "export", "--format", "md", str(tmp_path / "x.md"))[0] == 2
+
+
+def _commands(group: object, prefix: str = "") -> list[tuple[str, object]]:
+    import click
+
+    out = []
+    for name, cmd in getattr(group, "commands", {}).items():
+        full = f"{prefix}{name}"
+        out.append((full, cmd))
+        if isinstance(cmd, click.Group):
+            out.extend(_commands(cmd, full + " "))
+    return out
+
+
+def test_every_command_has_help_and_is_in_the_readme() -> None:
+    readme = README.read_text()
+    for name, cmd in _commands(main):
+        assert (cmd.help or "").strip(), f"{name} has no help text"
+        if name in ("sessions", "messages", "log"):
+            continue
+        assert re.search(rf"eventlog {re.escape(name)}\b", readme), f"`eventlog {name}` is not in the README"
