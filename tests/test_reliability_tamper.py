@@ -1,0 +1,210 @@
+"""Tampering: random single-event edits of a closed log, made with raw LMDB, found by
+``eventlog log verify``, which must exit 1 naming exactly the first bad seq.
+
+Edits (each on a fresh copy of one realistic agent log):
+- flip:    one bit of one byte of a stored event            -> that seq
+- delete:  one event removed                                -> that seq
+- insert:  a forged event slid in, later events moved up    -> that seq; if the forger chained it
+           properly (right seq, prev and hash)               -> the next seq, where the chain breaks
+- extend:  a properly chained forged event after the head   -> head + 1 (the recorded head disagrees)
+- reorder: two events swapped                               -> the lower seq
+- rewrite: an event's data changed and its own hash fixed    -> the next seq (the last one: itself)
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+from click.testing import CliRunner
+
+from campaign import PROFILE, log_dir, size
+from campaign.agent_child import Agent
+from campaign.summary import note, record
+from eventlog import codec
+from eventlog.cli import main
+from eventlog.log import seq_key
+from eventlog.store import SessionStore
+
+pytest_plugins = ["campaign.summary"]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    home = tmp_path_factory.mktemp("pristine")
+    with SessionStore.open(home, PROFILE, read_model="fold", durability="nosync") as store:
+        agent = Agent(store, random.Random(7), lambda line: None)
+        while store.log.head()[0] < 150:
+            agent.step()
+        n = store.log.head()[0]
+        assert store.log.verify().ok
+    return home, n
+
+
+class Raw:
+    """A raw LMDB view of a closed log (no eventlog code), for the forger."""
+
+    def __init__(self, path: Path) -> None:
+        self.env = lmdb.open(str(path), max_dbs=8)
+        self.db = self.env.open_db(b"events")
+
+    def __enter__(self) -> "Raw":
+        self.txn = self.env.begin(write=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.txn.commit() if exc[0] is None else self.txn.abort()
+        self.env.close()
+
+    def get(self, seq: int) -> bytes:
+        value = self.txn.get(seq_key(seq), db=self.db)
+        assert value is not None, seq
+        return bytes(value)
+
+    def put(self, seq: int, value: bytes) -> None:
+        assert self.txn.put(seq_key(seq), value, db=self.db)
+
+    def delete(self, seq: int) -> None:
+        assert self.txn.delete(seq_key(seq), db=self.db)
+
+    def slide_up(self, from_seq: int, n: int) -> None:
+        """Move events from_seq..n one key up (to make room for an inserted one)."""
+        for s in range(n, from_seq - 1, -1):
+            self.put(s + 1, self.get(s))
+
+
+def forged(after: dict[str, Any], seq: int, data: dict[str, Any]) -> bytes:
+    """A properly chained event at ``seq`` following envelope ``after`` (the forger knows the format)."""
+    prep = codec.prepare({"type": "message.appended", "session": after.get("session"), "data": data,
+                          "id": f"forged-{seq}", "v": 2})
+    raw, _ = codec.seal(prep, seq, after["ts"] + 1, after["hash"])
+    return raw
+
+
+def edit(rng: random.Random, raw: Raw, n: int) -> tuple[str, int]:
+    """Apply one random edit; returns ``(kind, expected first bad seq)``."""
+    kind = rng.choice(["flip", "delete", "insert", "insert-chained", "extend", "reorder", "rewrite"])
+    k = rng.randint(1, n)
+    if kind == "flip":
+        value = bytearray(raw.get(k))
+        value[rng.randrange(len(value))] ^= 1 << rng.randrange(8)
+        raw.put(k, bytes(value))
+        return kind, k
+    if kind == "delete":
+        raw.delete(k)
+        return kind, k
+    if kind == "insert":
+        j = rng.choice([s for s in range(1, n + 1) if s != k])
+        copy = codec.decode(raw.get(j))
+        copy["data"] = dict(copy.get("data") or {}, forged=True)
+        raw.slide_up(k, n)
+        raw.put(k, codec.canonical(copy))
+        return kind, k
+    if kind == "insert-chained":
+        before = codec.decode(raw.get(k - 1)) if k > 1 else {"ts": 0, "hash": codec.ZERO_HASH, "session": "s"}
+        value = forged(before, k, {"role": "user", "content": "transfer the funds"})
+        raw.slide_up(k, n)
+        raw.put(k, value)
+        return kind, k + 1
+    if kind == "extend":
+        raw.put(n + 1, forged(codec.decode(raw.get(n)), n + 1, {"role": "assistant", "content": "approved"}))
+        return kind, n + 1
+    if kind == "reorder":
+        j = rng.choice([s for s in range(1, n + 1) if s != k])
+        a, b = raw.get(k), raw.get(j)
+        raw.put(k, b)
+        raw.put(j, a)
+        return kind, min(k, j)
+    # rewrite: change the data and recompute this event's own hash (but not the rest of the chain)
+    env = codec.decode(raw.get(k))
+    data = dict(env.get("data") or {}, tampered=True)
+    prep = codec.prepare({"type": env["type"], "session": env["session"], "data": data, "id": env["id"], "v": env["v"]})
+    value, _ = codec.seal(prep, k, env["ts"], env["prev"])
+    raw.put(k, value)
+    return kind, (k + 1 if k < n else k)
+
+
+def verify(home: Path, as_json: bool) -> tuple[int, int | None, str]:
+    args = ["--home", str(home), "--profile", PROFILE, "log", "verify"] + (["--json"] if as_json else [])
+    r = CliRunner().invoke(main, args)
+    if as_json:
+        body = json.loads(r.stdout)
+        return r.exit_code, body["first_bad_seq"], r.stderr
+    bad = None
+    if r.stderr.startswith("BROKEN at seq "):
+        bad = int(r.stderr.split()[3].rstrip(":"))
+    return r.exit_code, bad, r.stderr
+
+
+def tamper_campaign(pristine: tuple[Path, int], tmp_path: Path, edits: int, seed: int, case: str) -> None:
+    home, n = pristine
+    rng = random.Random(seed)
+    detected = undetected = misnamed = 0
+    by_kind: dict[str, int] = {}
+    wrong: list[str] = []
+    for i in range(edits):
+        work = tmp_path / f"edit{i}"
+        dst = log_dir(work)
+        dst.mkdir(parents=True)
+        shutil.copy2(log_dir(home) / "data.mdb", dst / "data.mdb")
+        with Raw(dst) as raw:
+            kind, expect = edit(rng, raw, n)
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        code, bad, err = verify(work, as_json=i % 2 == 0)
+        if code == 0:
+            undetected += 1
+            wrong.append(f"edit {i} ({kind}) not detected")
+        elif code == 1 and bad == expect:
+            detected += 1
+        else:
+            misnamed += 1
+            wrong.append(f"edit {i} ({kind}): exit {code}, named seq {bad}, expected {expect}: {err.strip()[:200]}")
+        shutil.rmtree(work)
+    record(case, runs=edits, passed=detected, undetected=undetected)
+    note(f"{case}: seed {seed}, {edits} edits {by_kind}: {detected} detected at the exact seq, "
+         f"{misnamed} detected at another seq, {undetected} undetected")
+    assert not wrong, "\n".join(wrong[:10])
+
+
+def test_tampering_default(pristine: tuple[Path, int], tmp_path: Path) -> None:
+    tamper_campaign(pristine, tmp_path, size(30, 30), seed=99, case="tampering (single-event edits)")
+
+
+@pytest.mark.campaign
+def test_tampering_campaign(pristine: tuple[Path, int], tmp_path: Path) -> None:
+    import time
+
+    tamper_campaign(pristine, tmp_path, size(300, 300), seed=int(time.time()), case="tampering campaign")
+
+
+def test_pristine_copy_verifies(pristine: tuple[Path, int], tmp_path: Path) -> None:
+    """The harness itself: an untouched copy passes, so every failure above comes from the edit."""
+    home, n = pristine
+    dst = log_dir(tmp_path)
+    dst.mkdir(parents=True)
+    shutil.copy2(log_dir(home) / "data.mdb", dst / "data.mdb")
+    assert verify(tmp_path, as_json=True)[:2] == (0, None)
+    assert verify(tmp_path, as_json=False)[:2] == (0, None)
+
+
+def test_a_chained_forgery_with_a_rewritten_head_needs_an_anchor(pristine: tuple[Path, int], tmp_path: Path) -> None:
+    """A forger who appends a properly chained event *and* rewrites the recorded head makes a log
+    that verifies: a hash chain alone cannot tell. The head hash changes, so an auditor who kept
+    the head hash (``log verify --json`` → ``head_hash``) finds it."""
+    home, n = pristine
+    dst = log_dir(tmp_path)
+    dst.mkdir(parents=True)
+    shutil.copy2(log_dir(home) / "data.mdb", dst / "data.mdb")
+    before = json.loads(CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]).stdout)
+    with Raw(dst) as raw:
+        value = forged(codec.decode(raw.get(n)), n + 1, {"role": "assistant", "content": "approved"})
+        raw.put(n + 1, value)
+        meta = raw.env.open_db(b"meta", txn=raw.txn)
+        raw.txn.put(b"head", seq_key(n + 1) + bytes.fromhex(codec.decode(value)["hash"]), db=meta)
+    after = json.loads(CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]).stdout)
+    assert after["ok"] and after["head_seq"] == n + 1
+    assert after["head_hash"] != before["head_hash"]
