@@ -231,3 +231,19 @@ def test_group_commit_shares_synced_transactions(tmp_path: Path) -> None:
         assert lg.head()[0] == 320
         assert lg.commits < 320 * 0.8, f"{lg.commits} commits for 320 appends: no sharing"
         assert lg.verify().ok
+
+
+def test_reformatted_bytes_with_the_same_content_are_found(tmp_path: Path) -> None:
+    """Stored bytes must be the canonical encoding: a same-content rewrite is still tampering."""
+    import orjson
+
+    p = tmp_path / "log"
+    fill(p, 6)
+    env, db = raw_env(p)
+    with env.begin(write=True) as txn:
+        obj = orjson.loads(txn.get(seq_key(2), db=db))
+        txn.put(seq_key(2), orjson.dumps(obj, option=orjson.OPT_INDENT_2), db=db)
+    env.close()
+    with EventLog.open(p) as lg:
+        res = lg.verify()
+    assert not res.ok and res.first_bad_seq == 2 and "canonical" in (res.reason or "")
