@@ -128,7 +128,7 @@ def prepare_input(obj: Any, where: str) -> dict[str, Any]:
         raise ValidationError(f"{where}.type", f"unknown event type {etype!r}",
                               hint="see docs/EVENTS.md for the catalogue")
     try:
-        return make_event(etype, obj.get("session"), obj.get("data"), id=obj.get("id"))
+        return make_event(etype, obj.get("session"), obj.get("data"), id=obj.get("id"))  # type: ignore[arg-type]
     except ValidationError as e:
         raise ValidationError(f"{where}.{e.field}", e.problem, hint=e.hint) from None
 
@@ -235,7 +235,8 @@ def demo(ctx: click.Context) -> None:
     from eventlog.demo import DEMO_PROFILE, run_demo
 
     c: Ctx = ctx.obj
-    profile = c.profile if ctx.parent and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE else DEMO_PROFILE
+    given = ctx.parent is not None and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE
+    profile = c.profile if given else DEMO_PROFILE
     if not run_demo(c.home, profile, click.echo):
         sys.exit(1)
 
@@ -252,20 +253,21 @@ def progress_bar(label: str) -> Any:
         if not sys.stderr.isatty():
             yield lambda done, total: None
             return
-        state = {"bar": None, "done": 0}
+        bars: list[Any] = []
+        seen = [0]
 
         def update(done: int, total: int) -> None:
-            if state["bar"] is None:
-                state["bar"] = click.progressbar(length=max(total, 1), label=label, file=sys.stderr)
-                state["bar"].__enter__()
-            state["bar"].update(done - state["done"])
-            state["done"] = done
+            if not bars:
+                bars.append(click.progressbar(length=max(total, 1), label=label, file=sys.stderr))
+                bars[0].__enter__()
+            bars[0].update(done - seen[0])
+            seen[0] = done
 
         try:
             yield update
         finally:
-            if state["bar"] is not None:
-                state["bar"].__exit__(None, None, None)
+            if bars:
+                bars[0].__exit__(None, None, None)
 
     return bar()
 

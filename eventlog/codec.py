@@ -228,16 +228,19 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
     return env, None
 
 
-_id_state = {"pid": -1, "salt": "", "n": 0}
+class _IdState:
+    pid = -1
+    salt = ""
+    n = 0
 
 
 def new_id(now_ns: int | None = None) -> str:
     """A 32-character, time-sortable unique id: 64-bit ns clock, a per-process counter, and
     a random per-process salt (re-rolled after fork), all hex."""
-    st = _id_state
+    st = _IdState
     pid = os.getpid()
-    if st["pid"] != pid:
-        st["pid"], st["salt"], st["n"] = pid, os.urandom(5).hex(), 0
-    st["n"] = n = (st["n"] + 1) & 0xFFFFFF
+    if st.pid != pid:
+        st.pid, st.salt, st.n = pid, os.urandom(5).hex(), 0
+    st.n = n = (st.n + 1) & 0xFFFFFF
     ns = now_ns if now_ns is not None else time.time_ns()
-    return f"{ns:016x}{n:06x}{st['salt']}"
+    return f"{ns:016x}{n:06x}{st.salt}"

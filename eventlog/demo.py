@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 DEMO_PROFILE = "demo"
 
-_TURNS = [
+_TURNS: list[dict[str, Any]] = [
     {"role": "user", "content": "Find the flaky test in the payments service and fix it."},
     {"role": "assistant", "content": "Let me search the test suite for timing-dependent code.",
      "reasoning": "Flaky usually means sleeps or ordering; grep for sleep first.",

@@ -160,6 +160,7 @@ class EventLog:
         self._pid = os.getpid()
         self._forked = False
         self._closed = False
+        self._open_args: tuple[Path, int, int, str, bool] = (path, DEFAULT_MAP_SIZE, 512, durability, False)
         self._attach(env)
         self._mu = threading.Lock()
         self._queue: deque[_Request] = deque()
@@ -568,7 +569,7 @@ class EventLog:
             if found is None:
                 fresh.append((i, it))
                 continue
-            stored = codec.decode(txn.get(found, db=self._events))
+            stored = codec.decode(txn.get(found, db=self._events) or b"null")
             if not it.same_content(stored):
                 r.seqs, r.error = [], DuplicateEventError(it.id, key_seq(found))
                 return []
@@ -659,7 +660,7 @@ class EventLog:
                         s = key_seq(k)
                         if to_seq is not None and s > to_seq:
                             break
-                        chunk.append((s, v))
+                        chunk.append((s, bytes(v)))
                         if len(chunk) >= READ_CHUNK:
                             break
             for s, v in chunk:
@@ -667,6 +668,10 @@ class EventLog:
             if len(chunk) < READ_CHUNK:
                 return
             nxt = chunk[-1][0] + 1
+
+    def _get_raw(self, txn: lmdb.Transaction, key: bytes) -> bytes | None:
+        raw = txn.get(key, db=self._events)
+        return None if raw is None else bytes(raw)
 
     def stream_version(self, session: str) -> int:
         """The number of events in ``session``'s stream (0 for an unknown session)."""
@@ -679,7 +684,7 @@ class EventLog:
         key = session.encode()
         after = 0
         while True:
-            chunk: list[bytes] = []
+            chunk: list[bytes | None] = []
             with self._read() as txn:
                 cur = txn.cursor(db=self._streams)
                 found = cur.set_range_dup(key, seq_key(after + 1)) if after else cur.set_key(key)
@@ -689,7 +694,7 @@ class EventLog:
                         seqs.append(v)
                         if len(seqs) >= READ_CHUNK:
                             break
-                    chunk = [txn.get(s, db=self._events) for s in seqs]
+                    chunk = [self._get_raw(txn, bytes(s)) for s in seqs]
                     if seqs:
                         after = key_seq(seqs[-1])
             for raw in chunk:

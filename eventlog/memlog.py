@@ -92,7 +92,7 @@ class MemoryLog:
         self._check()
         with self._lock:
             seq, prev = len(self._raw), self._head
-            staged = []
+            staged: list[dict[str, Any]] = []
             for raw in raws:
                 env, reason = codec.check_stored(raw, seq + 1, prev)
                 if reason is not None or env is None:

@@ -52,7 +52,7 @@ def examine(profile_dir: Path, log: Any, profile: str) -> dict[str, Any]:
         health = projector.health(full=True)
         lease = lease_state(projector)
     perms = permission_problems(profile_dir)
-    report = {
+    report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
                 "first_bad_seq": res.first_bad_seq, "reason": res.reason},
         "state": _part(health["state"]),

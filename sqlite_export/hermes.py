@@ -325,7 +325,8 @@ def _shrink_inline_data(value: Any) -> Any:
     """``value`` with every long ``data:`` URI (inline images, files) replaced by a short note."""
     if isinstance(value, str):
         if value.startswith("data:") and len(value) > 65536:
-            return f"{value[:value.find(',') + 1 if ',' in value[:200] else 40]}... ({len(value)} characters omitted by the import)"
+            head = value[:value.find(",") + 1 if "," in value[:200] else 40]
+            return f"{head}... ({len(value)} characters omitted by the import)"
         return value
     if isinstance(value, list):
         return [_shrink_inline_data(v) for v in value]
@@ -883,10 +884,10 @@ def _write_endings(imp: _Importer, sessions: dict[str, _Session]) -> None:
                 usage[name] = value
                 meaningful = True
         for name in _COST_COLUMNS:
-            value, problem = _cost(row[name], name)
+            cost, problem = _cost(row[name], name)
             imp.warn(where, problem)
-            if value is not None:
-                usage[name] = value
+            if cost is not None:
+                usage[name] = cost
                 meaningful = True
         if meaningful:
             imp.add(imp.build("usage.recorded", s.sid, usage, _eid(s.sid, "usage"), where), where)

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator
 
-import orjson
-
 from eventlog import codec
 from eventlog.errors import DuplicateEventError, IntegrityError, ValidationError
 

@@ -89,7 +89,7 @@ def tool_call_parts(call: Any) -> tuple[str, str]:
     """``(name, arguments as readable text)`` of one tool call in OpenAI or Anthropic shape."""
     if not isinstance(call, dict):
         return "unknown", json.dumps(call, ensure_ascii=False, indent=2)
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
     name = _str(fn.get("name")) or _str(call.get("name")) or "unknown"
     args = fn.get("arguments", call.get("arguments", call.get("input")))
     if isinstance(args, str):
