@@ -36,6 +36,7 @@ class Ctx:
         from eventlog.store import SessionStore
 
         self.profile_dir(create=create)
+        options.setdefault("follower", False)  # a one-shot command catches up on read instead
         return SessionStore.open(self.home, self.profile, **options)
 
     def open_log(self, *, create: bool = False) -> Any:

@@ -127,7 +127,9 @@ class SessionStore:
         """Open (creating if needed) ``profile`` under ``home`` (default ``$EVENTLOG_HOME`` or ~/.eventlog).
 
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
-        ``follower`` (bool: keep projecting other processes' appends in the background).
+        ``follower`` (bool, default True: a background thread applies new log events — this
+        process's and other processes' — within 20 ms whenever it can take the projector
+        lease; with False, reads catch up first instead).
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
@@ -144,6 +146,10 @@ class SessionStore:
     def _open_reads(d: Path, log: EventLog, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
         kind = options.pop("read_model", "projection")
         allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
+        if kind == "projection":
+            # A long-lived store keeps the projections current for every process (bounded lag
+            # without a daemon); one-shot tools pass follower=False and catch up on read.
+            options.setdefault("follower", True)
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
