@@ -71,7 +71,9 @@ def run_contender(c: Contender, messages: int, args: argparse.Namespace, tmp_roo
     d = Path(tempfile.mkdtemp(prefix=c.name.replace(".", "-") + "-", dir=tmp_root))
     cmd = [sys.executable, "-m", "bench.run_one", c.name, "--messages", str(messages), "--dir", str(d),
            "--seed", str(args.seed), "--threads", str(args.threads), "--chunk", str(args.chunk),
-           "--probe", str(args.probe), "--searches", str(args.searches)]
+           "--probe", str(args.probe), "--searches", str(args.searches), "--samples", str(args.samples),
+           "--writer-threads", str(args.writer_threads), "--lag-rate", str(args.lag_rate),
+           "--lag-seconds", str(args.lag_seconds)]
     if args.budget:
         cmd += ["--budget", str(args.budget)]
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -191,6 +193,84 @@ def evaluate_targets(results: dict[str, dict[str, Any]], scale: dict[str, list[d
     l50, f50 = lat("eventlog.log_bare", "p50"), lat("floor.lmdb_single", "p50")
     t.append(_target(2, "single synced append p50 <= 1.5x bare LMDB put", div(l50, f50), 1.5, False,
                      f"eventlog.log_bare p50 {l50} ms vs floor.lmdb_single p50 {f50} ms"))
+    t.extend(issue4_targets(results, scale))
+    return t
+
+
+def _largest(points: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    pts = [p for p in points if p.get(key) is not None]
+    return max(pts, key=lambda p: p["size"]) if pts else None
+
+
+def _size_note(size: int) -> str:
+    return "" if size >= 1_000_000 else f" (largest size run: {size:,}, not 1M)"
+
+
+def issue4_targets(results: dict[str, dict[str, Any]], scale: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Issue 4 (projections) figures: reads under a writer, projection lag, and at the largest
+    scale size: rebuild rate, rebuild vs the bare insert+FTS rebuild, search p50, rebuild RSS."""
+    t: list[dict[str, Any]] = []
+    r = _ok(results, "eventlog.readers_under_load")
+    if r:
+        ex = r["extra"]
+        live = ex.get("list_long_lived_ms", {})
+        w = ex.get("writer", {})
+        v = r["latency_ms"].get("p99")
+        detail = (f"open+list(50)+close p50 {r['latency_ms'].get('p50')} ms over {ex.get('samples')} samples; "
+                  f"long-lived list(50) p50 {live.get('p50')} / p99 {live.get('p99')} ms; writer "
+                  f"{ex.get('writer_threads')} thr appended {r.get('messages'):,} meanwhile "
+                  f"({w.get('rate')} appends/s, append p50 {w.get('append_ms', {}).get('p50')} ms)")
+    else:
+        v, detail = None, "needs eventlog.readers_under_load"
+    t.append(_target(4, "read-only open + list_sessions(50) p99 while another process appends at full speed <= 20 ms",
+                     v, 20.0, False, detail, unit="ms"))
+    r = _ok(results, "eventlog.projection_lag")
+    if r:
+        ex = r["extra"]
+        v = r["latency_ms"].get("p99")
+        detail = (f"lag p50 {r['latency_ms'].get('p50')} / max {r['latency_ms'].get('max')} ms over {ex.get('acks'):,} "
+                  f"appends; writer {ex.get('achieved_rate')} appends/s (target {ex.get('target_rate'):,.0f}), "
+                  f"reader SessionStore(follower=True), cursor polled every {ex.get('poll_ms')} ms"
+                  + (f"; {ex['never_visible']} never visible" if ex.get("never_visible") else ""))
+    else:
+        v, detail = None, "needs eventlog.projection_lag"
+    t.append(_target(4, "projection lag p99 at 1,000 appends/s <= 100 ms", v, 100.0, False, detail, unit="ms"))
+
+    el = scale.get("eventlog.scale", [])
+    bare = scale.get("baseline_bare_rebuild.scale", [])
+    p = _largest(el, "rebuild_events_per_s")
+    if p:
+        v, detail = p["rebuild_events_per_s"], f"eventlog.scale rebuild at {p['size']:,}{_size_note(p['size'])}"
+    else:
+        v, detail = None, "needs --scale (eventlog.scale)"
+    t.append(_target(4, "full rebuild of state.db + FTS for 1M messages >= 100k events/s", v, 100_000, True,
+                     detail, unit="events/s"))
+    common = sorted({q["size"] for q in el if q.get("rebuild_events_per_s")}
+                    & {q["size"] for q in bare if q.get("rebuild_events_per_s")})
+    if common:
+        size = common[-1]
+        e = next(q for q in el if q["size"] == size)
+        b = next(q for q in bare if q["size"] == size)
+        v = round(e["rebuild_events_per_s"] / b["rebuild_events_per_s"], 3)
+        detail = (f"at {size:,}: eventlog rebuild {e['rebuild_events_per_s']:,.0f} ev/s ({e['rebuild_s']} s) vs bare "
+                  f"insert+FTS rebuild {b['rebuild_events_per_s']:,.0f} ev/s ({b['rebuild_s']} s){_size_note(size)}")
+    else:
+        v, detail = None, "needs --scale with eventlog.scale and baseline_bare_rebuild.scale at a common size"
+    t.append(_target(4, "full rebuild >= 0.8x bare 'insert the same rows, then FTS rebuild'", v, 0.8, True, detail))
+    p = _largest(el, "search_p50_ms")
+    if p:
+        v = p["search_p50_ms"]
+        detail = f"eventlog.scale at {p['size']:,} (p99 {p.get('search_p99_ms')} ms){_size_note(p['size'])}"
+    else:
+        v, detail = None, "needs --scale (eventlog.scale)"
+    t.append(_target(4, "FTS search p50 at 1M messages <= 10 ms", v, 10.0, False, detail, unit="ms"))
+    p = _largest(el, "rebuild_peak_rss_mb")
+    if p:
+        v = p["rebuild_peak_rss_mb"]
+        detail = f"VmHWM of the rebuild's own process at {p['size']:,}{_size_note(p['size'])}"
+    else:
+        v, detail = None, "needs --scale (eventlog.scale)"
+    t.append(_target(4, "peak RSS of the 1M rebuild <= 200 MB", v, 200.0, False, detail, unit="MB"))
     return t
 
 
@@ -204,6 +284,8 @@ def target_rows(targets: list[dict[str, Any]]) -> list[list[Any]]:
             vs = f"{v:.2f}x"
         elif t["unit"] == "ms":
             vs = f"{v:.3f} ms"
+        elif t["unit"] == "MB":
+            vs = f"{v:,.1f} MB"
         else:
             vs = f"{v:,.0f} {t['unit']}"
         rows.append([t["status"], f"#{t['issue']}", t["target"], vs, t["detail"]])
@@ -213,7 +295,7 @@ def target_rows(targets: list[dict[str, Any]]) -> list[list[Any]]:
 TARGET_HEADERS = ("status", "issue", "target", "value", "measured")
 
 SCALE_HEADERS = ("contender", "events", "append p50 ms", "append p99 ms", "rebuild s", "rebuild ev/s",
-                 "search p50 ms", "search p99 ms", "disk B/msg", "prefill s")
+                 "rebuild RSS MB", "search p50 ms", "search p99 ms", "disk B/msg", "prefill s")
 
 
 def scale_rows(scale: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
@@ -221,7 +303,8 @@ def scale_rows(scale: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
     for name, pts in scale.items():
         for p in sorted(pts, key=lambda p: p["size"]):
             rows.append([name, p["size"], p.get("append_p50_ms"), p.get("append_p99_ms"), p.get("rebuild_s"),
-                         p.get("rebuild_events_per_s"), p.get("search_p50_ms"), p.get("search_p99_ms"),
+                         p.get("rebuild_events_per_s"), p.get("rebuild_peak_rss_mb"), p.get("search_p50_ms"),
+                         p.get("search_p99_ms"),
                          p.get("disk_bytes_per_message"), p.get("prefill_s")])
     return rows
 
@@ -237,7 +320,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale-sizes", default=None, help="comma-separated sizes for --scale (overrides the default)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole pipeline")
     ap.add_argument("--only", default=None, help="comma-separated contenders or groups "
-                    "(eventlog, baseline_sqlite, baseline_es, floor, or names like eventlog.log_bare)")
+                    "(eventlog, baseline_sqlite, baseline_es, floor, baseline_bare_rebuild (scale only), "
+                    "or names like eventlog.log_bare)")
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT}); .md and scale.png beside it")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--budget", type=float, default=None,
@@ -246,6 +330,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=5000, help="messages materialised per untimed chunk")
     ap.add_argument("--probe", type=int, default=None, help="scale: timed single appends per point (default 2000)")
     ap.add_argument("--searches", type=int, default=None, help="search queries timed (default 100)")
+    ap.add_argument("--samples", type=int, default=None,
+                    help="readers_under_load: samples per phase (default 500; --quick: 100)")
+    ap.add_argument("--writer-threads", type=int, default=4,
+                    help="readers_under_load: threads of the full-speed writer process (default 4)")
+    ap.add_argument("--lag-rate", type=float, default=1000.0, help="projection_lag: appends/s (default 1000)")
+    ap.add_argument("--lag-seconds", type=float, default=None,
+                    help="projection_lag: seconds the paced writer runs (default 10; --quick: 3)")
     ap.add_argument("--tmpdir", default=None, help="where contenders write (default: the system temp dir); "
                     "must be a real disk, not tmpfs, or fsync is free")
     ap.add_argument("--keep", action="store_true", help="keep the contenders' directories")
@@ -258,6 +349,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.probe = 200 if args.quick else 2000
     if args.searches is None:
         args.searches = 30 if args.quick else 100
+    if args.samples is None:
+        args.samples = 100 if args.quick else 500
+    if args.lag_seconds is None:
+        args.lag_seconds = 3.0 if args.quick else 10.0
     if args.scale_sizes:
         args.sizes = [int(s.replace("_", "")) for s in args.scale_sizes.split(",") if s.strip()]
     else:

@@ -533,7 +533,8 @@ def ratio_rows(ratios: Sequence[dict[str, Any]]) -> list[list[Any]]:
 # scale curve
 
 
-SCALE_COLORS = {"eventlog": "#d62728", "baseline_sqlite": "#1f77b4", "baseline_es": "#2ca02c", "floor": "#7f7f7f"}
+SCALE_COLORS = {"eventlog": "#d62728", "baseline_sqlite": "#1f77b4", "baseline_es": "#2ca02c", "floor": "#7f7f7f",
+                "baseline_bare_rebuild": "#9467bd"}
 
 
 def plot_scale(scale: dict[str, list[dict[str, Any]]], path: str | os.PathLike[str], title: str = "") -> str | None:
@@ -591,7 +592,8 @@ def plot_scale(scale: dict[str, list[dict[str, Any]]], path: str | os.PathLike[s
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     fig.text(0.01, 0.01, "* eventlog: SessionStore.rebuild(); baseline_sqlite: FTS5 'rebuild'; "
-             "baseline_es: read + decode every event; floor: LMDB scan + orjson.loads", fontsize=7, alpha=0.8)
+             "baseline_es: read + decode every event; floor: LMDB scan + orjson.loads; "
+             "baseline_bare_rebuild: same rows into eventlog's schema + FTS5 'rebuild'", fontsize=7, alpha=0.8)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.04, 1, 0.95 if title else 1))

@@ -29,10 +29,17 @@ targets that depend on it as N/A.
 """
 from __future__ import annotations
 
+import bisect
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.common import Recorder, RunStats, drive_single, drive_threads, make_result, perf
+from bench.common import Recorder, RunStats, dir_size, drive_single, drive_threads, make_result, perf
 
 PROFILE = "bench"
 FIELDS = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "reasoning", "token_count")
@@ -266,6 +273,251 @@ def log_bare_batch100(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------
+# the read side under a concurrent writer process (issue 4 figures)
+
+
+def _writer_cmd(dir: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.load_writer", "--dir", dir, "--profile", PROFILE, *extra]
+
+
+class _Writer:
+    """A ``bench.load_writer`` subprocess: waits for its ``ready`` line; ``acks`` collects the
+    ``(seq, t_ack)`` it prints (a reader thread drains its stdout); ``stop()`` closes its stdin
+    and returns its ``done`` summary."""
+
+    def __init__(self, dir: str, *extra: str) -> None:
+        self.acks: list[tuple[int, float]] = []
+        self.done: dict[str, Any] | None = None
+        self.proc = subprocess.Popen(_writer_cmd(dir, *extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, bufsize=1)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready"):
+            err = self.proc.stderr.read() if self.proc.stderr else ""  # type: ignore[union-attr]
+            self.proc.kill()
+            raise RuntimeError(f"load writer did not start: {line!r} {err.strip()[-400:]}")
+        self.head_at_ready = int(line.split()[1])
+        self._drain = threading.Thread(target=self._read, name="writer-stdout", daemon=True)
+        self._drain.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        acks = self.acks
+        for line in self.proc.stdout:
+            if line.startswith("a "):
+                _a, seq, t = line.split()
+                acks.append((int(seq), float(t)))
+            elif line.startswith("done "):
+                self.done = json.loads(line[5:])
+
+    @property
+    def finished(self) -> bool:
+        return self.proc.poll() is not None and not self._drain.is_alive()
+
+    def stop(self, timeout: float = 120.0) -> dict[str, Any]:
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._drain.join(10)
+        err = self.proc.stderr.read() if self.proc.stderr else ""  # type: ignore[union-attr]
+        if self.done is None:
+            raise RuntimeError(f"load writer exited {self.proc.returncode} without a summary: {err.strip()[-400:]}")
+        if self.done.get("error"):
+            raise RuntimeError(f"load writer failed: {self.done['error']}")
+        return self.done
+
+
+def _prefill(workload: Any, dir: str) -> dict[str, Any]:
+    """The workload written straight to the log, then projected by one open + sync (untimed
+    setup for the read-side contenders)."""
+    events, populate_s = _populate_log(workload, dir)
+    t0 = perf()
+    with _open_store(dir) as s:
+        s.sync(timeout=600)
+        sessions = len(s.list_sessions(limit=1_000_000))
+    return {"events": events, "populate_s": round(populate_s, 3), "project_s": round(perf() - t0, 3),
+            "sessions": sessions}
+
+
+def readers_under_load(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    """A writer process appends through SessionStore at full speed (synced, ``--writer-threads``
+    threads) while this process measures, ``samples`` times each:
+
+    * ``SessionStore.open`` + ``list_sessions(limit=50)`` + ``close()`` (a fresh reader, as a CLI
+      or a second agent would do; the open heals/catches up what the writer appended since the
+      previous sample, because no daemon does it for us) -- the headline latency;
+    * ``list_sessions(limit=50)`` on one long-lived store (each call first applies what is new).
+
+    py-lmdb refuses a second open of one environment in a process, so the two phases run one
+    after the other (the writer keeps appending through both)."""
+    samples = max(1, int(opts.get("samples", 500)))
+    wthreads = int(opts.get("writer_threads", 4))
+    budget = float(opts.get("budget") or 0) or 300.0
+    SessionStore = _session_store()
+    pre = _prefill(workload, dir)
+    writer = _Writer(dir, "--threads", str(wthreads))
+    open_rec, list_rec, close_rec, fresh_rec, live_rec = Recorder(), Recorder(), Recorder(), Recorder(), Recorder()
+    rows_seen: list[int] = []
+    try:
+        time.sleep(0.2)  # let the writer reach full speed
+        # phase 1: fresh open + list + close
+        heads: list[int] = []
+        t_phase = perf()
+        deadline = t_phase + budget / 2
+        for _ in range(samples):
+            t0 = perf()
+            s = SessionStore.open(home=dir, profile=PROFILE, follower=False)  # a one-shot reader, as the CLI opens it
+            t1 = perf()
+            rows = s.list_sessions(limit=50)
+            t2 = perf()
+            heads.append(s.log.head()[0])  # untimed
+            rows_seen.append(len(rows))
+            t3 = perf()
+            s.close()
+            t4 = perf()
+            open_rec.add(t1 - t0)
+            list_rec.add(t2 - t1)
+            close_rec.add(t4 - t3)
+            fresh_rec.add((t2 - t0) + (t4 - t3))
+            if perf() > deadline:
+                break
+        phase1_s = perf() - t_phase
+        appended1 = heads[-1] - heads[0] if heads else 0
+        # phase 2: one long-lived store
+        with SessionStore.open(home=dir, profile=PROFILE) as s:
+            h0 = s.log.head()[0]
+            t_phase = perf()
+            deadline = t_phase + budget / 2
+            for _ in range(samples):
+                t0 = perf()
+                rows = s.list_sessions(limit=50)
+                live_rec.add(perf() - t0)
+                if perf() > deadline:
+                    break
+            phase2_s = perf() - t_phase
+            appended2 = s.log.head()[0] - h0
+            lag_at_end = s.projection_lag()
+    finally:
+        done = writer.stop()
+    st = RunStats()
+    st.rec = fresh_rec
+    st.messages = appended1 + appended2
+    st.seconds = phase1_s + phase2_s
+    st.items = len(fresh_rec)
+    st.truncated = len(fresh_rec) < samples or len(live_rec) < samples
+    live, fresh = live_rec.summary(), fresh_rec.summary()
+    res = make_result("eventlog.readers_under_load", st, dir, unit="sample", extra={
+        "samples": len(fresh_rec),
+        "open_list_close_ms": fresh,
+        "open_ms": open_rec.summary(),
+        "list_after_open_ms": list_rec.summary(),
+        "close_ms": close_rec.summary(),
+        "list_long_lived_ms": live,
+        "rows_min": min(rows_seen) if rows_seen else None,
+        "appended_during_fresh_phase": appended1,
+        "appended_during_long_lived_phase": appended2,
+        "fresh_phase_s": round(phase1_s, 3),
+        "long_lived_phase_s": round(phase2_s, 3),
+        "writer": done,
+        "writer_threads": wthreads,
+        "projection_lag_at_end": lag_at_end,
+        "prefill": pre,
+        "note": (f"lat = open+list(50)+close; long-lived list(50) p50/p99 {live.get('p50', 0):.2f}/"
+                 f"{live.get('p99', 0):.2f} ms; msgs/s = writer process meanwhile ({wthreads} thr)"),
+    })
+    total_msgs = workload.n_messages + (done.get("appends") or 0)
+    res["disk_bytes_per_message"] = round(dir_size(dir)["allocated"] / total_msgs, 1) if total_msgs else None
+    return res
+
+
+def projection_lag(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    """A writer process appends through SessionStore at a fixed ``lag_rate`` (1,000/s) for
+    ``lag_seconds`` (10 s), printing ``(seq, t_ack)`` after each append returns.  This process
+    holds a SessionStore opened with ``follower=True`` (no other process projects) and polls
+    ``store._projector.cursor()`` every 1 ms; an event's lag is the time from its ack to the
+    first poll that saw the cursor at or past its seq (CLOCK_MONOTONIC in both processes)."""
+    rate = float(opts.get("lag_rate", 1000.0))
+    seconds = float(opts.get("lag_seconds", 10.0))
+    wthreads = int(opts.get("threads", 8))
+    poll = 0.001
+    SessionStore = _session_store()
+    pre = _prefill(workload, dir)
+    obs_t: list[float] = []
+    obs_c: list[int] = []
+    polls = 0
+    with SessionStore.open(home=dir, profile=PROFILE, follower=True) as s:  # API: follower option
+        cursor = s._projector.cursor
+        writer = _Writer(dir, "--threads", str(wthreads), "--rate", str(rate), "--seconds", str(seconds), "--acks")
+        try:
+            last = -1
+            settle_deadline: float | None = None
+            while True:
+                c = cursor()
+                t = time.monotonic()
+                polls += 1
+                if c > last:
+                    obs_t.append(t)
+                    obs_c.append(c)
+                    last = c
+                if writer.finished:
+                    if settle_deadline is None:
+                        settle_deadline = t + 10.0
+                    top = max((a[0] for a in writer.acks), default=0)
+                    if c >= top or t > settle_deadline:
+                        break
+                time.sleep(poll)
+        finally:
+            done = writer.stop()
+    acks = sorted(writer.acks)
+    rec = Recorder()
+    unseen = early = 0
+    for seq, t_ack in acks:
+        i = bisect.bisect_left(obs_c, seq)
+        if i >= len(obs_c):
+            unseen += 1
+            continue
+        seen = obs_t[i] - t_ack
+        if seen < 0:  # the poll saw the commit before the writer took its timestamp
+            early += 1
+            seen = 0.0
+        rec.add(seen)
+    st = RunStats()
+    st.rec = rec
+    st.messages = len(acks)
+    st.seconds = float(done.get("seconds") or seconds)
+    st.items = len(acks)
+    lag = rec.summary()
+    res = make_result("eventlog.projection_lag", st, dir, unit="append", extra={
+        "target_rate": rate,
+        "achieved_rate": done.get("rate"),
+        "writer_seconds": done.get("seconds"),
+        "writer_threads": wthreads,
+        "writer_append_ms": done.get("append_ms"),
+        "writer_max_behind_schedule_ms": done.get("max_behind_schedule_ms"),
+        "lag_ms": lag,
+        "acks": len(acks),
+        "never_visible": unseen,
+        "seen_before_ack": early,
+        "poll_ms": poll * 1e3,
+        "polls": polls,
+        "cursor_steps": len(obs_c),
+        "prefill": pre,
+        "note": (f"lat = ack -> visible in a follower's projection; msgs/s = paced writer process "
+                 f"(target {rate:,.0f}/s, {wthreads} thr)" + (f"; {unseen} never visible" if unseen else "")),
+    })
+    total_msgs = workload.n_messages + len(acks)
+    res["disk_bytes_per_message"] = round(dir_size(dir)["allocated"] / total_msgs, 1) if total_msgs else None
+    return res
+
+
+# ---------------------------------------------------------------------------------------
 # scale curve
 
 
@@ -290,32 +542,49 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
 
         st = drive_single(workload.chunks(probe, size, size + probe), call, prepare=sess.prepare)
         s.sync()
-        t0 = perf()
-        s.rebuild()  # API
-        rebuild_s = perf() - t0
-        srec = Recorder()
+        n_sessions = len(sess.ids)
+    # The rebuild runs in its own process so its peak RSS (VmHWM) is the rebuild's, not the prefill's.
+    rb = _rebuild_in_subprocess(dir)
+    rebuild_s = rb["rebuild_s"]
+    srec = Recorder()
+    with _open_store(dir) as s:
+        s.sync()
         for term in workload.search_terms(opts.get("searches", 100)):
             t0 = perf()
             s.search(term)  # API
             srec.add(perf() - t0)
-        n_sessions = len(sess.ids)
     lat = st.rec.summary()
     sr = srec.summary()
     total = size + st.messages + n_sessions
-    res = make_result("eventlog.scale", st, dir, extra={"size": size})
+    res = make_result("eventlog.scale", st, dir, extra={"size": size, "rebuild": rb})
     res["scale"] = {
         "size": size,
         "prefill_s": round(prefill_s, 3),
         "append_p50_ms": lat.get("p50"),
         "append_p99_ms": lat.get("p99"),
         "rebuild_s": round(rebuild_s, 4),
+        "rebuild_events": rb.get("events"),
         "rebuild_events_per_s": round(total / rebuild_s, 1) if rebuild_s else None,
-        "rebuild_what": "SessionStore.rebuild() (all projections)",
+        "rebuild_peak_rss_mb": rb.get("peak_rss_mb"),
+        "rebuild_what": "SessionStore.rebuild() (all projections), in its own process",
         "search_p50_ms": sr.get("p50"),
         "search_p99_ms": sr.get("p99"),
         "disk_bytes_per_message": round(res["disk_bytes"] / (size + st.messages), 1),
     }
     return res
+
+
+def _rebuild_in_subprocess(dir: str) -> dict[str, Any]:
+    """``python -m bench.rebuild_one``: one full rebuild in a fresh process (see there)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.rebuild_one", "--dir", dir, "--profile", PROFILE],
+                          capture_output=True, text=True, env=dict(os.environ))
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            rb = json.loads(line)
+            if rb.get("ok"):
+                return rb
+            raise RuntimeError(f"rebuild subprocess failed: {rb.get('error')}")
+    raise RuntimeError(f"rebuild subprocess exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
 
 
 def _jsonable(obj: Any) -> Any:

@@ -38,6 +38,10 @@ CONTENDERS: list[Contender] = [
               "SessionStore.append_messages, <=100 per call"),
     Contender("eventlog.catchup_and_rebuild", "bench.contenders_eventlog:catchup_and_rebuild",
               "projection catch-up, full rebuild, search"),
+    Contender("eventlog.readers_under_load", "bench.contenders_eventlog:readers_under_load",
+              "open + list_sessions(50) + close while another process appends at full speed"),
+    Contender("eventlog.projection_lag", "bench.contenders_eventlog:projection_lag",
+              "ack -> visible in a follower's projection, writer process at 1,000 appends/s"),
     Contender("eventlog.log_bare", "bench.contenders_eventlog:log_bare",
               "EventLog.append, 1 event per call, 1 thread"),
     Contender("eventlog.log_bare_threads8", "bench.contenders_eventlog:log_bare_threads8",
@@ -66,6 +70,8 @@ CONTENDERS: list[Contender] = [
     Contender("baseline_sqlite.scale", "bench.baseline_sqlite:scale_point", "baseline A at size N", kind="scale"),
     Contender("baseline_es.scale", "bench.baseline_es:scale_point", "baseline B at size N", kind="scale"),
     Contender("floor.scale", "bench.floor:scale_point", "bare LMDB at size N", kind="scale"),
+    Contender("baseline_bare_rebuild.scale", "bench.baseline_bare:scale_point",
+              "same rows into eventlog's schema by executemany + one FTS5 'rebuild', at size N", kind="scale"),
 ]
 
 BY_NAME = {c.name: c for c in CONTENDERS}

@@ -1,7 +1,8 @@
 """Run ONE contender in this (fresh) process and print one JSON line on stdout.
 
     python -m bench.run_one NAME --messages N --dir DIR [--seed S] [--budget SEC]
-                                 [--threads 8] [--chunk 5000] [--probe K]
+                                 [--threads 8] [--chunk 5000] [--probe K] [--samples K]
+                                 [--writer-threads 4] [--lag-rate 1000] [--lag-seconds 10]
 
 Anything the contender prints goes to stderr; stdout carries only the result, so
 ``bench.__main__`` can read it.  Peak RSS (VmHWM) is this process's own.
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunk", type=int, default=5000)
     ap.add_argument("--probe", type=int, default=2000, help="scale contenders: timed appends after the prefill")
     ap.add_argument("--searches", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=500, help="readers_under_load: samples per phase")
+    ap.add_argument("--writer-threads", type=int, default=4, help="readers_under_load: full-speed writer threads")
+    ap.add_argument("--lag-rate", type=float, default=1000.0, help="projection_lag: appends/s")
+    ap.add_argument("--lag-seconds", type=float, default=10.0, help="projection_lag: how long the writer runs")
     args = ap.parse_args(argv)
 
     out = sys.stdout
@@ -39,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.dir, exist_ok=True)
     n = args.messages + (args.probe if c.kind == "scale" else 0)
     opts = {"budget": args.budget or None, "threads": args.threads, "chunk": args.chunk,
-            "probe": args.probe, "searches": args.searches}
+            "probe": args.probe, "searches": args.searches, "samples": args.samples,
+            "writer_threads": args.writer_threads, "lag_rate": args.lag_rate, "lag_seconds": args.lag_seconds}
     started = time.time()
     try:
         fn = c.load()

@@ -1,12 +1,15 @@
 """The search index: derived from state.db's messages, queried with state.db attached.
 
 The FTS file holds ``docs`` (message id, session id, the lower-cased search text of
-:func:`eventlog.fold.search_text`) and ``fts``, a trigram FTS5 index over it. A message
-matches a query when its search text contains every term of :func:`eventlog.fold.search_terms`
-as a case-insensitive substring — the reference fold's rule. Terms of three or more characters
-are looked up in the trigram index (exact, since both sides are lower-cased by Python and the
-index is case-sensitive); shorter terms are checked with ``instr`` on the candidates, or by a
-scan when the query has no longer term.
+:func:`eventlog.fold.search_text`) and ``fts``, a trigram FTS5 index over it with
+``detail=none`` (it records which documents hold a trigram, not where: half the indexing
+work of a positional index, which is what a rebuild spends its time on). A message matches a
+query when its search text contains every term of :func:`eventlog.fold.search_terms` as a
+case-insensitive substring — the reference fold's rule. The index gives the candidates: the
+documents holding every distinct trigram of every term of three or more characters (both
+sides are lower-cased by Python and the index is case-sensitive, so no match is missed, CJK
+included); ``instr`` on the candidates' text then checks every term exactly. A query with no
+term of three or more characters is a scan of ``docs`` with ``instr``.
 
 The index is kept in step with state.db by :func:`sync`, which reads the state rows newer than
 the FTS cursor; it is therefore a function of the same log prefix and can be rebuilt alone.
@@ -69,20 +72,40 @@ def sync(db: sqlite3.Connection, fts_seq: int, state_seq: int, *, fts_schema: st
         db.execute(f"INSERT INTO {f}.fts (rowid, text) SELECT id, text FROM {f}.docs WHERE id > ?", (fts_seq,))
 
 
+BULK_HASH_BYTES = 32 << 20  # FTS5's in-memory term hash while rebuilding (default 1 MiB)
+HASH_BYTES = 1 << 20
+
+
 def rebuild_index(db: sqlite3.Connection, fts_schema: str = "f") -> None:
     """Index every document of ``docs`` from scratch (FTS5 'rebuild'), merging the segments
-    once at the end instead of as it goes (faster), then back to incremental merging."""
+    once at the end instead of as it goes, with a larger term hash so that fewer, larger
+    segments are written (about 15% faster on 1 KB messages), then back to the defaults
+    for incremental updates."""
     f = fts_schema
     db.execute(f"INSERT INTO {f}.fts (fts, rank) VALUES ('automerge', 0)")
+    db.execute(f"INSERT INTO {f}.fts (fts, rank) VALUES ('hashsize', ?)", (BULK_HASH_BYTES,))
     db.execute(f"INSERT INTO {f}.fts (fts) VALUES ('rebuild')")
     db.execute(f"INSERT INTO {f}.fts (fts) VALUES ('optimize')")
+    db.execute(f"INSERT INTO {f}.fts (fts, rank) VALUES ('hashsize', ?)", (HASH_BYTES,))
     db.execute(f"INSERT INTO {f}.fts (fts, rank) VALUES ('automerge', 4)")
 
 
+def trigrams(terms: list[str]) -> list[str]:
+    """The distinct trigrams of the terms of three or more characters, in first-seen order."""
+    seen: dict[str, None] = {}
+    for t in terms:
+        for i in range(len(t) - TRIGRAM + 1):
+            seen.setdefault(t[i:i + TRIGRAM], None)
+    return list(seen)
+
+
 def match_expression(terms: list[str]) -> str:
-    """An FTS5 query that matches documents containing every term: each term is a quoted
-    string (quotes doubled), so no user text can be read as an operator."""
-    return " AND ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    """An FTS5 query for the candidates of ``terms`` (each of three or more characters): the
+    documents holding every distinct trigram of every term. Each trigram is a quoted string
+    (quotes doubled), a single token, so no user text can be read as an operator and no
+    phrase query (which ``detail=none`` cannot answer) is asked. Candidates still need the
+    exact ``instr`` check of every term."""
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in trigrams(terms))
 
 
 def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
@@ -125,7 +148,8 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
 
 
 def plan(query: Any) -> tuple[list[str], list[str], list[str]]:
-    """(all terms, terms for the trigram index, terms checked with instr)."""
+    """(all terms, terms whose trigrams select candidates from the index, terms of one or two
+    characters). Every term is checked with instr on the candidates."""
     terms = search_terms(query)
     longer = [t for t in terms if len(t) >= TRIGRAM]
     shorter = [t for t in terms if len(t) < TRIGRAM]

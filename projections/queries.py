@@ -408,14 +408,15 @@ class Reader:
 
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             f = self._fts
-            conds = filters + ["instr(d.text, ?) > 0" for _ in shorter]
-            where = " AND ".join(conds)
             if longer:
+                # The index gives candidates (all trigrams present); instr checks every term.
+                where = " AND ".join(["instr(d.text, ?) > 0" for _ in terms] + filters)
                 return db.execute(
                     f"SELECT {cols} FROM {f}.fts JOIN {f}.docs d ON d.id = fts.rowid "
                     f"JOIN messages m ON m.id = fts.rowid JOIN sessions s ON s.id = m.session_id "
                     f"WHERE fts MATCH ? AND {where} ORDER BY fts.rowid DESC LIMIT ?",
-                    (fts.match_expression(longer), *params, *shorter, count)).fetchall()
+                    (fts.match_expression(longer), *terms, *params, count)).fetchall()
+            where = " AND ".join(filters + ["instr(d.text, ?) > 0" for _ in shorter])
             return db.execute(
                 f"SELECT {cols} FROM {f}.docs d JOIN messages m ON m.id = d.id "
                 f"JOIN sessions s ON s.id = m.session_id WHERE {where} ORDER BY d.id DESC LIMIT ?",

@@ -4,8 +4,9 @@
 (sessions, messages), plus usage, reactions, tombstones and the cursor (meta).
 ``fts`` holds the search index: ``docs`` (message id, session, the lower-cased search text of
 :func:`eventlog.fold.search_text`) and ``fts``, an FTS5 trigram index over it (case-sensitive
-on lower-cased text, so a query term of three or more characters matches exactly the
-case-insensitive substrings the reference fold matches, CJK included).
+on lower-cased text; ``detail=none``: which documents hold a trigram, not where, so a query
+takes the documents holding all trigrams of its terms as candidates and checks each term
+with ``instr``, see :mod:`projections.fts`).
 
 Bump ``STATE_SCHEMA``/``FTS_SCHEMA`` on any change to the tables or to what is derived: files
 of an older version are rebuilt into a new generation, see :mod:`projections.files`.
@@ -13,7 +14,7 @@ of an older version are rebuilt into a new generation, see :mod:`projections.fil
 from __future__ import annotations
 
 STATE_SCHEMA = 1
-FTS_SCHEMA = 1
+FTS_SCHEMA = 2  # 2: detail=none (1: positional trigram index)
 STATE_APP_ID = 0x45564C53  # "EVLS"
 FTS_APP_ID = 0x45564C46  # "EVLF"
 REPLAY_APP_ID = 0x45564C52  # "EVLR": a standalone state + FTS file written for an audit
@@ -83,7 +84,8 @@ FTS_TABLES = [
     "CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, text TEXT NOT NULL)",
     "CREATE INDEX docs_session ON docs (session_id)",
     """CREATE VIRTUAL TABLE fts USING fts5(
-        text, content='docs', content_rowid='id', tokenize='trigram case_sensitive 1')""",
+        text, content='docs', content_rowid='id', tokenize='trigram case_sensitive 1',
+        detail=none)""",
 ]
 FTS_DDL = [META_DDL, *FTS_TABLES]
 FTS_SHADOW = ("fts_data", "fts_idx", "fts_docsize", "fts_config")
