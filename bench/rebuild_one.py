@@ -15,7 +15,30 @@ import sys
 import time
 import traceback
 
-from bench.common import peak_rss_mb, rss_mb
+import threading
+
+from bench.common import _status_kb, peak_rss_mb, rss_mb
+
+
+class _AnonPeak:
+    """Samples RssAnon every 20 ms: VmHWM also counts the log's pages mapped by LMDB, which
+    are file-backed page cache the kernel can drop, so the anonymous peak is reported beside it."""
+
+    def __init__(self) -> None:
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, _status_kb("RssAnon") or 0)
+            self._stop.wait(0.02)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak_kb / 1024, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench.contenders_eventlog import _jsonable
         from eventlog import SessionStore
 
+        anon = _AnonPeak()
         rss0 = rss_mb()
         t0 = time.perf_counter()
         with SessionStore.open(home=args.dir, profile=args.profile) as s:
@@ -42,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         res = {"ok": True, "open_s": round(open_s, 4), "rebuild_s": round(rebuild_s, 4), "events": events,
                "events_per_s": round(events / rebuild_s, 1) if events and rebuild_s else None,
                "rss_start_mb": rss0, "rss_before_mb": rss1, "peak_rss_mb": peak_rss_mb(),
+               "peak_anon_mb": anon.stop(),
                "stats": _jsonable(stats)}
     except Exception as e:  # noqa: BLE001
         res = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=8),
