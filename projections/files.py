@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from eventlog.profiles import make_dir  # noqa: F401  (the one place private directories are made)
+
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 KINDS = ("state", "fts")
@@ -121,22 +123,6 @@ def next_generation(directory: Path, kind: str, schema: int) -> Generation:
         os.close(fd)
     os.replace(tmp, counter)
     return Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
-
-
-def make_dir(path: Path) -> None:
-    """Create ``path`` (and parents) 0700; existing directories are left as they are."""
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        if p.parent == p:
-            break
-        p = p.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, DIR_MODE)
-        except FileExistsError:
-            pass
 
 
 def remove_file(path: Path) -> None:
