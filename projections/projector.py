@@ -150,16 +150,7 @@ class Projector:
         if self._writer is not None and self._writer_gen == g:
             return self._writer
         self._close_writer()
-        if g.schema != STATE_SCHEMA:
-            raise _Broken("old_schema", g.name)
-        try:
-            st = os.stat(g.path)
-        except FileNotFoundError:
-            raise _Broken("missing", g.name) from None
-        if st.st_size == 0:
-            raise _Broken("missing", f"{g.name} is empty")
-        if st.st_mode & 0o600 != 0o600 or not os.access(g.path, os.R_OK | os.W_OK):
-            raise _Broken("unreadable", g.name)
+        _check_writable(g, STATE_SCHEMA)
         try:
             conn = sql.connect_rw(g.path)
         except sqlite3.Error as e:
@@ -258,16 +249,7 @@ class Projector:
         if self._fts_gen is not None:
             conn.execute("DETACH DATABASE f")
             self._fts_gen = None
-        if g.schema != FTS_SCHEMA:
-            raise _Broken("old_schema", g.name)
-        try:
-            st = os.stat(g.path)
-        except FileNotFoundError:
-            raise _Broken("missing", g.name) from None
-        if st.st_size == 0:
-            raise _Broken("missing", f"{g.name} is empty")
-        if st.st_mode & 0o600 != 0o600 or not os.access(g.path, os.R_OK | os.W_OK):
-            raise _Broken("unreadable", g.name)
+        _check_writable(g, FTS_SCHEMA)
         sql.attach_rw(conn, g.path, "f")
         self._fts_gen = g
         if conn.execute("PRAGMA f.application_id").fetchone()[0] != FTS_APP_ID:
@@ -813,6 +795,20 @@ def _report(kind: str, health: dict[str, Any]) -> None:
         log.info("building %s (%s)", name, health["detail"])
     else:
         log.warning("rebuilding %s: %s", name, health["detail"])
+
+
+def _check_writable(g: Generation, schema: int) -> None:
+    """Raise :class:`_Broken` unless generation ``g`` is this schema's, non-empty and writable."""
+    if g.schema != schema:
+        raise _Broken("old_schema", g.name)
+    try:
+        st = os.stat(g.path)
+    except FileNotFoundError:
+        raise _Broken("missing", g.name) from None
+    if st.st_size == 0:
+        raise _Broken("missing", f"{g.name} is empty")
+    if st.st_mode & 0o600 != 0o600 or not os.access(g.path, os.R_OK | os.W_OK):
+        raise _Broken("unreadable", g.name)
 
 
 def _bulk_pragmas(conn: sqlite3.Connection) -> None:
