@@ -25,8 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    RATIO_HEADERS, RESULT_HEADERS, compare, environment, fs_type, plot_scale, ratio_rows,
-    render_markdown, render_table, result_rows, write_json,
+    RATIO_HEADERS,
+    RESULT_HEADERS,
+    compare,
+    environment,
+    fs_type,
+    plot_scale,
+    ratio_rows,
+    render_markdown,
+    render_table,
+    result_rows,
+    write_json,
 )
 from bench.registry import Contender, select
 from bench.workload import DEFAULT_SEED, Workload

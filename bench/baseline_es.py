@@ -29,7 +29,7 @@ from uuid import NAMESPACE_URL, UUID, uuid5
 from eventsourcing.application import Application
 from eventsourcing.domain import Aggregate, event
 
-from bench.common import drive_single, drive_threads, make_result, perf
+from bench.common import drive_single, drive_threads, make_result, perf, scale_record
 
 LOCK_TIMEOUT_S = 30
 
@@ -207,16 +207,7 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     lat = st.rec.summary()
     res = make_result("baseline_es.scale", st, dir, extra={"size": size})
     total = size + st.messages
-    res["scale"] = {
-        "size": size,
-        "prefill_s": round(prefill_s, 3),
-        "append_p50_ms": lat.get("p50"),
-        "append_p99_ms": lat.get("p99"),
-        "rebuild_s": round(rebuild_s, 4),
-        "rebuild_events_per_s": round(replayed / rebuild_s, 1) if rebuild_s else None,
-        "rebuild_what": "read + decode every stored event in notification order",
-        "search_p50_ms": None,
-        "search_p99_ms": None,
-        "disk_bytes_per_message": round(res["disk_bytes"] / total, 1),
-    }
+    res["scale"] = scale_record(size, prefill_s, lat, rebuild_s, replayed,
+                                "read + decode every stored event in notification order", None,
+                                res["disk_bytes"], total)
     return res

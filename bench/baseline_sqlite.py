@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Recorder, drive_single, drive_threads, make_result, perf
+from bench.common import Recorder, drive_single, drive_threads, make_result, perf, scale_record
 
 RETRY_MIN_S = 0.020
 RETRY_MAX_S = 0.150
@@ -263,17 +263,7 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     s = srec.summary()
     total = size + st.messages
     res = make_result("baseline_sqlite.scale", st, dir, extra={"size": size})
-    res["scale"] = {
-        "size": size,
-        "prefill_s": round(prefill_s, 3),
-        "append_p50_ms": lat.get("p50"),
-        "append_p99_ms": lat.get("p99"),
-        "rebuild_s": round(rebuild_s, 4),
-        "rebuild_events_per_s": round(total / rebuild_s, 1) if rebuild_s else None,
-        "rebuild_what": "FTS5 'rebuild' of messages_fts",
-        "search_p50_ms": s.get("p50"),
-        "search_p99_ms": s.get("p99"),
-        "disk_bytes_per_message": round(res["disk_bytes"] / total, 1),
-    }
+    res["scale"] = scale_record(size, prefill_s, lat, rebuild_s, total, "FTS5 'rebuild' of messages_fts", s,
+                                res["disk_bytes"], total)
     return res
 

@@ -602,3 +602,23 @@ def plot_scale(scale: dict[str, list[dict[str, Any]]], path: str | os.PathLike[s
     fig.savefig(p, dpi=110)
     plt.close(fig)
     return str(p)
+
+
+def scale_record(size: int, prefill_s: float, append: dict[str, Any], rebuild_s: float, rebuilt: int, what: str,
+                 search: dict[str, Any] | None, disk_bytes: float, messages: int, **extra: Any) -> dict[str, Any]:
+    """The ``res["scale"]`` entry every contender's scale point reports (one shape for the table
+    and the plot): append latency at ``size`` events, the rebuild of ``rebuilt`` events, search."""
+    rec: dict[str, Any] = {
+        "size": size,
+        "prefill_s": round(prefill_s, 3),
+        "append_p50_ms": append.get("p50"),
+        "append_p99_ms": append.get("p99"),
+        "rebuild_s": round(rebuild_s, 4),
+        "rebuild_events_per_s": round(rebuilt / rebuild_s, 1) if rebuild_s else None,
+        "rebuild_what": what,
+        "search_p50_ms": search.get("p50") if search else None,
+        "search_p99_ms": search.get("p99") if search else None,
+        "disk_bytes_per_message": round(disk_bytes / messages, 1),
+    }
+    rec.update(extra)
+    return rec

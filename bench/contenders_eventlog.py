@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from bench.common import Recorder, RunStats, dir_size, drive_single, drive_threads, make_result, perf
+from bench.common import Recorder, RunStats, dir_size, drive_single, drive_threads, make_result, perf, scale_record
 
 PROFILE = "bench"
 FIELDS = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "reasoning", "token_count")
@@ -557,20 +557,10 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     sr = srec.summary()
     total = size + st.messages + n_sessions
     res = make_result("eventlog.scale", st, dir, extra={"size": size, "rebuild": rb})
-    res["scale"] = {
-        "size": size,
-        "prefill_s": round(prefill_s, 3),
-        "append_p50_ms": lat.get("p50"),
-        "append_p99_ms": lat.get("p99"),
-        "rebuild_s": round(rebuild_s, 4),
-        "rebuild_events": rb.get("events"),
-        "rebuild_events_per_s": round(total / rebuild_s, 1) if rebuild_s else None,
-        "rebuild_peak_rss_mb": rb.get("peak_rss_mb"),
-        "rebuild_what": "SessionStore.rebuild() (all projections), in its own process",
-        "search_p50_ms": sr.get("p50"),
-        "search_p99_ms": sr.get("p99"),
-        "disk_bytes_per_message": round(res["disk_bytes"] / (size + st.messages), 1),
-    }
+    res["scale"] = scale_record(size, prefill_s, lat, rebuild_s, total,
+                                "SessionStore.rebuild() (all projections), in its own process", sr,
+                                res["disk_bytes"], size + st.messages,
+                                rebuild_events=rb.get("events"), rebuild_peak_rss_mb=rb.get("peak_rss_mb"))
     return res
 
 

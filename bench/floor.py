@@ -23,7 +23,7 @@ from typing import Any, Iterator
 import lmdb
 import orjson
 
-from bench.common import drive_single, drive_threads, make_result, perf
+from bench.common import drive_single, drive_threads, make_result, perf, scale_record
 
 MAP_SIZE = 32 << 30  # address space only; the file is sparse
 _KEY = struct.Struct(">Q")
@@ -176,17 +176,7 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     lat = st.rec.summary()
     res = make_result("floor.scale", st, dir, extra={"size": size})
     total = size + st.messages
-    res["scale"] = {
-        "size": size,
-        "prefill_s": round(prefill_s, 3),
-        "append_p50_ms": lat.get("p50"),
-        "append_p99_ms": lat.get("p99"),
-        "rebuild_s": round(rebuild_s, 4),
-        "rebuild_events_per_s": round(n / rebuild_s, 1) if rebuild_s else None,
-        "rebuild_what": f"scan + orjson.loads of all {n:,} values",
-        "search_p50_ms": None,
-        "search_p99_ms": None,
-        "disk_bytes_per_message": round(res["disk_bytes"] / total, 1),
-    }
+    res["scale"] = scale_record(size, prefill_s, lat, rebuild_s, n, f"scan + orjson.loads of all {n:,} values", None,
+                                res["disk_bytes"], total)
     return res
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 import traceback
-
-import threading
 
 from bench.common import _status_kb, peak_rss_mb, rss_mb
 
