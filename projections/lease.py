@@ -113,3 +113,63 @@ class Lease:
                 self._fd = None
                 self._depth = 0
                 self._owner = None
+
+
+FOLLOWER_NAME = "follower.lock"
+
+
+class Presence:
+    """Tells other processes that this one runs a projection follower.
+
+    Each follower holds a *shared* ``flock`` on ``<profile dir>/follower.lock`` for as long as
+    it follows; :func:`followed` tests for any such holder without waiting. One-shot readers use
+    it to leave catching up to the follower (their reads then lag by at most the follower's
+    bound) instead of applying the log themselves. The lock dies with its process, so a killed
+    follower stops counting at once; a deleted file only makes readers catch up themselves.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / FOLLOWER_NAME
+        self._fd: int | None = None
+        self._mutex = threading.Lock()
+
+    def announce(self) -> None:
+        with self._mutex:
+            if self._fd is not None:
+                return
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            except OSError:
+                return  # unannounced: readers catch up themselves, which is only slower
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except OSError:
+                os.close(fd)
+                return
+            self._fd = fd
+
+    def withdraw(self) -> None:
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)  # releases the flock
+                self._fd = None
+
+    @property
+    def announced(self) -> bool:
+        return self._fd is not None
+
+
+def followed(directory: Path) -> bool:
+    """True when some live process (this one included) runs a follower for the profile in
+    ``directory``. Never waits and never creates a file."""
+    try:
+        fd = os.open(directory / FOLLOWER_NAME, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # a follower holds it shared
+    finally:
+        os.close(fd)  # also drops the probe's own lock, if it got one
+    return False

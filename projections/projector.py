@@ -37,7 +37,7 @@ from projections import files, fts
 from projections.apply import Applier
 from projections.files import Generation
 from projections.health import HEALTHY, LogView, fts_command_check, inspect, judge_meta, read_meta
-from projections.lease import Lease
+from projections.lease import Lease, Presence, followed
 from projections.schema import (
     FTS_APP_ID,
     FTS_DDL,
@@ -87,6 +87,7 @@ class Projector:
         self.batch_size = max(1, int(batch_size))
         self.lease_timeout = lease_timeout
         self.lease = Lease(self.dir)
+        self._presence = Presence(self.dir)
         self._writer: sqlite3.Connection | None = None
         self._writer_gen: Generation | None = None
         self._fts_gen: Generation | None = None
@@ -602,14 +603,21 @@ class Projector:
         return int(min(state_seq, fts_seq))
 
     def refresh(self) -> bool:
-        """Catch up now if the log is ahead and the lease is free; never waits. Returns True
-        when this call applied the log (or there was nothing to apply)."""
+        """Catch up now if the log is ahead, no follower keeps the projections current (see
+        :class:`projections.lease.Presence`) and the lease is free; never waits. Returns True
+        when this call applied the log (or there was nothing to apply).
+
+        With a follower alive in some process, what this reads lags the log by at most that
+        follower's bound (``FOLLOW_POLL`` plus the time to apply one poll's events), and a
+        one-shot reader costs the same whether 0 or 1,000 events came in since the last one."""
         head = self.log.head()[0]
         if self._known_seq >= head:
             return True
         self._known_seq = max(self._known_seq, self.cursor())  # another process may have applied it
         if self._known_seq >= head:
             return True
+        if followed(self.dir):
+            return False
         if not self._try_locked():
             return False
         try:
@@ -653,6 +661,7 @@ class Projector:
         if self._follower is not None and self._follower.is_alive():
             return
         self._stop.clear()
+        self._presence.announce()
         self._follower = threading.Thread(target=self._follow, args=(poll,), name="eventlog-projector", daemon=True)
         self._follower.start()
 
@@ -661,6 +670,7 @@ class Projector:
         if self._follower is not None:
             self._follower.join()
             self._follower = None
+        self._presence.withdraw()
 
     def _follow(self, poll: float) -> None:
         failures = 0
@@ -674,9 +684,12 @@ class Projector:
                             self._unlock()
                     else:
                         self._known_seq = max(self._known_seq, self.cursor())
+                if failures:
+                    self._presence.announce()
                 failures = 0
             except Exception:  # keep following; the next reader or ensure() reports the fault
                 failures += 1
+                self._presence.withdraw()  # a failing follower must not keep readers from catching up
                 log.exception("projection follower failed (attempt %d)", failures)
             self._stop.wait(poll if failures == 0 else min(5.0, poll * 2 ** failures))
 

@@ -246,3 +246,71 @@ def test_other_processes_appends_become_visible_with_a_follower(tmp_path: Path) 
     log.close()
     lags.sort()
     assert lags[len(lags) // 2] < 1.0, lags  # bound ~ poll (20 ms) + apply; generous for loaded CI machines
+
+
+FOLLOWER = """
+import sys
+from eventlog.log import EventLog
+from projections import Projector
+log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
+p = Projector(sys.argv[2], log, "p")
+p.catch_up()
+p.start_follower(poll=float(sys.argv[3]))
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_one_shot_readers_leave_catching_up_to_a_live_follower(tmp_path: Path) -> None:
+    """With a follower alive in another process a one-shot reader reads the projections as they
+    stand (no lease, no apply: its cost does not grow with the backlog); once that follower is
+    SIGKILLed the reader catches up itself."""
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", "s0", {})])
+    directory = tmp_path / "p"
+    follower = spawn(FOLLOWER, tmp_path / "log", directory, 60.0, stdin=True)  # applies once, then sleeps
+    try:
+        assert follower.stdout is not None and follower.stdout.readline().strip() == "ready"
+        one_shot = Projector(directory, log, "p")
+        assert one_shot.cursor() == 1
+        log.append([make_event("message.appended", "s0", {"role": "user", "content": f"m{i}"}) for i in range(5)])
+        assert one_shot.refresh() is False  # a follower owns catching up
+        assert one_shot.cursor() == 1 and not one_shot.lease.held
+        assert one_shot.lease.acquire(0)  # and the reader never took the lease meanwhile
+        one_shot.lease.release()
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.wait(timeout=10)
+    assert one_shot.refresh() is True  # no follower left: the reader applies the log itself
+    assert one_shot.cursor() == log.head()[0] == 6
+    assert [m["content"] for m in one_shot.reader().get_messages("s0")] == [f"m{i}" for i in range(5)]
+    one_shot.close()
+    log.close()
+
+
+def test_a_failing_or_stopped_follower_stops_counting(tmp_path: Path) -> None:
+    from projections.lease import followed
+
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", "s0", {})])
+    p = Projector(tmp_path / "p", log, "p")
+    assert not followed(p.dir)
+    p.start_follower(poll=0.01)
+    assert followed(p.dir)
+    p.stop_follower()
+    assert not followed(p.dir)
+    calls = {"n": 0}
+
+    def broken(*a: Any, **k: Any) -> int:
+        calls["n"] += 1
+        raise RuntimeError("disk on fire")
+
+    p._catch_up_locked = broken  # type: ignore[method-assign]
+    p.start_follower(poll=0.01)
+    log.append([make_event("session.titled", "s0", {"title": "x"})])
+    deadline = time.monotonic() + 5
+    while calls["n"] == 0 or followed(p.dir):
+        assert time.monotonic() < deadline, "a failing follower still claims to follow"
+        time.sleep(0.01)
+    p.close()
+    log.close()
