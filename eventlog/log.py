@@ -28,7 +28,7 @@ from typing import Any, Iterable, Iterator
 
 import lmdb
 
-from eventlog import codec
+from eventlog import codec, residency
 from eventlog.errors import (
     ClosedError,
     ConcurrencyError,
@@ -46,6 +46,11 @@ FORMAT_VERSION = b"1"
 DEFAULT_MAP_SIZE = 32 * 1024**3
 """Address space reserved up front (the file is sparse); doubled on MapFullError."""
 READ_CHUNK = 1024
+READ_CHUNK_BYTES = 4 << 20
+"""A scan's read transaction also ends once its chunk holds this many bytes (at least one event)."""
+RELEASE_EVERY_BYTES = 32 << 20
+"""A scan hands the log pages it read back to the page cache after this many bytes (see
+:mod:`eventlog.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
 """Events per read transaction in long scans: a long-lived reader pins freed pages."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
@@ -662,12 +667,14 @@ class EventLog:
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         """Envelopes with ``from_seq <= seq <= to_seq`` in order (``raw=True``: ``(seq, bytes)``).
 
-        Streams in bounded read transactions of :data:`READ_CHUNK` events, so a long scan
+        Streams in bounded read transactions (:data:`READ_CHUNK` events or :data:`READ_CHUNK_BYTES`), so a long scan
         never pins the pages that writers free meanwhile.
         """
         nxt = max(1, from_seq)
+        since_release = 0
         while True:
             chunk: list[tuple[int, bytes]] = []
+            chunk_bytes = 0
             with self._read() as txn:
                 cur = txn.cursor(db=self._events)
                 if cur.set_range(seq_key(nxt)):
@@ -676,13 +683,25 @@ class EventLog:
                         if to_seq is not None and s > to_seq:
                             break
                         chunk.append((s, bytes(v)))
-                        if len(chunk) >= READ_CHUNK:
+                        since_release += len(v)
+                        chunk_bytes += len(v)
+                        if len(chunk) >= READ_CHUNK or chunk_bytes >= READ_CHUNK_BYTES:
                             break
+            if since_release >= RELEASE_EVERY_BYTES:
+                self.release_pages()
+                since_release = 0
             for s, v in chunk:
                 yield (s, v) if raw else codec.decode(v)
-            if len(chunk) < READ_CHUNK:
+            if len(chunk) < READ_CHUNK and chunk_bytes < READ_CHUNK_BYTES:
                 return
             nxt = chunk[-1][0] + 1
+
+    def release_pages(self) -> int:
+        """Drop this process's mapping of the log pages it has touched (they stay in the page
+        cache). Long scans call it every :data:`RELEASE_EVERY_BYTES`; returns bytes advised."""
+        if self._closed or self._forked:
+            return 0
+        return residency.release(str(self.path / "data.mdb"))
 
     def _get_raw(self, txn: lmdb.Transaction, key: bytes) -> bytes | None:
         raw = txn.get(key, db=self._events)
