@@ -48,7 +48,7 @@ DEFAULT_MAP_SIZE = 32 * 1024**3
 READ_CHUNK = 1024
 READ_CHUNK_BYTES = 4 << 20
 """A scan's read transaction also ends once its chunk holds this many bytes (at least one event)."""
-RELEASE_EVERY_BYTES = 32 << 20
+RELEASE_EVERY_BYTES = 8 << 20
 """A scan hands the log pages it read back to the page cache after this many bytes (see
 :mod:`eventlog.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
 """Events per read transaction in long scans: a long-lived reader pins freed pages."""

@@ -732,7 +732,7 @@ class _IndexBuilder:
         import queue
 
         self.path = path
-        self._queue: Any = queue.Queue(maxsize=4)
+        self._queue: Any = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         files.create_empty(path)
         self._db = sql.connect_rw(path)
@@ -828,7 +828,7 @@ def _bulk_pragmas(conn: sqlite3.Connection) -> None:
     # The file is not referenced by any pointer until it is complete and synced: no journal.
     conn.execute("PRAGMA journal_mode = OFF")
     conn.execute("PRAGMA synchronous = OFF")
-    conn.execute("PRAGMA cache_size = -16384")  # 16 MiB: bounds the anonymous peak of a 1M rebuild
+    conn.execute("PRAGMA cache_size = -8192")  # 8 MiB: bounds the anonymous peak of a 1M rebuild
     conn.execute("PRAGMA temp_store = MEMORY")
 
 
