@@ -69,6 +69,9 @@ CONTEXT: list[tuple[str, str]] = [
     ("baseline_es.threads8", "floor.lmdb_threads8"),
     ("baseline_es.batch100", "floor.lmdb_batch100"),
     ("floor.file_fsync", "floor.lmdb_single"),
+    ("floor.lmdb_group8", "eventlog.log_bare"),
+    ("floor.lmdb_group8", "floor.lmdb_single"),
+    ("floor.lmdb4_group8", "eventlog.log_bare"),
 ]
 
 
@@ -199,6 +202,14 @@ def evaluate_targets(results: dict[str, dict[str, Any]], scale: dict[str, list[d
         s1, s8 = rate(single), rate(threads)
         t.append(_target(2, f"8-thread group commit >= 10x single-thread synced rate ({what})", div(s8, s1), 10, True,
                          f"{threads} {s8} msgs/s vs {single} {s1} msgs/s"))
+    g8, s1 = rate("floor.lmdb_group8"), rate("eventlog.log_bare")
+    t.append(_target(2, "context, not a target: ceiling of any 8-caller group commit (bare LMDB, 8 events "
+                        "per synced commit, one thread) / EventLog single rate; the 10x above needs this >= 10",
+                     div(g8, s1), 10, True, f"floor.lmdb_group8 {g8} msgs/s vs eventlog.log_bare {s1} msgs/s"))
+    g48 = rate("floor.lmdb4_group8")
+    t.append(_target(2, "context, not a target: the same ceiling on eventlog's four B-trees "
+                        "(floor.lmdb4_group8) / EventLog single rate",
+                     div(g48, s1), 10, True, f"floor.lmdb4_group8 {g48} msgs/s vs eventlog.log_bare {s1} msgs/s"))
     l50, f50 = lat("eventlog.log_bare", "p50"), lat("floor.lmdb_single", "p50")
     t.append(_target(2, "single synced append p50 <= 1.5x bare LMDB put", div(l50, f50), 1.5, False,
                      f"eventlog.log_bare p50 {l50} ms vs floor.lmdb_single p50 {f50} ms"))

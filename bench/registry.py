@@ -64,6 +64,10 @@ CONTENDERS: list[Contender] = [
     Contender("floor.lmdb_single", "bench.floor:lmdb_single", "bare synced LMDB put+commit per event"),
     Contender("floor.lmdb_threads8", "bench.floor:lmdb_threads8", "bare synced LMDB puts, 8 threads"),
     Contender("floor.lmdb_batch100", "bench.floor:lmdb_batch100", "bare synced LMDB, <=100 puts per commit"),
+    Contender("floor.lmdb_group8", "bench.floor:lmdb_group8",
+              "bare synced LMDB, 8 puts per commit from one thread (ceiling of 8-caller group commit)"),
+    Contender("floor.lmdb4_group8", "bench.floor:lmdb4_group8",
+              "as lmdb_group8 on eventlog's four B-trees (events, ids, streams, meta)"),
     Contender("floor.file_fsync", "bench.floor:file_fsync", "plain file append + fsync per event"),
     # Scale curve points
     Contender("eventlog.scale", "bench.contenders_eventlog:scale_point", "eventlog at size N", kind="scale"),

@@ -114,8 +114,7 @@ class _Request:
         self.expected = expected
         self.size = sum(len(it.data_bytes) for it in items)
         self.owner = threading.get_ident()
-        self.wake = threading.Lock()
-        self.wake.acquire()
+        self.wake: threading.Lock | None = None  # made (held) only when the caller has to wait
         self.done = False
         self.seqs: list[int] = []
         self.error: BaseException | None = None
@@ -192,7 +191,8 @@ class EventLog:
         self._ids = env.open_db(b"ids")
         self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True)
         self._meta = env.open_db(b"meta")
-        st = os.stat(self.path / "lock.mdb")
+        self._lock_path = str(self.path / "lock.mdb")
+        st = os.stat(self._lock_path)
         self._lock_id = (st.st_dev, st.st_ino)
 
     def _sweep(self) -> None:
@@ -418,8 +418,11 @@ class EventLog:
             lead = not self._leader
             if lead:
                 self._leader = True
+            else:
+                req.wake = wake = threading.Lock()
+                wake.acquire()
         if not lead:
-            req.wake.acquire()  # released when our group is durable, or when we are made leader
+            wake.acquire()  # released when our group is durable, or when we are made leader
             lead = not req.done
         if lead:
             self._lead()
@@ -450,11 +453,13 @@ class EventLog:
             me = threading.get_ident()
             for r in group:
                 r.done = True
-                if r.owner != me:
+                if r.owner != me and r.wake is not None:
                     r.wake.release()
             with self._mu:
                 if self._queue:
-                    self._queue[0].wake.release()  # the head of the queue leads next
+                    head = self._queue[0].wake
+                    assert head is not None  # queued behind a leader, so it waits on its lock
+                    head.release()  # the head of the queue leads next
                 else:
                     self._leader = False
             with self._appended:
@@ -506,7 +511,8 @@ class EventLog:
             self._env.set_mapsize(size * 2)
 
     def _write_group(self, group: list[_Request]) -> None:
-        self._ensure_lock()
+        # The lock file's identity is checked once, inside the write transaction: a replaced
+        # table raises _LockReplaced and _commit_group rejoins the current one and retries.
         env = self._env
         txn = env.begin(write=True)
         try:
@@ -546,7 +552,7 @@ class EventLog:
     def _lock_replaced(self) -> bool:
         # Only os.stat: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
         try:
-            st = os.stat(self.path / "lock.mdb")
+            st = os.stat(self._lock_path)
         except FileNotFoundError:
             return True
         return (st.st_dev, st.st_ino) != self._lock_id
