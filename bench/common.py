@@ -146,7 +146,9 @@ def partition(chunk: Sequence[Any], n: int) -> list[list[Any]]:
     by_session: dict[str, list[Any]] = {}
     for item in chunk:
         by_session.setdefault(session_of(item), []).append(item)
-    weight = (lambda items: sum(len(i[1]) if isinstance(i, tuple) else 1 for i in items))
+    def weight(items: list[Any]) -> int:
+        return sum(len(i[1]) if isinstance(i, tuple) else 1 for i in items)
+
     order = sorted(by_session.items(), key=lambda kv: (-weight(kv[1]), zlib.crc32(kv[0].encode())))
     owner: dict[str, int] = {}
     loads = [0] * n

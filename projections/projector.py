@@ -56,6 +56,10 @@ DEFAULT_BATCH = 1000
 BULK_FLUSH = 5000
 DEFAULT_LEASE_TIMEOUT = 120.0
 FOLLOW_POLL = 0.02
+FOLLOWER_OVERDUE_S = 0.25
+"""A one-shot reader leaves catching up to a live follower unless the oldest event not yet
+applied was appended longer ago than this (a stopped or starved follower): then it applies the
+log itself, so its reads are never staler than this plus its own catch-up."""
 REPAIR_LEASE_WAIT = 2.0  # a background FTS repair gives up if the lease stays busy; the next search retries
 Progress = Callable[[int, int], None]
 
@@ -609,14 +613,16 @@ class Projector:
 
         With a follower alive in some process, what this reads lags the log by at most that
         follower's bound (``FOLLOW_POLL`` plus the time to apply one poll's events), and a
-        one-shot reader costs the same whether 0 or 1,000 events came in since the last one."""
+        one-shot reader costs the same whether 0 or 1,000 events came in since the last one.
+        A follower that falls behind by more than ``FOLLOWER_OVERDUE_S`` (stopped, starved)
+        no longer counts: the reader applies the log itself."""
         head = self.log.head()[0]
         if self._known_seq >= head:
             return True
         self._known_seq = max(self._known_seq, self.cursor())  # another process may have applied it
         if self._known_seq >= head:
             return True
-        if followed(self.dir):
+        if followed(self.dir) and not self._overdue():
             return False
         if not self._try_locked():
             return False
@@ -625,6 +631,12 @@ class Projector:
         finally:
             self._unlock()
         return True
+
+    def _overdue(self) -> bool:
+        """True when the oldest event the projections lack is older than FOLLOWER_OVERDUE_S."""
+        env = self.log.get(self._known_seq + 1)
+        ts = env.get("ts") if env else None
+        return isinstance(ts, int) and time.time_ns() - ts > FOLLOWER_OVERDUE_S * 1e9
 
     def wait_for(self, seq: int, timeout: float = 10.0) -> bool:
         """Block until the projections include event ``seq`` (read-your-writes). Applies the

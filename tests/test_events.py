@@ -179,7 +179,7 @@ def test_lone_surrogates_are_replaced_everywhere_and_pairs_combined() -> None:
 
 
 def test_keys_that_collide_once_surrogates_are_replaced_are_refused() -> None:
-    assert refused("message.appended", {"role": "user", "content": {"a\ud800": 1, "a\udc00": 2}}) == "data.content"
+    assert refused("message.appended", {"role": "user", "content": {"a\ud800": 1, "a\udc00": 2}}) == "data.content"  # noqa: F601 (distinct keys; ruff folds lone surrogates)
 
 
 def test_short_text_limit_is_1024_characters_paths_4096() -> None:

@@ -219,7 +219,8 @@ def test_legacy_schema(home: Path, tmp_path: Path, read_model: str) -> None:
         assert has_warning(report, "session 'nobody'", f"rows {rows['e']}", "orphans")
         store.sync()
         old1, old2 = store.get_session("old-1"), store.get_session("old-2")
-        assert (old1["title"], old1["model"], old1["end_reason"], old1["ended_at"]) == ("Legacy chat", "gpt-4", "unknown", fx.T0 + 60)
+        assert (old1["title"], old1["model"], old1["end_reason"], old1["ended_at"]) == (
+            "Legacy chat", "gpt-4", "unknown", fx.T0 + 60)
         assert (old1["input_tokens"], old1["output_tokens"]) == (10, 20)
         assert (old2["source"], old2["parent_session_id"], old2["end_reason"]) == (None, "gone", "user_exit")
         calls = store.get_messages("old-1")[1]["tool_calls"]

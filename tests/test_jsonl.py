@@ -106,7 +106,8 @@ def test_garbage_lines_are_refused(tmp_path: Path) -> None:
 
 
 @settings(max_examples=40)
-@given(st.lists(st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.text(max_size=20), st.integers(-(2**63), 2**63 - 1)), min_size=1, max_size=15))
+@given(st.lists(st.tuples(st.sampled_from(["s1", "s2", "s3"]), st.text(max_size=20), st.integers(-(2**63), 2**63 - 1)),
+                min_size=1, max_size=15))
 def test_export_import_round_trip_property(tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[str, str, int]]) -> None:
     d = tmp_path_factory.mktemp("rt")
     with EventLog.open(d / "a", durability="nosync") as a:

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from eventlog.log import EventLog
 
 WRITER = Path(__file__).with_name("proc_log_writer.py")

@@ -19,6 +19,7 @@ from eventlog.events import make_event
 from eventlog.fold import Fold
 from eventlog.log import EventLog
 from projections import Projector, files
+from projections import projector as projector_module
 from projections.testing import answers, diff
 
 SIDS = [f"s{i}" for i in range(6)] + ["zz"]
@@ -261,10 +262,11 @@ sys.stdin.read()
 """
 
 
-def test_one_shot_readers_leave_catching_up_to_a_live_follower(tmp_path: Path) -> None:
+def test_one_shot_readers_leave_catching_up_to_a_live_follower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With a follower alive in another process a one-shot reader reads the projections as they
     stand (no lease, no apply: its cost does not grow with the backlog); once that follower is
     SIGKILLed the reader catches up itself."""
+    monkeypatch.setattr(projector_module, "FOLLOWER_OVERDUE_S", 60.0)  # a loaded machine is no stalled follower
     log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
     log.append([make_event("session.created", "s0", {})])
     directory = tmp_path / "p"
@@ -313,4 +315,36 @@ def test_a_failing_or_stopped_follower_stops_counting(tmp_path: Path) -> None:
         assert time.monotonic() < deadline, "a failing follower still claims to follow"
         time.sleep(0.01)
     p.close()
+    log.close()
+
+
+def test_a_stopped_follower_does_not_hold_readers_back(tmp_path: Path) -> None:
+    """A follower process that is alive but SIGSTOPped still holds its presence lock; once the
+    oldest unapplied event is older than FOLLOWER_OVERDUE_S a one-shot reader applies the log
+    itself, so its staleness stays bounded."""
+    from projections.lease import followed
+
+    log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
+    log.append([make_event("session.created", "s0", {})])
+    directory = tmp_path / "p"
+    follower = spawn(FOLLOWER, tmp_path / "log", directory, 0.01, stdin=True)
+    try:
+        assert follower.stdout is not None and follower.stdout.readline().strip() == "ready"
+        follower.send_signal(signal.SIGSTOP)
+        one_shot = Projector(directory, log, "p")
+        log.append([make_event("message.appended", "s0", {"role": "user", "content": "late"})])
+        appended = time.monotonic()
+        assert followed(directory)  # a stopped process keeps its lock
+        while one_shot.refresh() is False:
+            assert time.monotonic() - appended < 5, "a stopped follower kept the reader stale"
+            time.sleep(0.02)
+        waited = time.monotonic() - appended
+        assert waited >= projector_module.FOLLOWER_OVERDUE_S * 0.9  # it did wait for the follower first
+        assert one_shot.cursor() == 2
+        assert [m["content"] for m in one_shot.reader().get_messages("s0")] == ["late"]
+        one_shot.close()
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.send_signal(signal.SIGCONT)
+        follower.wait(timeout=10)
     log.close()

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-
 from campaign import PROFILE, Child, check_log, log_dir, parse_acks, read_model, size
 from campaign.summary import note, record
 

@@ -16,10 +16,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from campaign import (
-    PROFILE, Child, check_log, fold_answers, log_dir, parse_acks, projection_available,
-    projection_problems, read_model, size,
+    PROFILE,
+    Child,
+    check_log,
+    fold_answers,
+    log_dir,
+    parse_acks,
+    projection_available,
+    projection_problems,
+    read_model,
+    size,
 )
 from campaign.summary import note, record
 

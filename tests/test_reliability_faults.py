@@ -26,9 +26,9 @@ from typing import Iterator
 
 import lmdb
 import pytest
-
 from campaign import PROFILE, Child, check_log, child_env, log_dir, parse_acks, projection_available, projection_problems
 from campaign.summary import note, record
+
 from eventlog.errors import DiskFullError, StorageError
 from eventlog.log import EventLog
 

@@ -23,12 +23,12 @@ from typing import Any
 
 import orjson
 import pytest
+from campaign import log_dir, read_model
+from campaign.summary import note, record
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from campaign import log_dir, read_model
-from campaign.summary import note, record
 from eventlog.cli import main
 from eventlog.events import CURRENT_VERSIONS, ROLES
 

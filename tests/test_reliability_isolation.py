@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from click.testing import CliRunner
-
 from campaign import child_env, projection_available, read_model, search_ids
 from campaign.summary import record
+from click.testing import CliRunner
+
 from eventlog.cli import main
 from eventlog.errors import NotFoundError, ProfileNameError
 from eventlog.store import SessionStore

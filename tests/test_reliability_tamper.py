@@ -20,11 +20,11 @@ from typing import Any
 
 import lmdb
 import pytest
-from click.testing import CliRunner
-
 from campaign import PROFILE, log_dir, size
 from campaign.agent_child import Agent
 from campaign.summary import note, record
+from click.testing import CliRunner
+
 from eventlog import codec
 from eventlog.cli import main
 from eventlog.log import seq_key
@@ -199,12 +199,13 @@ def test_a_chained_forgery_with_a_rewritten_head_needs_an_anchor(pristine: tuple
     dst = log_dir(tmp_path)
     dst.mkdir(parents=True)
     shutil.copy2(log_dir(home) / "data.mdb", dst / "data.mdb")
-    before = json.loads(CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]).stdout)
+    verify_args = ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]
+    before = json.loads(CliRunner().invoke(main, verify_args).stdout)
     with Raw(dst) as raw:
         value = forged(codec.decode(raw.get(n)), n + 1, {"role": "assistant", "content": "approved"})
         raw.put(n + 1, value)
         meta = raw.env.open_db(b"meta", txn=raw.txn)
         raw.txn.put(b"head", seq_key(n + 1) + bytes.fromhex(codec.decode(value)["hash"]), db=meta)
-    after = json.loads(CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]).stdout)
+    after = json.loads(CliRunner().invoke(main, verify_args).stdout)
     assert after["ok"] and after["head_seq"] == n + 1
     assert after["head_hash"] != before["head_hash"]

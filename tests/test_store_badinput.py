@@ -9,6 +9,7 @@ message ids below are known in advance (message ids are the seqs of their events
 """
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
 import reprlib
@@ -16,8 +17,6 @@ import tempfile
 from typing import Any
 
 import pytest
-import collections
-
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
@@ -117,7 +116,7 @@ hostile = st.one_of(
     st.binary(max_size=8), st.just(bytearray(b"raw")), st.just(memoryview(b"mv")),
     st.lists(st.integers(), max_size=3), st.tuples(st.text(max_size=3)),
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=3),
-    st.sampled_from([{1: "int key"}, {None: 1}, {"\ud800": 1, "\ufffd": 2}, {"k": float("nan")},
+    st.sampled_from([{1: "int key"}, {None: 1}, {"\ud800": 1, "\ufffd": 2}, {"k": float("nan")},  # noqa: F601 (distinct keys)
                      {"k": b"bytes"}, {"k": object()}, [object()], {"k": 2**64}, frozenset({1})]),
     st.sampled_from([_nested_list(100), _nested_dict(100), _nested_list(64), _cyclic, _nested_list(2000)]),
     st.sampled_from([object(), StrSub("s-root"), IntSub(4), 3 + 4j]),
