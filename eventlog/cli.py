@@ -160,11 +160,29 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
                 return
         else:
             seqs = log.append(batch)
+        if seqs:
+            _settle(c, log, max(seqs))
     if as_json:
         emit_json({"seqs": seqs})
     else:
         for s in seqs:
             click.echo(str(s))
+
+
+def _settle(c: Ctx, log: Any, seq: int) -> None:
+    """Bring the profile's projections (when it has any) up to ``seq`` before the command exits,
+    so the next command, in another process, reads what this one appended (waits at most 5 s;
+    the events are durable in the log either way)."""
+    from projections import Projector, files
+
+    p = Projector(c.profile_dir(create=False), log, c.profile)
+    try:
+        if files.read_pointer(p.state_pointer()) is not None:
+            p.wait_for(seq, timeout=5.0)
+    except EventLogError:
+        pass  # the next reader's catch-up or a follower applies them
+    finally:
+        p.close()
 
 
 @main.group()

@@ -19,13 +19,17 @@ from eventlog.codec import new_id
 from eventlog.errors import (
     ConcurrencyError,
     ConflictError,
+    EventLogError,
     NotFoundError,
     TitleConflictError,
     ValidationError,
 )
 from eventlog.fold import Fold
-from eventlog.log import EventLog
+from eventlog.log import EventLog, log_warn
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
+
+CLOSE_SETTLE_S = 5.0
+"""How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
 
 
 class ReadModel(Protocol):
@@ -162,13 +166,25 @@ class SessionStore:
         return open_read_model(d, log, profile, **options)
 
     def close(self) -> None:
+        """Close the store. Its own appends are in the projections first (waiting at most
+        ``CLOSE_SETTLE_S``; they are durable in the log either way), so a process that exits
+        after writing leaves nothing for the next reader to miss: a one-shot reader started
+        afterwards sees them even while some other process's follower is what keeps the
+        projections current (see ``Projector.refresh``)."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._reads.close()
+            if self._projector is not None and self._last_seq:
+                try:
+                    self._reads.wait_for(self._last_seq, timeout=CLOSE_SETTLE_S)
+                except EventLogError as e:  # the next catch-up applies them
+                    log_warn(f"closing with appends not yet in the projections: {e}")
         finally:
-            self.log.close()
+            try:
+                self._reads.close()
+            finally:
+                self.log.close()
 
     def __enter__(self) -> "SessionStore":
         return self

@@ -348,3 +348,46 @@ def test_a_stopped_follower_does_not_hold_readers_back(tmp_path: Path) -> None:
         follower.send_signal(signal.SIGCONT)
         follower.wait(timeout=10)
     log.close()
+
+
+WRITE_AND_EXIT = """
+import sys
+from eventlog.store import SessionStore
+s = SessionStore.open(home=sys.argv[1], profile="p", follower=False)
+s.append_message("s0", "user", "from a one-shot writer")
+s.close()
+"""
+
+
+def test_a_writer_that_exits_leaves_its_appends_in_the_projections(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sequential processes read their predecessors' writes even while a (sleeping) follower is
+    what one-shot readers rely on: SessionStore.close() and `eventlog append` settle their own
+    appends into the projections before they exit."""
+    from eventlog.store import SessionStore
+
+    monkeypatch.setattr(projector_module, "FOLLOWER_OVERDUE_S", 60.0)  # readers trust the follower
+    with SessionStore.open(home=tmp_path, profile="p", follower=False) as s:
+        s.create_session("s0")
+    directory = tmp_path / "profiles" / "p"
+    follower = spawn(FOLLOWER, directory / "log", directory, 60.0, stdin=True)  # applies once, then sleeps
+    try:
+        assert follower.stdout is not None and follower.stdout.readline().strip() == "ready"
+        subprocess.run([sys.executable, "-c", WRITE_AND_EXIT, str(tmp_path)], check=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+        log = EventLog.open(directory / "log", profile="p")
+        reader = Projector(directory, log, "p")
+        assert reader.refresh() is True  # nothing left to apply: the writer settled its append
+        assert [m["content"] for m in reader.reader().get_messages("s0")] == ["from a one-shot writer"]
+        line = json.dumps({"type": "message.appended", "session": "s0",
+                           "data": {"role": "assistant", "content": "from eventlog append"}})
+        subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
+                        "--profile", "p", "append"], input=line + "\n", text=True, check=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, stdout=subprocess.DEVNULL)
+        assert reader.refresh() is True  # and so did `eventlog append`
+        assert [m["content"] for m in reader.reader().get_messages("s0")] == [
+            "from a one-shot writer", "from eventlog append"]
+        reader.close()
+        log.close()
+    finally:
+        follower.send_signal(signal.SIGKILL)
+        follower.wait(timeout=10)
