@@ -128,6 +128,13 @@ def test_retry_with_same_ids_returns_original_seqs_and_writes_nothing(log: Any) 
     assert log.head() == head
 
 
+def test_a_null_id_is_an_absent_id(log: Any) -> None:
+    seqs = log.append([dict(ev(n=1), id=None), dict(ev(n=1), id=None)])
+    assert seqs == [1, 2]  # two generated, distinct ids: no idempotent replay of each other
+    ids = [e["id"] for e in log.read(1)]
+    assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1]
+
+
 def test_partly_replayed_batch_appends_only_new_events(log: Any) -> None:
     log.append([dict(ev(n=1), id="e-1")])
     assert log.append([dict(ev(n=2), id="e-2"), dict(ev(n=1), id="e-1")]) == [2, 1]

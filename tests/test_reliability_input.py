@@ -221,8 +221,10 @@ def _check_append(baseline: Path, text: str, each: bool, as_json: bool) -> None:
             for line, s in zip(given_lines, seqs):
                 obj, e = orjson.loads(line), after[s - 1]
                 assert (e["type"], e["session"]) == (obj["type"], obj.get("session"))
-                if "id" in obj:
+                if obj.get("id") is not None:  # null, like absent, asks for a generated id
                     assert e["id"] == obj["id"]
+                else:
+                    assert isinstance(e["id"], str) and e["id"]
             fresh = list(dict.fromkeys(s for s in seqs if s > len(before)))  # a repeated id returns its seq again
             assert fresh == list(range(len(before) + 1, len(after) + 1)), "new events get the next seqs, in order"
             assert cli(work, "log", "verify").exit_code == 0
