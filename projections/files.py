@@ -10,7 +10,9 @@ unreferenced ones are deleted.
 
 A process whose schema is older than the one the canonical pointer names (a hot update is
 under way) uses a private pointer ``<kind>.v<schema>.db`` instead, so both versions keep
-working, each on its own file.
+working, each on its own file. Every process holds ``<kind>.v<schema>.lock`` shared for as long
+as it runs; once no process of an older version is left, the newer program's next open removes
+that version's private pointer and file (:func:`collect_superseded`).
 
 Nothing here opens a database file with plain file I/O except :func:`create_empty` and
 :func:`fsync_file`, which only touch a new file no connection has open.
@@ -212,4 +214,48 @@ def collect_abandoned(directory: Path, kind: str) -> list[str]:
         if g.gen > top and g.name not in live:
             remove_file(g.path)
             removed.append(g.name)
+    return removed
+
+
+_PRIVATE_RE = re.compile(r"(state|fts)\.v([0-9]+)\.db")
+
+
+def superseded_pointers(directory: Path, kind: str, schema: int) -> list[tuple[Path, int]]:
+    """Private pointers of ``kind`` left by program versions older than ``schema``."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        m = _PRIVATE_RE.fullmatch(name)
+        if m and m.group(1) == kind and int(m.group(2)) < schema:
+            out.append((directory / name, int(m.group(2))))
+    return out
+
+
+def collect_superseded(directory: Path, kind: str, schema: int) -> list[str]:
+    """Remove the private pointer of every older schema version of ``kind`` that no live
+    process uses any more (see :class:`projections.lease.SchemaUse`), with the generation
+    file it named unless another pointer still names it. Returns the names removed."""
+    from projections.lease import schema_lock_path, try_exclusive
+
+    removed: list[str] = []
+    for pointer, old in superseded_pointers(directory, kind, schema):
+        lock = schema_lock_path(directory, kind, old)
+        fd = try_exclusive(lock)
+        if fd is None:
+            continue  # a process of that version is alive: its files stay
+        try:
+            g = read_pointer(pointer)
+            os.unlink(pointer)
+            removed.append(pointer.name)
+            if g is not None and g.name not in referenced(directory, kind):
+                remove_file(g.path)
+                removed.append(g.name)
+            fsync_dir(directory)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
     return removed

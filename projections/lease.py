@@ -173,3 +173,52 @@ def followed(directory: Path) -> bool:
     finally:
         os.close(fd)  # also drops the probe's own lock, if it got one
     return False
+
+
+def schema_lock_path(directory: Path, kind: str, schema: int) -> Path:
+    return directory / f"{kind}.v{schema}.lock"
+
+
+class SchemaUse:
+    """Shared flocks on ``<kind>.v<schema>.lock``, one per projection kind, held by every
+    Projector for its lifetime: "a process of this schema version may be reading its files".
+
+    After a hot update the newer program can tell when the last process of an older version
+    is gone (an exclusive flock on that version's lock file succeeds) and only then remove the
+    older version's private pointer and files (:func:`projections.files.collect_superseded`).
+    """
+
+    def __init__(self, directory: Path, schemas: dict[str, int]) -> None:
+        self._fds: list[int] = []
+        for kind, schema in schemas.items():
+            try:
+                fd = os.open(schema_lock_path(directory, kind, schema), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC,
+                             FILE_MODE)
+            except OSError:
+                continue  # unannounced: a newer program could remove this version's files early
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a newer program is removing them
+            except OSError:
+                os.close(fd)
+                continue
+            self._fds.append(fd)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+def try_exclusive(path: Path) -> int | None:
+    """An fd holding an exclusive flock on ``path`` if no process holds any flock on it, else
+    None. Never waits. Close the fd to release."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

@@ -37,7 +37,7 @@ from projections import files, fts
 from projections.apply import Applier
 from projections.files import Generation
 from projections.health import HEALTHY, LogView, fts_command_check, inspect, judge_meta, read_meta
-from projections.lease import Lease, Presence, followed
+from projections.lease import Lease, Presence, SchemaUse, followed
 from projections.schema import (
     FTS_APP_ID,
     FTS_DDL,
@@ -92,6 +92,7 @@ class Projector:
         self.lease_timeout = lease_timeout
         self.lease = Lease(self.dir)
         self._presence = Presence(self.dir)
+        self._schema_use = SchemaUse(self.dir, {"state": STATE_SCHEMA, "fts": FTS_SCHEMA})
         self._writer: sqlite3.Connection | None = None
         self._writer_gen: Generation | None = None
         self._fts_gen: Generation | None = None
@@ -512,6 +513,7 @@ class Projector:
         """Detect and repair: rebuild whatever is not healthy, then catch up. ``full`` adds the
         deep integrity checks (slower: reads every page). Waits for the lease only when
         something must be repaired. Returns the health after repair."""
+        self.collect_superseded()
         h = self.health(full=full)
         if h["ok"]:
             if h["state"]["status"] == "stale" or h["fts"]["status"] == "stale":
@@ -520,6 +522,16 @@ class Projector:
         with self._locked(timeout):
             self._repair_locked(full)
         return self.health(full=False)
+
+    def collect_superseded(self) -> list[str]:
+        """After a hot update: remove the private pointers (and their files) of older program
+        versions once no process of that version is left. Cheap when there are none (one
+        directory listing); never waits."""
+        removed = files.collect_superseded(self.dir, "state", STATE_SCHEMA)
+        removed += files.collect_superseded(self.dir, "fts", FTS_SCHEMA)
+        if removed:
+            log.info("removed files of older program versions: %s", ", ".join(removed))
+        return removed
 
     def _repair_locked(self, full: bool) -> None:
         view = LogView.of(self.log)
@@ -724,6 +736,7 @@ class Projector:
         if self._probe is not None:
             self._probe.close()
         self.lease.close()
+        self._schema_use.close()
 
     def __enter__(self) -> "Projector":
         return self

@@ -349,6 +349,64 @@ def test_hot_update_newer_schema_keeps_its_file_and_older_program_uses_its_own(s
     p.close()
 
 
+HOLD_SHARED = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_an_older_versions_private_files_go_once_its_last_process_is_gone(setup: Any) -> None:
+    """After a hot update the older version's private pointer and file stay while a process of
+    that version is alive (it holds state.v<old>.lock shared) and are removed by the next open
+    once it is gone (SIGKILLed here); the current projection is untouched."""
+    import signal
+    import sys
+
+    log, directory, expected, mids = setup
+    cur = files.read_pointer(directory / "state.db")
+    assert cur is not None
+    old_schema = cur.schema - 1
+    old_file = directory / f"state.{cur.gen + 5}.v{old_schema}.db"
+    checkpoint(cur.path)
+    shutil.copy(cur.path, old_file)
+    for suffix in ("-wal", "-shm"):
+        Path(f"{old_file}{suffix}").write_bytes(b"")
+    os.symlink(old_file.name, directory / f"state.v{old_schema}.db")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SHARED, str(directory / f"state.v{old_schema}.lock")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with Projector(directory, log, "p") as p:
+            p.ensure()
+            assert p.collect_superseded() == []
+        assert os.path.islink(directory / f"state.v{old_schema}.db") and old_file.exists()
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+    with Projector(directory, log, "p") as p:
+        p.ensure()  # the next open collects them
+    assert not os.path.lexists(directory / f"state.v{old_schema}.db")
+    assert not any(Path(f"{old_file}{sfx}").exists() for sfx in ("", "-wal", "-shm"))
+    assert files.read_pointer(directory / "state.db") == cur and cur.path.exists()
+    check_reads(log, directory, expected, mids).close()
+
+
+def test_a_running_program_keeps_its_own_schema_files(setup: Any) -> None:
+    """A program never removes the private pointer of its own schema, nor a newer one's."""
+    log, directory, expected, mids = setup
+    cur = files.read_pointer(directory / "state.db")
+    assert cur is not None
+    os.symlink(cur.name, directory / f"state.v{cur.schema}.db")
+    os.symlink(cur.name, directory / f"state.v{cur.schema + 1}.db")
+    with Projector(directory, log, "p") as p:
+        assert p.collect_superseded() == []
+    assert os.path.islink(directory / f"state.v{cur.schema}.db")
+    assert os.path.islink(directory / f"state.v{cur.schema + 1}.db")
+
+
 def test_old_schema_file_is_rebuilt_into_a_new_generation(setup: Any) -> None:
     log, directory, expected, mids = setup
     cur = files.read_pointer(directory / "state.db")
