@@ -603,6 +603,10 @@ class Projector:
 
     # ---- read-your-writes and following ------------------------------------------------------------
 
+    def probe_reader(self) -> Any:
+        """The reader this projector checks its cursor through (created once; closed with it)."""
+        return self._probe_reader()
+
     def _probe_reader(self) -> Any:
         with self._probe_lock:
             if self._probe is None:

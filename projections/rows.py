@@ -68,46 +68,87 @@ def _time(v: Any) -> Any:
 _BAD = object()
 
 
-def _value(col: str, v: Any) -> Any:
-    """The read-model value of stored ``v`` in column ``col``, or ``_BAD``."""
-    if v is None:
-        return None
-    if col in _TIMES:
-        return _time(v)
-    if col in _IDS:
-        return v if isinstance(v, (int, str)) else _BAD
-    if col in _COUNTS:
-        return v if isinstance(v, int) and v >= 0 else _BAD
-    if col in _BIG:
-        if isinstance(v, int) and v >= 0:
-            return v
-        if isinstance(v, str) and v.isdigit() and len(v) < 40:
-            return int(v)
-        return _BAD
-    if col in _FLOATS:
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            return float(v)
-        return _BAD
-    if col in _FLAGS:
-        return bool(v) if isinstance(v, int) else _BAD
-    if col in _JSON:
+def _id(v: Any) -> Any:
+    return v if isinstance(v, (int, str)) else _BAD
+
+
+def _count(v: Any) -> Any:
+    return v if isinstance(v, int) and v >= 0 else _BAD
+
+
+def _big(v: Any) -> Any:
+    if isinstance(v, int) and v >= 0:
+        return v
+    if isinstance(v, str) and v.isdigit() and len(v) < 40:
+        return int(v)
+    return _BAD
+
+
+def _float(v: Any) -> Any:
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return _BAD
+
+
+def _flag(v: Any) -> Any:
+    return bool(v) if isinstance(v, int) else _BAD
+
+
+def _json_of(types: tuple[type, ...]) -> Any:
+    def convert(v: Any) -> Any:
         if not isinstance(v, str):
             return _BAD
         try:
             out = orjson.loads(v)
         except orjson.JSONDecodeError:
             return _BAD
-        return out if isinstance(out, _JSON[col]) else _BAD
+        return out if isinstance(out, types) else _BAD
+    return convert
+
+
+def _text(v: Any) -> Any:
     return v if isinstance(v, str) else _BAD
 
 
+def _converter(col: str) -> Any:
+    if col in _TIMES:
+        return _time
+    if col in _IDS:
+        return _id
+    if col in _COUNTS:
+        return _count
+    if col in _BIG:
+        return _big
+    if col in _FLOATS:
+        return _float
+    if col in _FLAGS:
+        return _flag
+    if col in _JSON:
+        return _json_of(_JSON[col])
+    return _text
+
+
+def _plan(cols: tuple[str, ...]) -> tuple[tuple[str, Any, Any], ...]:
+    """Per column: its name, its converter, and what an invalid value reads as."""
+    return tuple((c, _converter(c), False if c in _FLAGS else None) for c in cols)
+
+
+_PLANS: dict[tuple[str, ...], tuple[tuple[str, Any, Any], ...]] = {}
+
+
 def _fill(cols: tuple[str, ...], row: tuple[Any, ...], session: Any, warnings: Warnings) -> dict[str, Any]:
+    plan = _PLANS.get(cols)
+    if plan is None:
+        plan = _PLANS[cols] = _plan(cols)
     out: dict[str, Any] = {}
-    for col, v in zip(cols, row):
-        value = _value(col, v)
+    for (col, conv, invalid), v in zip(plan, row):
+        if v is None:
+            out[col] = None
+            continue
+        value = conv(v)
         if value is _BAD:
             warnings.add(session, col, v)
-            value = False if col in _FLAGS else None
+            value = invalid
         out[col] = value
     return out
 
@@ -116,9 +157,12 @@ def session_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
     return _fill(SESSION_COLS, row, row[0], warnings)
 
 
+_MESSAGE_PLAIN_COLS = MESSAGE_COLS[:3] + MESSAGE_COLS[5:]  # content, content_json: below
+
+
 def message_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
     content, content_json = row[3], row[4]
-    out = _fill(MESSAGE_COLS[:3] + MESSAGE_COLS[5:], row[:3] + row[5:], row[1], warnings)
+    out = _fill(_MESSAGE_PLAIN_COLS, row[:3] + row[5:], row[1], warnings)
     if content_json:
         try:
             value = orjson.loads(content) if isinstance(content, str) else _BAD

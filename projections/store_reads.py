@@ -21,7 +21,9 @@ class ProjectionReadModel:
 
     def __init__(self, projector: Projector, *, follower: bool = False) -> None:
         self.projector = projector
-        self.reader = Reader(projector)
+        # One connection serves both the projector's cursor checks and this model's queries
+        # (a fresh one-shot open then opens state.db once for reading, not twice).
+        self.reader: Reader = projector.probe_reader()
         self._follower = follower
         if follower:
             projector.start_follower()
