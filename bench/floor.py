@@ -10,6 +10,8 @@
   durable can never exceed it, so ``lmdb_group8 / eventlog.log_bare`` bounds the 8-thread
   speed-up any implementation could show on this machine.
 * ``lmdb4_group8`` - the same on eventlog's four B-trees (events, ids, streams, meta).
+* ``lmdb4_single`` - one event per synced commit on those four B-trees: the layout's own
+  cost for a single append, beside ``lmdb_single``.
 * ``file_fsync``   - append a length-prefixed record to a plain file + fsync, per event.
 
 Each value is the orjson encoding of an envelope-shaped event built from the
@@ -147,6 +149,16 @@ def lmdb4_group8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     """``lmdb_group8`` on eventlog's layout: per event a put in ``events``, its id in ``ids``, its
     seq under its session in ``streams`` (dupsort), and the head in ``meta`` -- the four B-trees
     issue 2 asks for. The ceiling of eventlog's 8-caller group commit, without its Python."""
+    return _lmdb4(workload, dir, 8, "floor.lmdb4_group8", **opts)
+
+
+def lmdb4_single(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    """One event per synced commit on eventlog's four B-trees: what the layout alone costs a
+    single append, beside ``lmdb_single`` (one B-tree) in the same run."""
+    return _lmdb4(workload, dir, 1, "floor.lmdb4_single", **opts)
+
+
+def _lmdb4(workload: Any, dir: str, per_commit: int, name: str, **opts: Any) -> dict[str, Any]:
     env = lmdb.open(str(Path(dir) / "log"), map_size=MAP_SIZE, sync=True, metasync=True, subdir=True,
                     max_dbs=4, readahead=False)
     events, ids = env.open_db(b"events"), env.open_db(b"ids")
@@ -168,11 +180,11 @@ def lmdb4_group8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
 
     def groups() -> Iterator[list[tuple[str, list[tuple[str, bytes]]]]]:
         for chunk in _encoded_chunks(workload, opts.get("chunk", 5000)):
-            yield [("", chunk[i:i + 8]) for i in range(0, len(chunk), 8)]
+            yield [("", chunk[i:i + per_commit]) for i in range(0, len(chunk), per_commit)]
 
     st = drive_single(groups(), commit, count=lambda b: len(b[1]), budget=opts.get("budget"))
     env.close()
-    return make_result("floor.lmdb4_group8", st, dir, unit="commit",
+    return make_result(name, st, dir, unit="commit",
                        extra={"sync": True, "events_per_commit": round(st.messages / max(1, st.items), 2)})
 
 

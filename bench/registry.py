@@ -68,6 +68,8 @@ CONTENDERS: list[Contender] = [
               "bare synced LMDB, 8 puts per commit from one thread (ceiling of 8-caller group commit)"),
     Contender("floor.lmdb4_group8", "bench.floor:lmdb4_group8",
               "as lmdb_group8 on eventlog's four B-trees (events, ids, streams, meta)"),
+    Contender("floor.lmdb4_single", "bench.floor:lmdb4_single",
+              "bare synced LMDB, one event per commit on eventlog's four B-trees"),
     Contender("floor.file_fsync", "bench.floor:file_fsync", "plain file append + fsync per event"),
     # Scale curve points
     Contender("eventlog.scale", "bench.contenders_eventlog:scale_point", "eventlog at size N", kind="scale"),

@@ -305,7 +305,7 @@ class Workload:
         # Rounds of tool use: 0..5, mean ~1.6.
         rounds = min(5, int(rng.expovariate(1 / 2.1)))
         for _ in range(rounds):
-            calls = []
+            calls: list[dict[str, Any]] = []
             for _c in range(1 + (rng.random() < 0.25) + (rng.random() < 0.08)):
                 name = rng.choice(TOOLS)
                 calls.append({
