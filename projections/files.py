@@ -220,8 +220,9 @@ def collect_abandoned(directory: Path, kind: str) -> list[str]:
 _PRIVATE_RE = re.compile(r"(state|fts)\.v([0-9]+)\.db")
 
 
-def superseded_pointers(directory: Path, kind: str, schema: int) -> list[tuple[Path, int]]:
-    """Private pointers of ``kind`` left by program versions older than ``schema``."""
+def superseded_pointers(directory: Path, schemas: dict[str, int]) -> list[tuple[Path, str, int]]:
+    """``(pointer, kind, schema)`` of the private pointers left by program versions older than
+    ``schemas[kind]`` (one directory listing)."""
     try:
         names = os.listdir(directory)
     except OSError:
@@ -229,21 +230,21 @@ def superseded_pointers(directory: Path, kind: str, schema: int) -> list[tuple[P
     out = []
     for name in names:
         m = _PRIVATE_RE.fullmatch(name)
-        if m and m.group(1) == kind and int(m.group(2)) < schema:
-            out.append((directory / name, int(m.group(2))))
+        if m and m.group(1) in schemas and int(m.group(2)) < schemas[m.group(1)]:
+            out.append((directory / name, m.group(1), int(m.group(2))))
     return out
 
 
-def collect_superseded(directory: Path, kind: str, schema: int) -> list[str]:
-    """Remove the private pointer of every older schema version of ``kind`` that no live
-    process uses any more (see :class:`projections.lease.SchemaUse`), with the generation
-    file it named unless another pointer still names it. Returns the names removed."""
+def collect_superseded(directory: Path, schemas: dict[str, int]) -> list[str]:
+    """Remove the private pointer of every older schema version that no live process uses any
+    more (see :class:`projections.lease.SchemaUse`), with the generation file it named unless
+    another pointer still names it. ``schemas``: this program's schema per kind. Returns the
+    names removed."""
     from projections.lease import schema_lock_path, try_exclusive
 
     removed: list[str] = []
-    for pointer, old in superseded_pointers(directory, kind, schema):
-        lock = schema_lock_path(directory, kind, old)
-        fd = try_exclusive(lock)
+    for pointer, kind, old in superseded_pointers(directory, schemas):
+        fd = try_exclusive(schema_lock_path(directory, kind, old))
         if fd is None:
             continue  # a process of that version is alive: its files stay
         try:

@@ -118,6 +118,36 @@ class Lease:
 FOLLOWER_NAME = "follower.lock"
 
 
+def hold_shared(path: Path) -> int | None:
+    """An fd holding a shared flock on ``path`` (created 0600 if missing), or None when the file
+    cannot be opened or locked. Waits only while someone holds it exclusively. Close to release."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def try_exclusive(path: Path) -> int | None:
+    """An fd holding an exclusive flock on ``path`` if no process holds any flock on it, else
+    None. Never waits. Close to release."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Presence:
     """Tells other processes that this one runs a projection follower.
 
@@ -134,29 +164,16 @@ class Presence:
         self._mutex = threading.Lock()
 
     def announce(self) -> None:
+        """Idempotent. When the lock cannot be taken, readers catch up themselves (only slower)."""
         with self._mutex:
-            if self._fd is not None:
-                return
-            try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-            except OSError:
-                return  # unannounced: readers catch up themselves, which is only slower
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH)
-            except OSError:
-                os.close(fd)
-                return
-            self._fd = fd
+            if self._fd is None:
+                self._fd = hold_shared(self.path)
 
     def withdraw(self) -> None:
         with self._mutex:
             if self._fd is not None:
                 os.close(self._fd)  # releases the flock
                 self._fd = None
-
-    @property
-    def announced(self) -> bool:
-        return self._fd is not None
 
 
 def followed(directory: Path) -> bool:
@@ -186,39 +203,15 @@ class SchemaUse:
     After a hot update the newer program can tell when the last process of an older version
     is gone (an exclusive flock on that version's lock file succeeds) and only then remove the
     older version's private pointer and files (:func:`projections.files.collect_superseded`).
+    A lock that cannot be taken leaves this version unannounced (its files could then be
+    removed early, and it would rebuild them).
     """
 
     def __init__(self, directory: Path, schemas: dict[str, int]) -> None:
-        self._fds: list[int] = []
-        for kind, schema in schemas.items():
-            try:
-                fd = os.open(schema_lock_path(directory, kind, schema), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC,
-                             FILE_MODE)
-            except OSError:
-                continue  # unannounced: a newer program could remove this version's files early
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a newer program is removing them
-            except OSError:
-                os.close(fd)
-                continue
-            self._fds.append(fd)
+        held = (hold_shared(schema_lock_path(directory, kind, schema)) for kind, schema in schemas.items())
+        self._fds = [fd for fd in held if fd is not None]
 
     def close(self) -> None:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-
-
-def try_exclusive(path: Path) -> int | None:
-    """An fd holding an exclusive flock on ``path`` if no process holds any flock on it, else
-    None. Never waits. Close the fd to release."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd

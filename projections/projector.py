@@ -56,6 +56,7 @@ DEFAULT_BATCH = 1000
 BULK_FLUSH = 5000
 DEFAULT_LEASE_TIMEOUT = 120.0
 FOLLOW_POLL = 0.02
+_SCHEMAS = {"state": STATE_SCHEMA, "fts": FTS_SCHEMA}
 FOLLOWER_OVERDUE_S = 0.25
 """A one-shot reader leaves catching up to a live follower unless the oldest event not yet
 applied was appended longer ago than this (a stopped or starved follower): then it applies the
@@ -92,7 +93,7 @@ class Projector:
         self.lease_timeout = lease_timeout
         self.lease = Lease(self.dir)
         self._presence = Presence(self.dir)
-        self._schema_use = SchemaUse(self.dir, {"state": STATE_SCHEMA, "fts": FTS_SCHEMA})
+        self._schema_use = SchemaUse(self.dir, _SCHEMAS)
         self._writer: sqlite3.Connection | None = None
         self._writer_gen: Generation | None = None
         self._fts_gen: Generation | None = None
@@ -527,8 +528,7 @@ class Projector:
         """After a hot update: remove the private pointers (and their files) of older program
         versions once no process of that version is left. Cheap when there are none (one
         directory listing); never waits."""
-        removed = files.collect_superseded(self.dir, "state", STATE_SCHEMA)
-        removed += files.collect_superseded(self.dir, "fts", FTS_SCHEMA)
+        removed = files.collect_superseded(self.dir, _SCHEMAS)
         if removed:
             log.info("removed files of older program versions: %s", ", ".join(removed))
         return removed
@@ -604,10 +604,8 @@ class Projector:
     # ---- read-your-writes and following ------------------------------------------------------------
 
     def probe_reader(self) -> Any:
-        """The reader this projector checks its cursor through (created once; closed with it)."""
-        return self._probe_reader()
-
-    def _probe_reader(self) -> Any:
+        """The reader this projector checks its cursor through (created once, closed with the
+        projector); the projections read model queries through it too."""
         with self._probe_lock:
             if self._probe is None:
                 from projections.queries import Reader
@@ -617,7 +615,7 @@ class Projector:
     def cursor(self) -> int:
         """The seq every projection in use has reached (state.db, and the FTS index unless
         search is degraded). Read-only."""
-        state_seq, fts_seq = self._probe_reader().cursors()
+        state_seq, fts_seq = self.probe_reader().cursors()
         if fts_seq is None or self._fts_degraded:
             return int(state_seq)
         return int(min(state_seq, fts_seq))

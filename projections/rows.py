@@ -133,13 +133,8 @@ def _plan(cols: tuple[str, ...]) -> tuple[tuple[str, Any, Any], ...]:
     return tuple((c, _converter(c), False if c in _FLAGS else None) for c in cols)
 
 
-_PLANS: dict[tuple[str, ...], tuple[tuple[str, Any, Any], ...]] = {}
-
-
-def _fill(cols: tuple[str, ...], row: tuple[Any, ...], session: Any, warnings: Warnings) -> dict[str, Any]:
-    plan = _PLANS.get(cols)
-    if plan is None:
-        plan = _PLANS[cols] = _plan(cols)
+def _fill(plan: tuple[tuple[str, Any, Any], ...], row: tuple[Any, ...], session: Any,
+          warnings: Warnings) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for (col, conv, invalid), v in zip(plan, row):
         if v is None:
@@ -153,16 +148,19 @@ def _fill(cols: tuple[str, ...], row: tuple[Any, ...], session: Any, warnings: W
     return out
 
 
+_SESSION_PLAN = _plan(SESSION_COLS)
+_MESSAGE_PLAN = _plan(MESSAGE_COLS[:3] + MESSAGE_COLS[5:])  # content, content_json: in message_dict
+_USAGE_PLAN = _plan(USAGE_COLS)
+_REACTION_PLAN = _plan(REACTION_COLS)
+
+
 def session_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
-    return _fill(SESSION_COLS, row, row[0], warnings)
-
-
-_MESSAGE_PLAIN_COLS = MESSAGE_COLS[:3] + MESSAGE_COLS[5:]  # content, content_json: below
+    return _fill(_SESSION_PLAN, row, row[0], warnings)
 
 
 def message_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
     content, content_json = row[3], row[4]
-    out = _fill(_MESSAGE_PLAIN_COLS, row[:3] + row[5:], row[1], warnings)
+    out = _fill(_MESSAGE_PLAN, row[:3] + row[5:], row[1], warnings)
     if content_json:
         try:
             value = orjson.loads(content) if isinstance(content, str) else _BAD
@@ -181,8 +179,8 @@ def message_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
 
 
 def usage_dict(row: tuple[Any, ...], warnings: Warnings) -> dict[str, Any]:
-    return _fill(USAGE_COLS, row, row[0], warnings)
+    return _fill(_USAGE_PLAN, row, row[0], warnings)
 
 
 def reaction_dict(row: tuple[Any, ...], session: Any, warnings: Warnings) -> dict[str, Any]:
-    return _fill(REACTION_COLS, row, session, warnings)
+    return _fill(_REACTION_PLAN, row, session, warnings)
