@@ -15,7 +15,6 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import orjson
@@ -102,25 +101,41 @@ def encode_plain(data: Any, field: str) -> bytes:
 
 
 def _depth_ok(value: Any, depth: int = 0) -> bool:
+    """No container nested deeper than MAX_DEPTH (flat objects cost one pass over their values)."""
     if depth > MAX_DEPTH:
         return False
-    if type(value) is dict:
-        return all(_depth_ok(v, depth + 1) for v in value.values() if type(v) in (dict, list))
-    if type(value) is list:
-        return all(_depth_ok(v, depth + 1) for v in value if type(v) in (dict, list))
+    for v in (value.values() if type(value) is dict else value):
+        t = type(v)
+        if (t is dict or t is list) and not _depth_ok(v, depth + 1):
+            return False
     return True
 
 
-@dataclass(frozen=True, slots=True)
 class Prepared:
-    """An input event validated and encoded outside the write transaction."""
+    """An input event validated and encoded outside the write transaction.
 
-    type: str
-    v: int
-    session: str | None
-    id: str
-    data_bytes: bytes
-    caller_id: bool
+    It also carries the constant parts of its stored bytes, so :func:`seal` (inside the write
+    transaction) only splices in seq, ts and prev and hashes.
+    """
+
+    __slots__ = ("type", "v", "session", "id", "data_bytes", "caller_id", "_id_part", "_mid_part", "_tail_part")
+
+    def __init__(self, type: str, v: int, session: str | None, id: str, data_bytes: bytes, caller_id: bool) -> None:
+        self.type = type
+        self.v = v
+        self.session = session
+        self.id = id
+        self.data_bytes = data_bytes
+        self.caller_id = caller_id
+        dumps = orjson.dumps
+        # Stored key order (sorted): data, hash, id, prev, seq, session, ts, type, v.
+        self._id_part = b',"id":' + dumps(id) + b',"prev":"'
+        self._mid_part = b',"session":' + dumps(session) + b',"ts":'
+        self._tail_part = b',"type":' + dumps(type) + b',"v":' + str(v).encode() + b"}"
+
+    def __repr__(self) -> str:
+        return (f"Prepared(type={self.type!r}, v={self.v}, session={self.session!r}, id={self.id!r}, "
+                f"data_bytes=<{len(self.data_bytes)} bytes>, caller_id={self.caller_id})")
 
     def same_content(self, stored: Mapping[str, Any]) -> bool:
         """True when a stored envelope carries this event's type, version, session and data."""
@@ -132,69 +147,73 @@ class Prepared:
         )
 
 
+_TYPES_SEEN: set[str] = set()
+"""Event types that already passed TYPE_RE (bounded): the common case skips the regex."""
+
+
 def prepare(event: Any, index: int = 0) -> Prepared:
     """Validate one input event ``{"type", "session"?, "data", "id"?, "v"?}`` and encode its data.
 
     Raises :class:`ValidationError` naming the field (prefixed ``events[i].``).
     """
-    p = f"events[{index}]"
-    if hasattr(event, "to_input"):
-        event = event.to_input()
-    if not isinstance(event, dict):
-        raise ValidationError(p, "an event must be a JSON object")
-    unknown = set(event) - ENVELOPE_INPUT_KEYS
-    if unknown:
-        raise ValidationError(f"{p}.{sorted(map(str, unknown))[0]}", "unknown envelope key")
+    if type(event) is not dict:
+        if hasattr(event, "to_input"):
+            event = event.to_input()
+        if not isinstance(event, dict):
+            raise ValidationError(f"events[{index}]", "an event must be a JSON object")
+    if not event.keys() <= ENVELOPE_INPUT_KEYS:
+        unknown = set(event) - ENVELOPE_INPUT_KEYS
+        raise ValidationError(f"events[{index}].{sorted(map(str, unknown))[0]}", "unknown envelope key")
     etype = event.get("type")
-    if type(etype) is not str or not TYPE_RE.fullmatch(etype) or len(etype) > 128:
-        raise ValidationError(f"{p}.type", "must be a dotted lower-case name such as 'message.appended'")
+    if etype not in _TYPES_SEEN:
+        if type(etype) is not str or not TYPE_RE.fullmatch(etype) or len(etype) > 128:
+            raise ValidationError(f"events[{index}].type", "must be a dotted lower-case name such as 'message.appended'")
+        if len(_TYPES_SEEN) < 4096 and type(etype) is str:
+            _TYPES_SEEN.add(etype)
     session = event.get("session")
     if session is not None and (type(session) is not str or not ID_RE.fullmatch(session)):
-        raise ValidationError(f"{p}.session", "must be null or 1-128 characters of [A-Za-z0-9_.:@-]")
+        raise ValidationError(f"events[{index}].session", "must be null or 1-128 characters of [A-Za-z0-9_.:@-]")
     eid = event.get("id")
     caller_id = eid is not None
     if caller_id:
         if type(eid) is not str or not ID_RE.fullmatch(eid):
-            raise ValidationError(f"{p}.id", "must be 1-128 characters of [A-Za-z0-9_.:@-]")
+            raise ValidationError(f"events[{index}].id", "must be 1-128 characters of [A-Za-z0-9_.:@-]")
     else:
         eid = new_id()
     v = event.get("v", 1)
     if type(v) is not int or not 1 <= v <= 1000:
-        raise ValidationError(f"{p}.v", "must be an integer version between 1 and 1000")
-    if "data" not in event:
-        raise ValidationError(f"{p}.data", "is required")
-    data = event["data"]
+        raise ValidationError(f"events[{index}].v", "must be an integer version between 1 and 1000")
+    data = event.get("data", _MISSING)
     if type(data) is not dict:
-        raise ValidationError(f"{p}.data", "must be a JSON object")
-    data_bytes = encode_plain(data, f"{p}.data")
+        if data is _MISSING:
+            raise ValidationError(f"events[{index}].data", "is required")
+        raise ValidationError(f"events[{index}].data", "must be a JSON object")
+    data_bytes = encode_plain(data, f"events[{index}].data")
     if len(data_bytes) + 512 > MAX_EVENT_BYTES:
         raise EventTooLargeError(
-            f"{p}.data", f"{len(data_bytes)} bytes encoded; an event is limited to {MAX_EVENT_BYTES} bytes"
+            f"events[{index}].data", f"{len(data_bytes)} bytes encoded; an event is limited to {MAX_EVENT_BYTES} bytes"
         )
     return Prepared(etype, v, session, eid, data_bytes, caller_id)
+
+
+_MISSING: Any = object()
 
 
 def seal(p: Prepared, seq: int, ts: int, prev: str) -> tuple[bytes, str]:
     """Build the stored bytes of ``p`` at ``seq`` and return ``(stored_bytes, hash)``.
 
-    Assembled from pre-encoded parts in sorted key order, so the data is encoded once per
-    append; equal to ``canonical(envelope)`` (checked by property tests).
+    Joined from the parts :class:`Prepared` encoded once, in sorted key order; equal to
+    ``canonical(envelope)`` (checked by property tests). The data bytes are hashed in place,
+    not copied into a body first.
     """
-    dumps = orjson.dumps
-    tail = (
-        b',"id":' + dumps(p.id)
-        + b',"prev":"' + prev.encode()
-        + b'","seq":' + str(seq).encode()
-        + b',"session":' + dumps(p.session)
-        + b',"ts":' + str(ts).encode()
-        + b',"type":' + dumps(p.type)
-        + b',"v":' + str(p.v).encode()
-        + b"}"
-    )
-    body = b'{"data":' + p.data_bytes + tail
-    digest = hashlib.sha256(bytes.fromhex(prev) + body).hexdigest()
-    stored = b'{"data":' + p.data_bytes + b',"hash":"' + digest.encode() + b'"' + tail
-    return stored, digest
+    tail = b"".join((p._id_part, prev.encode(), b'","seq":', str(seq).encode(), p._mid_part, str(ts).encode(),
+                     p._tail_part))
+    h = hashlib.sha256(bytes.fromhex(prev))
+    h.update(b'{"data":')
+    h.update(p.data_bytes)
+    h.update(tail)
+    digest = h.hexdigest()
+    return b"".join((b'{"data":', p.data_bytes, b',"hash":"', digest.encode(), b'"', tail)), digest
 
 
 def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -229,18 +248,22 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
 
 
 class _IdState:
-    pid = -1
-    salt = ""
+    salt = os.urandom(5).hex()
     n = 0
+
+
+def _reroll_id_salt() -> None:
+    _IdState.salt, _IdState.n = os.urandom(5).hex(), 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reroll_id_salt)
 
 
 def new_id(now_ns: int | None = None) -> str:
     """A 32-character, time-sortable unique id: 64-bit ns clock, a per-process counter, and
-    a random per-process salt (re-rolled after fork), all hex."""
+    a random per-process salt (re-rolled in a forked child), all hex."""
     st = _IdState
-    pid = os.getpid()
-    if st.pid != pid:
-        st.pid, st.salt, st.n = pid, os.urandom(5).hex(), 0
     st.n = n = (st.n + 1) & 0xFFFFFF
     ns = now_ns if now_ns is not None else time.time_ns()
     return f"{ns:016x}{n:06x}{st.salt}"

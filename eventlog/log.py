@@ -112,7 +112,7 @@ class _Request:
     def __init__(self, items: list[codec.Prepared], expected: int | None) -> None:
         self.items = items
         self.expected = expected
-        self.size = sum(len(it.data_bytes) for it in items)
+        self.size = len(items[0].data_bytes) if len(items) == 1 else sum(len(it.data_bytes) for it in items)
         self.owner = threading.get_ident()
         self.wake: threading.Lock | None = None  # made (held) only when the caller has to wait
         self.done = False
@@ -403,8 +403,7 @@ class EventLog:
         items = [codec.prepare(e, i) for i, e in enumerate(events)]
         if not items:
             return []
-        ids = [it.id for it in items]
-        if len(set(ids)) != len(ids):
+        if len(items) > 1 and len({it.id for it in items}) != len(items):
             raise ValidationError("events.id", "the same event id appears twice in one batch")
         if expected_version is not None:
             if type(expected_version) is not int or expected_version < 0:

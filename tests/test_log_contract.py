@@ -278,13 +278,24 @@ def test_append_read_round_trip(tmp_path_factory: pytest.TempPathFactory, datas:
 @given(
     data=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
     session=st.none() | st.from_regex(codec.ID_RE, fullmatch=True),
+    etype=st.from_regex(codec.TYPE_RE, fullmatch=True).filter(lambda t: len(t) <= 128),
+    v=st.integers(1, 1000),
+    eid=st.none() | st.from_regex(codec.ID_RE, fullmatch=True),
     seq=st.integers(1, 2**40),
     ts=st.integers(0, 2**62),
+    prev=st.binary(min_size=32, max_size=32).map(bytes.hex),
 )
-def test_sealed_bytes_are_the_canonical_encoding(data: dict[str, Any], session: str | None, seq: int, ts: int) -> None:
-    p = codec.prepare({"type": "x.y", "session": session, "data": data})
-    raw, digest = codec.seal(p, seq, ts, "ab" * 32)
+def test_sealed_bytes_are_the_canonical_encoding(
+    data: dict[str, Any], session: str | None, etype: str, v: int, eid: str | None, seq: int, ts: int, prev: str
+) -> None:
+    event: dict[str, Any] = {"type": etype, "session": session, "data": data, "v": v}
+    if eid is not None:
+        event["id"] = eid
+    p = codec.prepare(event)
+    raw, digest = codec.seal(p, seq, ts, prev)
     env = codec.decode(raw)
     assert codec.canonical(env) == raw
     assert env["hash"] == digest
-    assert codec.check_stored(raw, seq, "ab" * 32)[1] is None
+    assert (env["type"], env["v"], env["session"], env["seq"], env["ts"], env["prev"]) == (etype, v, session, seq, ts, prev)
+    assert env["id"] == (eid if eid is not None else p.id)
+    assert codec.check_stored(raw, seq, prev)[1] is None

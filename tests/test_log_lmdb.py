@@ -88,6 +88,26 @@ def test_use_after_fork_is_a_clear_error(tmp_path: Path) -> None:
         assert lg.append([ev(n=3)]) == [2]
 
 
+def test_generated_ids_of_a_forked_child_do_not_collide_with_the_parent() -> None:
+    # A forked child inherits the id counter; its salt is re-rolled at fork, so two processes
+    # generating ids in the same nanosecond with the same counter still differ.
+    from eventlog import codec
+
+    parent = codec.new_id(now_ns=1)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.write(w, codec.new_id(now_ns=1).encode())
+        os._exit(0)
+    os.close(w)
+    child = os.read(r, 64).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert len(child) == len(parent) == 32
+    assert child[-10:] != parent[-10:], "the child kept the parent's id salt"
+    assert child != codec.new_id(now_ns=1)
+
+
 def test_closed_log_refuses_use(tmp_path: Path) -> None:
     lg = EventLog.open(tmp_path / "log")
     lg.close()
