@@ -1,10 +1,7 @@
 """eventlog contenders.
 
->>> SLOTS FOR THE LEAD: these are written against the API the design promises and
->>> have not run against a finished eventlog yet.  Every place that assumes a detail
->>> of the API is marked ``# API:``; adjust those lines once the API has landed.
-
-Expected API (DESIGN.md "Public surfaces" and the bench brief)::
+Every place that relies on a detail of eventlog's public API is marked ``# API:``.
+The API used (DESIGN.md "Public surfaces")::
 
     from eventlog import SessionStore
     with SessionStore.open(home=dir, profile="bench") as s:
@@ -270,6 +267,97 @@ def log_bare_batch100(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
         log.close()
     return make_result("eventlog.log_bare_batch100", st, dir, events=st.messages + len(sess.ids), unit="batch",
                        extra={"sessions": len(sess.ids), "mean_batch": round(st.messages / max(1, st.items), 1)})
+
+
+PAIRED_BLOCK = 250
+"""Calls per block in ``log_paired``: each block runs the three contenders back to back."""
+
+
+def log_paired(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
+    """``EventLog.append`` of one event per call, beside the bare floors, in one process.
+
+    The same messages go, in blocks of PAIRED_BLOCK calls, to ``EventLog.append``, to a bare
+    synced LMDB put on one B-tree (``floor.lmdb_single``'s loop) and to a bare synced commit on
+    the four B-trees eventlog keeps (``floor.lmdb4_single``'s); the order of the three is
+    rotated block by block (all six orders in turn). The disk of this VM drifts by 10-40%
+    between minutes, so contenders run in separate processes minutes apart can disagree on a
+    ratio by more than the ratio's margin; interleaved blocks see the same disk. The result is
+    EventLog's; the floors' latencies and the ratios are in ``extra``.
+    """
+    from itertools import permutations
+
+    from bench.floor import Four, _Putter, envelope_bytes, open_env
+
+    log = _open_log(dir)
+    floor_dir = Path(dir) / "floors"
+    (floor_dir / "one").mkdir(parents=True)
+    one = open_env(str(floor_dir / "one"))
+    one_put = _Putter(one).put
+    four = Four(floor_dir / "four")
+    recs = {"eventlog": Recorder(), "lmdb_single": Recorder(), "lmdb4_single": Recorder()}
+    orders = list(permutations(recs))
+    block = int(opts.get("block") or PAIRED_BLOCK)
+    st = RunStats()
+    deadline = None if not opts.get("budget") else perf() + float(opts["budget"])
+    seq = 0
+    try:
+        sess = _log_sessions(log)
+        for chunk in workload.chunks(opts.get("chunk", 5000)):
+            sess.prepare(chunk)  # untimed, as in log_bare
+            events, raws = [], []
+            for m in chunk:
+                seq += 1
+                events.append(msg_event(m["session_id"], m))
+                raws.append((m["session_id"], envelope_bytes(seq, m)))
+            for b0 in range(0, len(chunk), block):
+                order = orders[(b0 // block + st.items // block) % len(orders)]
+                for who in order:
+                    rec = recs[who]
+                    if who == "eventlog":
+                        for e in events[b0:b0 + block]:
+                            t0 = perf()
+                            log.append([e])
+                            rec.add(perf() - t0)
+                    elif who == "lmdb_single":
+                        for item in raws[b0:b0 + block]:
+                            t0 = perf()
+                            one_put(item)
+                            rec.add(perf() - t0)
+                    else:
+                        for sid, raw in raws[b0:b0 + block]:
+                            t0 = perf()
+                            four.commit(("", [(sid, raw)]))
+                            rec.add(perf() - t0)
+            st.items += len(chunk)
+            st.messages += len(chunk)
+            if deadline is not None and perf() > deadline:
+                st.truncated = True
+                break
+    finally:
+        log.close()
+        one.close()
+        four.close()
+    st.rec = recs["eventlog"]
+    st.seconds = st.rec.total()
+    floors = {k: recs[k].summary() for k in ("lmdb_single", "lmdb4_single")}
+
+    def r(a: dict[str, Any], b: dict[str, Any], q: str) -> float | None:
+        return round(a[q] / b[q], 3) if a.get(q) and b.get(q) else None
+
+    ev = st.rec.summary()
+    extra = {
+        "block": block,
+        "sessions": len(sess.ids),
+        "floor_latency_ms": floors,
+        "floor_rate": {k: round(len(recs[k]) / recs[k].total(), 1) for k in floors if recs[k].total() > 0},
+        "p50_vs_lmdb_single": r(ev, floors["lmdb_single"], "p50"),
+        "p50_vs_lmdb4_single": r(ev, floors["lmdb4_single"], "p50"),
+        "lmdb4_vs_lmdb_single_p50": r(floors["lmdb4_single"], floors["lmdb_single"], "p50"),
+        "p99_vs_lmdb_single": r(ev, floors["lmdb_single"], "p99"),
+    }
+    res = make_result("eventlog.log_paired", st, str(_log_path(dir)), events=st.messages + len(sess.ids),
+                      extra=extra)
+    return res
 
 
 # ---------------------------------------------------------------------------------------

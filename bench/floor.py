@@ -158,32 +158,45 @@ def lmdb4_single(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     return _lmdb4(workload, dir, 1, "floor.lmdb4_single", **opts)
 
 
-def _lmdb4(workload: Any, dir: str, per_commit: int, name: str, **opts: Any) -> dict[str, Any]:
-    env = lmdb.open(str(Path(dir) / "log"), map_size=MAP_SIZE, sync=True, metasync=True, subdir=True,
-                    max_dbs=4, readahead=False)
-    events, ids = env.open_db(b"events"), env.open_db(b"ids")
-    streams, meta = env.open_db(b"streams", dupsort=True, dupfixed=True), env.open_db(b"meta")
-    state = {"seq": 0}
+class Four:
+    """eventlog's four B-trees on bare LMDB: per event a put in ``events``, its id in ``ids``, its
+    seq under its session in ``streams`` (dupsort), and the head in ``meta``; one synced commit
+    per :meth:`commit` call. No Python of eventlog's on the path."""
 
-    def commit(group: tuple[str, list[tuple[str, bytes]]]) -> None:
-        with env.begin(write=True) as txn:
-            s = state["seq"]
+    def __init__(self, path: Path) -> None:
+        self.env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True, subdir=True,
+                             max_dbs=4, readahead=False)
+        env = self.env
+        self.events, self.ids = env.open_db(b"events"), env.open_db(b"ids")
+        self.streams, self.meta = env.open_db(b"streams", dupsort=True, dupfixed=True), env.open_db(b"meta")
+        self.seq = 0
+
+    def commit(self, group: tuple[str, list[tuple[str, bytes]]]) -> None:
+        with self.env.begin(write=True) as txn:
+            s = self.seq
             for sid, val in group[1]:
                 s += 1
                 key = _KEY.pack(s)
-                if not txn.put(key, val, append=True, db=events):
+                if not txn.put(key, val, append=True, db=self.events):
                     raise RuntimeError(f"append put refused for seq {s}")
-                txn.put(f"{time.time_ns():016x}{s:016x}".encode(), key, db=ids)  # time-ordered, as eventlog's
-                txn.put(sid.encode(), key, db=streams)
-            txn.put(b"head", key + bytes.fromhex(_FAKE_HASH), db=meta)
-            state["seq"] = s
+                txn.put(f"{time.time_ns():016x}{s:016x}".encode(), key, db=self.ids)  # time-ordered, as eventlog's
+                txn.put(sid.encode(), key, db=self.streams)
+            txn.put(b"head", key + bytes.fromhex(_FAKE_HASH), db=self.meta)
+            self.seq = s
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _lmdb4(workload: Any, dir: str, per_commit: int, name: str, **opts: Any) -> dict[str, Any]:
+    four = Four(Path(dir) / "log")
 
     def groups() -> Iterator[list[tuple[str, list[tuple[str, bytes]]]]]:
         for chunk in _encoded_chunks(workload, opts.get("chunk", 5000)):
             yield [("", chunk[i:i + per_commit]) for i in range(0, len(chunk), per_commit)]
 
-    st = drive_single(groups(), commit, count=lambda b: len(b[1]), budget=opts.get("budget"))
-    env.close()
+    st = drive_single(groups(), four.commit, count=lambda b: len(b[1]), budget=opts.get("budget"))
+    four.close()
     return make_result(name, st, dir, unit="commit",
                        extra={"sync": True, "events_per_commit": round(st.messages / max(1, st.items), 2)})
 

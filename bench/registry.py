@@ -48,6 +48,8 @@ CONTENDERS: list[Contender] = [
               "EventLog.append, 1 event per call, 8 threads"),
     Contender("eventlog.log_bare_batch100", "bench.contenders_eventlog:log_bare_batch100",
               "EventLog.append, <=100 events per call"),
+    Contender("eventlog.log_paired", "bench.contenders_eventlog:log_paired",
+              "EventLog.append vs bare LMDB puts (1 and 4 B-trees), interleaved blocks, one process"),
     # Baseline A
     Contender("baseline_sqlite.single", "bench.baseline_sqlite:single",
               "state.db WAL+FULL, BEGIN IMMEDIATE per message, FTS triggers"),
