@@ -165,10 +165,10 @@ def prepare(event: Any, index: int = 0) -> Prepared:
         unknown = set(event) - ENVELOPE_INPUT_KEYS
         raise ValidationError(f"events[{index}].{sorted(map(str, unknown))[0]}", "unknown envelope key")
     etype = event.get("type")
-    if etype not in _TYPES_SEEN:
+    if type(etype) is not str or etype not in _TYPES_SEEN:  # exact str first: a list is unhashable
         if type(etype) is not str or not TYPE_RE.fullmatch(etype) or len(etype) > 128:
             raise ValidationError(f"events[{index}].type", "must be a dotted lower-case name such as 'message.appended'")
-        if len(_TYPES_SEEN) < 4096 and type(etype) is str:
+        if len(_TYPES_SEEN) < 4096:
             _TYPES_SEEN.add(etype)
     session = event.get("session")
     if session is not None and (type(session) is not str or not ID_RE.fullmatch(session)):

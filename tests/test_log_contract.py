@@ -87,6 +87,12 @@ BAD_EVENTS = [
     ("events[1].extra", {"type": "a.b", "session": "s", "data": {}, "extra": 1}),
     ("events[1].type", {"type": "NotDotted", "session": "s", "data": {}}),
     ("events[1].type", {"session": "s", "data": {}}),
+    ("events[1].type", {"type": ["a.b"], "session": "s", "data": {}}),  # unhashable: no cache lookup may raise
+    ("events[1].type", {"type": {"a": "b"}, "session": "s", "data": {}}),
+    ("events[1].type", {"type": type("Str", (str,), {})("a.b"), "session": "s", "data": {}}),
+    ("events[1].session", {"type": "a.b", "session": ["s"], "data": {}}),
+    ("events[1].id", {"type": "a.b", "session": "s", "data": {}, "id": ["x"]}),
+    ("events[1].v", {"type": "a.b", "session": "s", "data": {}, "v": [1]}),
     ("events[1].session", {"type": "a.b", "session": "../etc", "data": {}}),
     ("events[1].session", {"type": "a.b", "session": 5, "data": {}}),
     ("events[1].id", {"type": "a.b", "session": "s", "data": {}, "id": ""}),
