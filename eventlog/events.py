@@ -535,8 +535,10 @@ def next_title(base: str, taken: set[str]) -> str:
     An existing `` #N`` suffix of ``base`` is stripped first. ``base`` itself is returned when
     free; otherwise ``"base #N"`` with N one more than the highest number already taken for
     that base (at least 2), shortened to fit 200 characters. Raises :class:`ValidationError`
-    (field ``"title"``) when ``base`` is empty.
+    (field ``"title"``) when ``base`` is empty or not a string.
     """
+    if not isinstance(base, str):
+        raise ValidationError("title", f"must be a string, not {type(base).__name__}")
     title = normalize_title(base)
     numbered = _NUMBERED_RE.fullmatch(title)
     if numbered:

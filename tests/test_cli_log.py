@@ -56,6 +56,13 @@ def test_append_is_one_atomic_batch(tmp_path: Path) -> None:
     ("[1,2]", "line 1"),
     ('{"type": "session.created", "session": "s", "data": {}, "extra": 1}', "line 1.extra"),
     ('{"type": "no.such.type", "session": "s", "data": {}}', "line 1.type"),
+    ('{"type": ["session.created"], "session": "s", "data": {}}', "line 1.type"),  # unhashable
+    ('{"type": {"a": 1}, "session": "s", "data": {}}', "line 1.type"),
+    ('{"type": 5, "session": "s", "data": {}}', "line 1.type"),
+    ('{"type": null, "session": "s", "data": {}}', "line 1.type"),
+    ('{"type": "session.created", "session": ["s"], "data": {}}', "line 1.session"),
+    ('{"type": "session.created", "session": "s", "data": {}, "id": {"x": 1}}', "line 1.id"),
+    ('{"type": "session.created", "session": "s", "data": []}', "line 1.data"),
     ('{"type": "session.created", "session": "s", "data": {"started_at": NaN}}', "line 1"),
 ])
 def test_bad_append_input_exits_1_naming_the_problem(tmp_path: Path, bad: str, field: str) -> None:

@@ -413,6 +413,13 @@ def test_next_title_numbers_after_the_highest_taken() -> None:
         next_title("   ", set())
 
 
+@pytest.mark.parametrize("base", [["Base"], {"a": 1}, 5, None, b"Base"])
+def test_next_title_of_a_non_string_is_a_validation_error(base: Any) -> None:
+    with pytest.raises(ValidationError) as info:
+        next_title(base, set())
+    assert info.value.field == "title"
+
+
 # ---- properties -------------------------------------------------------------------------------
 
 any_text = st.text(st.characters(exclude_categories=()), max_size=12)

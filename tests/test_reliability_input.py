@@ -42,7 +42,8 @@ DEFAULT_EXAMPLES = 200
 surrogates = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2)
 texts = st.one_of(st.text(max_size=24), surrogates, st.sampled_from(["", " ", "a\nb", "\x00", "é", "日本語", "🎉"]))
 ids = st.one_of(st.from_regex(r"[A-Za-z0-9_.:@-]{1,10}", fullmatch=True),
-                st.sampled_from(["m1", "ev-s1", "", "a b", "x" * 129, "../x", "é"]), st.integers(), st.none())
+                st.sampled_from(["m1", "ev-s1", "", "a b", "x" * 129, "../x", "é"]), st.integers(), st.none(),
+                st.lists(st.just("s1"), max_size=1), st.just({"s1": 1}))
 sessions = st.one_of(st.sampled_from(["s1", "s2", "s3"]), st.none(), ids)
 numbers = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True, allow_infinity=True),
                     st.sampled_from([0, 1, -1, 2**63 - 1, 2**63, 1e30, 1.5, 4.2e9, 4.3e9]))
@@ -72,7 +73,8 @@ typed = st.one_of(
     st.tuples(st.just("usage.recorded"), usage_data),
     st.tuples(st.just("message.reaction_set"), reaction_data),
     st.tuples(st.sampled_from(sorted(CURRENT_VERSIONS)), st.one_of(st.dictionaries(texts, values, max_size=3), values)),
-    st.tuples(st.one_of(texts, st.just("test.happened"), st.integers()), st.dictionaries(texts, values, max_size=2)),
+    # odd types: text, unknown names, numbers, and lists / objects (unhashable: no lookup may raise)
+    st.tuples(st.one_of(texts, st.just("test.happened"), st.integers(), values), st.dictionaries(texts, values, max_size=2)),
 )
 
 
