@@ -300,34 +300,30 @@ def log_paired(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     st = RunStats()
     deadline = None if not opts.get("budget") else perf() + float(opts["budget"])
     seq = 0
+    events: list[dict[str, Any]] = []
+    raws: list[tuple[str, bytes]] = []
+    calls = {  # the same message i, three ways
+        "eventlog": lambda i: log.append([events[i]]),
+        "lmdb_single": lambda i: one_put(raws[i]),
+        "lmdb4_single": lambda i: four.commit(("", [raws[i]])),
+    }
     try:
         sess = _log_sessions(log)
         for chunk in workload.chunks(opts.get("chunk", 5000)):
             sess.prepare(chunk)  # untimed, as in log_bare
-            events, raws = [], []
+            events.clear()
+            raws.clear()
             for m in chunk:
                 seq += 1
                 events.append(msg_event(m["session_id"], m))
                 raws.append((m["session_id"], envelope_bytes(seq, m)))
             for b0 in range(0, len(chunk), block):
-                order = orders[(b0 // block + st.items // block) % len(orders)]
-                for who in order:
-                    rec = recs[who]
-                    if who == "eventlog":
-                        for e in events[b0:b0 + block]:
-                            t0 = perf()
-                            log.append([e])
-                            rec.add(perf() - t0)
-                    elif who == "lmdb_single":
-                        for item in raws[b0:b0 + block]:
-                            t0 = perf()
-                            one_put(item)
-                            rec.add(perf() - t0)
-                    else:
-                        for sid, raw in raws[b0:b0 + block]:
-                            t0 = perf()
-                            four.commit(("", [(sid, raw)]))
-                            rec.add(perf() - t0)
+                for who in orders[(b0 // block + st.items // block) % len(orders)]:
+                    call, rec = calls[who], recs[who]
+                    for i in range(b0, min(b0 + block, len(chunk))):
+                        t0 = perf()
+                        call(i)
+                        rec.add(perf() - t0)
             st.items += len(chunk)
             st.messages += len(chunk)
             if deadline is not None and perf() > deadline:
@@ -355,9 +351,8 @@ def log_paired(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
         "lmdb4_vs_lmdb_single_p50": r(floors["lmdb4_single"], floors["lmdb_single"], "p50"),
         "p99_vs_lmdb_single": r(ev, floors["lmdb_single"], "p99"),
     }
-    res = make_result("eventlog.log_paired", st, str(_log_path(dir)), events=st.messages + len(sess.ids),
-                      extra=extra)
-    return res
+    return make_result("eventlog.log_paired", st, str(_log_path(dir)), events=st.messages + len(sess.ids),
+                       extra=extra)
 
 
 # ---------------------------------------------------------------------------------------

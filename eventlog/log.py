@@ -112,7 +112,7 @@ class _Request:
     def __init__(self, items: list[codec.Prepared], expected: int | None) -> None:
         self.items = items
         self.expected = expected
-        self.size = len(items[0].data_bytes) if len(items) == 1 else sum(len(it.data_bytes) for it in items)
+        self.size = sum(len(it.data_bytes) for it in items)
         self.owner = threading.get_ident()
         self.wake: threading.Lock | None = None  # made (held) only when the caller has to wait
         self.done = False

@@ -118,34 +118,29 @@ class Lease:
 FOLLOWER_NAME = "follower.lock"
 
 
-def hold_shared(path: Path) -> int | None:
-    """An fd holding a shared flock on ``path`` (created 0600 if missing), or None when the file
-    cannot be opened or locked. Waits only while someone holds it exclusively. Close to release."""
+def _flocked(path: Path, op: int) -> int | None:
+    """An fd of ``path`` (created 0600 if missing) holding flock ``op``, or None when the file
+    cannot be opened or the lock taken. Close the fd to release."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, op)
     except OSError:
         os.close(fd)
         return None
     return fd
+
+
+def hold_shared(path: Path) -> int | None:
+    """A shared flock on ``path``; waits only while someone holds it exclusively."""
+    return _flocked(path, fcntl.LOCK_SH)
 
 
 def try_exclusive(path: Path) -> int | None:
-    """An fd holding an exclusive flock on ``path`` if no process holds any flock on it, else
-    None. Never waits. Close to release."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    """An exclusive flock on ``path`` if no process holds any flock on it, else None. Never waits."""
+    return _flocked(path, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 class Presence:
