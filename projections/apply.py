@@ -1,6 +1,6 @@
 """The fold rules of docs/EVENTS.md, applied to the state.db tables.
 
-:class:`Applier` is the SQL twin of :class:`eventlog.fold.Fold`: for every event sequence the
+:class:`Applier` is the SQL twin of :class:`eventlog.sessions.fold.Fold`: for every event sequence the
 tables it writes answer the queries exactly as the fold does. It works inside a transaction
 the caller opens and commits; :meth:`Applier.flush` must run before the commit.
 
@@ -17,8 +17,8 @@ from typing import Any, Iterable
 
 import orjson
 
-from eventlog import events
-from eventlog.fold import content_text
+from eventlog.sessions import events
+from eventlog.sessions.fold import content_text
 from projections.schema import COSTS, TOKENS
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -34,9 +34,9 @@ _META_TEXT = ("model", "cwd", "git_repo_root", "git_branch", "source")
 
 
 def upcaster() -> Any:
-    """``eventlog.events.upcast``, skipped for envelopes already at the current version (it
+    """``eventlog.sessions.events.upcast``, skipped for envelopes already at the current version (it
     would only copy them; the applier never changes an envelope)."""
-    from eventlog.events import CURRENT_VERSIONS, upcast
+    from eventlog.sessions.events import CURRENT_VERSIONS, upcast
 
     current = CURRENT_VERSIONS
 

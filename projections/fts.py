@@ -1,10 +1,10 @@
 """The search index: derived from state.db's messages, queried with state.db attached.
 
 The FTS file holds ``docs`` (message id, session id, the lower-cased search text of
-:func:`eventlog.fold.search_text`) and ``fts``, a trigram FTS5 index over it with
+:func:`eventlog.sessions.fold.search_text`) and ``fts``, a trigram FTS5 index over it with
 ``detail=none`` (it records which documents hold a trigram, not where: half the indexing
 work of a positional index, which is what a rebuild spends its time on). A message matches a
-query when its search text contains every term of :func:`eventlog.fold.search_terms` as a
+query when its search text contains every term of :func:`eventlog.sessions.fold.search_terms` as a
 case-insensitive substring — the reference fold's rule. The index gives the candidates: the
 documents holding every distinct trigram of every term of three or more characters (both
 sides are lower-cased by Python and the index is case-sensitive, so no match is missed, CJK
@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from eventlog.fold import content_text, search_terms
+from eventlog.sessions.fold import content_text, search_terms
 
 TRIGRAM = 3
 SNIPPET_CHARS = 64

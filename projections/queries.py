@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.errors import ProjectionError
-from eventlog.events import normalize_title
+from eventlog.sessions.events import normalize_title
 from projections import db as sql
 from projections import files, fts
 from projections.apply import load_int

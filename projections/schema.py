@@ -3,7 +3,7 @@
 ``state`` holds the read models of docs/EVENTS.md in tables close to what agent runtimes read
 (sessions, messages), plus usage, reactions, tombstones and the cursor (meta).
 ``fts`` holds the search index: ``docs`` (message id, session, the lower-cased search text of
-:func:`eventlog.fold.search_text`) and ``fts``, an FTS5 trigram index over it (case-sensitive
+:func:`eventlog.sessions.fold.search_text`) and ``fts``, an FTS5 trigram index over it (case-sensitive
 on lower-cased text; ``detail=none``: which documents hold a trigram, not where, so a query
 takes the documents holding all trigrams of its terms as candidates and checks each term
 with ``instr``, see :mod:`projections.fts`).

@@ -1,4 +1,4 @@
-"""The projections as SessionStore's read model (the ``ReadModel`` protocol of eventlog.store)."""
+"""The projections as SessionStore's read model (the ``ReadModel`` protocol of eventlog.sessions.store)."""
 from __future__ import annotations
 
 from pathlib import Path

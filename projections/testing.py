@@ -1,7 +1,7 @@
 """Helpers for tests and reliability campaigns: every query answer of a read model, in one
 comparable dict, and faults a test can do to a projection file.
 
-``answers(model, ...)`` works on :class:`eventlog.fold.Fold` and on :class:`Reader` alike, so
+``answers(model, ...)`` works on :class:`eventlog.sessions.fold.Fold` and on :class:`Reader` alike, so
 ``answers(fold) == answers(reader)`` is the whole "the projection equals the reference fold"
 check. The fault helpers write files with plain I/O: use them only while no connection of
 the calling process has the file open.

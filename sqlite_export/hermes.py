@@ -48,7 +48,7 @@ state.db appends only what is new. A row that changed since a previous import ke
 imported version (warning).
 
 Titles: a title another session already holds (in the profile, or earlier in this import) gets
-:func:`eventlog.events.next_title` treatment (``Title #2``...), with a warning. Hermes'
+:func:`eventlog.sessions.events.next_title` treatment (``Title #2``...), with a warning. Hermes'
 ``title_source`` maps ``derived``/``llm``/``user`` as is, ``branch``/``branch_fallback`` to
 ``derived``, a missing one to ``user`` and anything else to ``llm``.
 """
@@ -67,8 +67,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from eventlog import events as ev
 from eventlog.errors import DuplicateEventError, EventLogError, StorageError, ValidationError
+from eventlog.sessions import events as ev
 
 BATCH = 1000
 MESSAGE_CHUNK = 2000

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from eventlog import codec
 from eventlog.errors import DuplicateEventError, IntegrityError, ValidationError
+from eventlog.log import codec
 
 CHUNK = 2000
 Progress = Callable[[int, int], None]

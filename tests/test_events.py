@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog import events
 from eventlog.errors import EventTooLargeError, ValidationError
-from eventlog.events import CURRENT_VERSIONS, make_event, next_title, normalize_title, upcast, validate
+from eventlog.sessions import events
+from eventlog.sessions.events import CURRENT_VERSIONS, make_event, next_title, normalize_title, upcast, validate
 
 MIB = 1024 * 1024
 

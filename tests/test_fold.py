@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog import events
-from eventlog.fold import MESSAGE_KEYS, REACTION_KEYS, SESSION_KEYS, USAGE_KEYS, Fold, search_terms
+from eventlog.sessions import events
+from eventlog.sessions.fold import MESSAGE_KEYS, REACTION_KEYS, SESSION_KEYS, USAGE_KEYS, Fold, search_terms
 
 T0 = 1_700_000_000
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from eventlog.errors import StorageError, ValidationError
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 from sqlite_export.hermes import import_hermes, map_session_id
 
 sys.path.insert(0, str(Path(__file__).parent))

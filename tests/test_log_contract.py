@@ -10,15 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog import codec
 from eventlog.errors import (
     ConcurrencyError,
     DuplicateEventError,
     EventTooLargeError,
     ValidationError,
 )
-from eventlog.log import EventLog
-from eventlog.memlog import MemoryLog
+from eventlog.log import EventLog, codec
+from eventlog.log.memory import MemoryLog
 
 
 @pytest.fixture(params=["memory", "lmdb"])

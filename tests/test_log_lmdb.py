@@ -8,10 +8,10 @@ from pathlib import Path
 import lmdb
 import pytest
 
-import eventlog.log as logmod
+import eventlog.log.lmdb as logmod
 from eventlog import profiles
 from eventlog.errors import ForkedEnvironmentError, ProfileNameError, StorageError, ValidationError
-from eventlog.log import EventLog, seq_key
+from eventlog.log.lmdb import EventLog, seq_key
 
 
 def ev(session: str = "s1", **data: object) -> dict[str, object]:
@@ -91,7 +91,7 @@ def test_use_after_fork_is_a_clear_error(tmp_path: Path) -> None:
 def test_generated_ids_of_a_forked_child_do_not_collide_with_the_parent() -> None:
     # A forked child inherits the id counter; its salt is re-rolled at fork, so two processes
     # generating ids in the same nanosecond with the same counter still differ.
-    from eventlog import codec
+    from eventlog.log import codec
 
     parent = codec.new_id(now_ns=1)
     r, w = os.pipe()
@@ -215,7 +215,7 @@ def test_swapped_events_are_found(tmp_path: Path) -> None:
 
 def test_rewritten_event_with_recomputed_own_hash_is_found_at_the_next(tmp_path: Path) -> None:
     """A forger who rewrites one event and fixes its own hash still breaks the next link."""
-    from eventlog import codec
+    from eventlog.log import codec
 
     p = tmp_path / "log"
     envs = fill(p, 8)

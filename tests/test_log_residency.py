@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from eventlog import log as log_module
-from eventlog.events import make_event
 from eventlog.log import EventLog
+from eventlog.log import lmdb as log_module
+from eventlog.sessions.events import make_event
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 

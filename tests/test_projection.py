@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.events import make_event
-from eventlog.fold import Fold
 from eventlog.log import EventLog
-from eventlog.memlog import MemoryLog
+from eventlog.log.memory import MemoryLog
+from eventlog.sessions.events import make_event
+from eventlog.sessions.fold import Fold
 from projections import Projector, Reader, files
 from projections.testing import answers, current_file
 

@@ -12,9 +12,9 @@ from typing import Any, Callable
 
 import pytest
 
-from eventlog.events import make_event
-from eventlog.fold import Fold
 from eventlog.log import EventLog
+from eventlog.sessions.events import make_event
+from eventlog.sessions.fold import Fold
 from projections import Projector, Reader, files
 from projections.testing import answers, checkpoint, current_file, diff, garbage_pages, truncate_half, zero_file
 

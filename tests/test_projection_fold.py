@@ -10,8 +10,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventlog.fold import Fold
-from eventlog.memlog import MemoryLog
+from eventlog.log.memory import MemoryLog
+from eventlog.sessions.fold import Fold
 from projections import Projector, Reader
 from projections.testing import answers, diff
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from eventlog.errors import LeaseError
-from eventlog.events import make_event
-from eventlog.fold import Fold
 from eventlog.log import EventLog
+from eventlog.sessions.events import make_event
+from eventlog.sessions.fold import Fold
 from projections import Projector, files
 from projections import projector as projector_module
 from projections.testing import answers, diff
@@ -61,7 +61,7 @@ print(json.dumps({"gen": files.read_pointer(p.state_pointer()).gen, "stats": r.s
 APPEND = """
 import sys, time
 from eventlog.log import EventLog
-from eventlog.events import make_event
+from eventlog.sessions.events import make_event
 log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
 for i in range(int(sys.argv[3])):
     sys.stdin.readline()
@@ -352,7 +352,7 @@ def test_a_stopped_follower_does_not_hold_readers_back(tmp_path: Path) -> None:
 
 WRITE_AND_EXIT = """
 import sys
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 s = SessionStore.open(home=sys.argv[1], profile="p", follower=False)
 s.append_message("s0", "user", "from a one-shot writer")
 s.close()
@@ -363,7 +363,7 @@ def test_a_writer_that_exits_leaves_its_appends_in_the_projections(tmp_path: Pat
     """Sequential processes read their predecessors' writes even while a (sleeping) follower is
     what one-shot readers rely on: SessionStore.close() and `eventlog append` settle their own
     appends into the projections before they exit."""
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     monkeypatch.setattr(projector_module, "FOLLOWER_OVERDUE_S", 60.0)  # readers trust the follower
     with SessionStore.open(home=tmp_path, profile="p", follower=False) as s:

@@ -31,7 +31,7 @@ def pct(values: list[float], q: float) -> float:
 def run_load(tmp_path: Path, count: int, case: str) -> None:
     home = tmp_path / "home"
     model = read_model()
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     SessionStore.open(home, PROFILE, read_model=model).close()
     stop = tmp_path / "stop"

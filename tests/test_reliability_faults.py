@@ -296,7 +296,7 @@ def test_projector_lease_survives_its_file_being_deleted(tmp_path: Path) -> None
 def test_projector_lock_deleted_while_processes_project(tmp_path: Path) -> None:
     """Even if two projectors end up running, the projections must come out exactly as a fresh
     rebuild and no caller may see an error; warnings the library prints are reported."""
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     home = tmp_path / "home"
     SessionStore.open(home, PROFILE, read_model="projection").close()

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventlog.cli import main
-from eventlog.events import CURRENT_VERSIONS, ROLES
+from eventlog.sessions.events import CURRENT_VERSIONS, ROLES
 
 pytest_plugins = ["campaign.summary"]
 
@@ -175,7 +175,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def reads_still_work(home: Path) -> None:
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     with SessionStore.open(home, PROFILE, read_model=read_model()) as store:
         everything = store.list_sessions(archived=None, pinned=None, hidden=None, limit=None)

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from eventlog.cli import main
 from eventlog.errors import NotFoundError, ProfileNameError
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 
 pytest_plugins = ["campaign.summary"]
 

@@ -25,10 +25,10 @@ from campaign.agent_child import Agent
 from campaign.summary import note, record
 from click.testing import CliRunner
 
-from eventlog import codec
 from eventlog.cli import main
-from eventlog.log import seq_key
-from eventlog.store import SessionStore
+from eventlog.log import codec
+from eventlog.log.lmdb import seq_key
+from eventlog.sessions.store import SessionStore
 
 pytest_plugins = ["campaign.summary"]
 

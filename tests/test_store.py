@@ -18,7 +18,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from eventlog import events
 from eventlog.errors import (
     ConcurrencyError,
     ConflictError,
@@ -27,8 +26,9 @@ from eventlog.errors import (
     TitleConflictError,
     ValidationError,
 )
-from eventlog.fold import MESSAGE_KEYS, SESSION_KEYS
-from eventlog.store import SessionStore
+from eventlog.sessions import events
+from eventlog.sessions.fold import MESSAGE_KEYS, SESSION_KEYS
+from eventlog.sessions.store import SessionStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -309,7 +309,7 @@ def test_take_unseen_reactions_exactly_once_across_threads(store: SessionStore) 
 
 _TAKER = r"""
 import json, sys, time
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 home, sid = sys.argv[1], sys.argv[2]
 taken = []
 with SessionStore.open(home=home, profile="p", read_model="fold", durability="nosync") as s:

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from eventlog import events
 from eventlog.errors import EventLogError
-from eventlog.store import SessionStore
+from eventlog.sessions import events
+from eventlog.sessions.store import SessionStore
 
 
 def _has_projection_reads() -> bool:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multiple, rule
 
 from eventlog.errors import ConcurrencyError, ConflictError, NotFoundError, TitleConflictError
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 
 
 def _has_projection_reads() -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from eventlog.store import SessionStore
+from eventlog.sessions.store import SessionStore
 from sqlite_export.transcript import iso_time, render_html, render_markdown
 
 T0 = 1_735_725_600.0  # 2025-01-01T10:00:00Z

@@ -205,7 +205,7 @@ def search_ids(result: Any) -> list[int]:
 def answers(q: Any) -> dict[str, Any]:
     """What a read model answers (a store or a Fold), restricted to the keys docs/EVENTS.md defines,
     so that the fold, a reopened projection and a fresh rebuild can be compared exactly."""
-    from eventlog.fold import MESSAGE_KEYS, REACTION_KEYS, SESSION_KEYS, USAGE_KEYS
+    from eventlog.sessions.fold import MESSAGE_KEYS, REACTION_KEYS, SESSION_KEYS, USAGE_KEYS
 
     def pick(d: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
         return {k: d.get(k, "<missing>") for k in keys}
@@ -229,7 +229,7 @@ def answers(q: Any) -> dict[str, Any]:
 
 
 def fold_answers(envs: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    from eventlog.fold import Fold
+    from eventlog.sessions.fold import Fold
 
     fold = Fold()
     fold.apply_all(envs)
@@ -270,7 +270,7 @@ def copy_log(home: Path, into: Path, profile: str = PROFILE) -> Path:
 def projection_problems(home: Path, scratch: Path, envs: list[dict[str, Any]], profile: str = PROFILE) -> list[str]:
     """Reopen the profile's projection, rebuild the same log from scratch in another home, and
     compare both with the fold over the log. Returns the differences found."""
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     expected = fold_answers(envs)
     problems = []

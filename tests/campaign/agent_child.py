@@ -195,7 +195,7 @@ class Agent:
 
 def main() -> int:
     home, profile, seed, model = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     parent = os.getppid()
 

@@ -20,7 +20,7 @@ WORDS = ["gateway", "latency", "probe", "load"]
 
 def main() -> int:
     home, profile, model, stop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     lists: list[float] = []
     searches: list[float] = []

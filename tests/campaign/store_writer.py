@@ -17,7 +17,7 @@ import traceback
 def main() -> int:
     home, profile, name = sys.argv[1], sys.argv[2], sys.argv[3]
     threads, count, model = int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     out = threading.Lock()
     errors: list[str] = []

@@ -1,4 +1,4 @@
-"""An in-memory reference log with the same contract as :class:`eventlog.log.EventLog`.
+"""An in-memory reference log with the same contract as the LMDB log (:class:`eventlog.log.Log`).
 
 It is the executable statement of what a log must do, small enough to read at once; the
 contract tests run against it and against the LMDB log. Not durable, one process only.
@@ -9,12 +9,12 @@ import threading
 import time
 from typing import Any, Iterable, Iterator
 
-from eventlog import codec
-from eventlog.errors import ClosedError, ConcurrencyError, DuplicateEventError, IntegrityError, ValidationError
-from eventlog.log import VerifyResult
+from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
+from eventlog.log import codec
+from eventlog.log.base import LogBase, prepare_batch
 
 
-class MemoryLog:
+class MemoryLog(LogBase):
     """A list of sealed events guarded by one lock."""
 
     def __init__(self, profile: str | None = None) -> None:
@@ -44,22 +44,13 @@ class MemoryLog:
             self._lock.notify_all()
 
     def _check(self) -> None:
-        if self._closed:
-            raise ClosedError("the event log is closed")
+        self._check_open()
 
     def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
         self._check()
-        items = [codec.prepare(e, i) for i, e in enumerate(events)]
+        items = prepare_batch(events, expected_version)
         if not items:
             return []
-        if len({it.id for it in items}) != len(items):
-            raise ValidationError("events.id", "the same event id appears twice in one batch")
-        if expected_version is not None:
-            if type(expected_version) is not int or expected_version < 0:
-                raise ValidationError("expected_version", "must be a non-negative integer")
-            streams = {it.session for it in items}
-            if len(streams) != 1 or None in streams:
-                raise ValidationError("expected_version", "needs a batch whose events all belong to one session")
         with self._lock:
             seqs = [0] * len(items)
             fresh = []
@@ -144,38 +135,10 @@ class MemoryLog:
         for v in chunk:
             yield codec.decode(v)
 
-    def follow(self, from_seq: int = 1, timeout: float | None = None, *, poll: float = 0.02) -> Iterator[dict[str, Any]]:
-        nxt = max(1, from_seq)
-        while True:
-            with self._lock:
-                if self._closed:
-                    return
-                if nxt > len(self._raw) and not self._lock.wait_for(
-                    lambda: self._closed or nxt <= len(self._raw), timeout
-                ):
-                    return
-                if self._closed:
-                    return
-                batch = self._raw[nxt - 1:]
-            for v in batch:
-                env = codec.decode(v)
-                nxt = env["seq"] + 1
-                yield env
-
-    def verify(self) -> VerifyResult:
-        self._check()
+    def _wait_appended(self, seconds: float) -> None:
         with self._lock:
-            raws, head = list(self._raw), self._head
-        prev = codec.ZERO_HASH
-        for seq, raw in enumerate(raws, 1):
-            env, reason = codec.check_stored(raw, seq, prev)
-            if reason is not None:
-                return VerifyResult(False, seq - 1, len(raws), head, seq, reason)
-            assert env is not None
-            prev = env["hash"]
-        if prev != head:
-            return VerifyResult(False, len(raws), len(raws), head, len(raws), "recorded head does not match the last event")
-        return VerifyResult(True, len(raws), len(raws), head, None, None)
+            if not self._closed:
+                self._lock.wait(seconds)
 
     def size_bytes(self) -> int:
         with self._lock:

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import orjson
 
-from eventlog import events
+from eventlog.sessions import events
 
 SESSION_KEYS = (
     "id", "source", "model", "model_config", "title", "title_source", "started_at", "ended_at",

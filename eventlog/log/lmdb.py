@@ -22,13 +22,11 @@ import time
 import weakref
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import lmdb
 
-from eventlog import codec, residency
 from eventlog.errors import (
     ClosedError,
     ConcurrencyError,
@@ -40,6 +38,8 @@ from eventlog.errors import (
     StorageError,
     ValidationError,
 )
+from eventlog.log import codec, residency
+from eventlog.log.base import LogBase, VerifyResult, prepare_batch
 from eventlog.profiles import make_dir, restrict_file
 
 FORMAT_VERSION = b"1"
@@ -50,7 +50,7 @@ READ_CHUNK_BYTES = 4 << 20
 """A scan's read transaction also ends once its chunk holds this many bytes (at least one event)."""
 RELEASE_EVERY_BYTES = 8 << 20
 """A scan hands the log pages it read back to the page cache after this many bytes (see
-:mod:`eventlog.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
+:mod:`eventlog.log.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
 """Events per read transaction in long scans: a long-lived reader pins freed pages."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
@@ -79,21 +79,6 @@ def seq_key(seq: int) -> bytes:
 
 def key_seq(key: bytes | memoryview) -> int:
     return int.from_bytes(bytes(key), "big")
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    """Outcome of :meth:`EventLog.verify` (the JSON of ``eventlog log verify``)."""
-
-    ok: bool
-    events: int
-    head_seq: int
-    head_hash: str
-    first_bad_seq: int | None
-    reason: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class _LockReplaced(Exception):
@@ -152,7 +137,7 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     return StorageError(f"{action}: {text}")
 
 
-class EventLog:
+class EventLog(LogBase):
     """An append-only, hash-chained event log in one LMDB environment.
 
     Open with :meth:`open`; use as a context manager or call :meth:`close`. Thread-safe.
@@ -400,17 +385,9 @@ class EventLog:
         log's durability. Invalid input raises :class:`ValidationError` naming the field.
         """
         self._check()
-        items = [codec.prepare(e, i) for i, e in enumerate(events)]
+        items = prepare_batch(events, expected_version)
         if not items:
             return []
-        if len(items) > 1 and len({it.id for it in items}) != len(items):
-            raise ValidationError("events.id", "the same event id appears twice in one batch")
-        if expected_version is not None:
-            if type(expected_version) is not int or expected_version < 0:
-                raise ValidationError("expected_version", "must be a non-negative integer")
-            streams = {it.session for it in items}
-            if len(streams) != 1 or None in streams:
-                raise ValidationError("expected_version", "needs a batch whose events all belong to one session")
         req = _Request(items, expected_version)
         with self._mu:
             self._queue.append(req)
@@ -742,66 +719,10 @@ class EventLog:
             if len(chunk) < READ_CHUNK:
                 return
 
-    def follow(self, from_seq: int = 1, timeout: float | None = None, *, poll: float = 0.02) -> Iterator[dict[str, Any]]:
-        """Yield envelopes from ``from_seq`` on, waiting for new ones as they land.
-
-        Appends of this process wake the follower at once; appends of other processes are
-        noticed within ``poll`` seconds (a cheap head check, never a busy loop). Stops after
-        ``timeout`` seconds without a new event (never, if ``None``) or when the log closes.
-        """
-        nxt = max(1, from_seq)
-        idle_since = time.monotonic()
-        while not self._closed:
-            got = False
-            for env in self.read(nxt):
-                got = True
-                nxt = env["seq"] + 1
-                yield env
-            now = time.monotonic()
-            if got:
-                idle_since = now
-                continue
-            if timeout is not None and now - idle_since >= timeout:
-                return
-            wait = poll if timeout is None else min(poll, max(0.0, timeout - (now - idle_since)))
-            with self._appended:
-                if self._closed:
-                    return
-                self._appended.wait(wait)
-
-    def verify(self) -> VerifyResult:
-        """Recompute the whole chain in one streaming pass (constant memory).
-
-        Checks: seqs gapless from 1, each ``prev`` equals the previous ``hash``, each hash
-        recomputes from the event's bytes, stored bytes are canonical, and the recorded head
-        names the last event. Reports the first bad seq and why.
-        """
-        expect = 1
-        prev = codec.ZERO_HASH
-        events = 0
-
-        def bad(seq: int, reason: str) -> VerifyResult:
-            hseq, hhash = self.head()
-            return VerifyResult(False, events, hseq, hhash, seq, reason)
-
-        for seq, raw in self.read(1, raw=True):
-            if seq != expect:
-                return bad(expect, f"event {expect} is missing (next stored seq is {seq})")
-            env, reason = codec.check_stored(raw, seq, prev)
-            if reason is not None:
-                return bad(seq, reason)
-            assert env is not None
-            prev = env["hash"]
-            events += 1
-            expect += 1
-        hseq, hhash = self.head()
-        if hseq != events or hhash != prev:
-            if hseq > events:
-                return VerifyResult(False, events, hseq, hhash, events + 1,
-                                    f"event {events + 1} is missing (head records seq {hseq})")
-            return VerifyResult(False, events, hseq, hhash, hseq + 1 if hseq < events else events,
-                                "recorded head does not match the last event")
-        return VerifyResult(True, events, hseq, hhash, None, None)
+    def _wait_appended(self, seconds: float) -> None:
+        with self._appended:
+            if not self._closed:
+                self._appended.wait(seconds)
 
     # ---------------------------------------------------------------- misc
 
@@ -821,4 +742,4 @@ class EventLog:
         return f"EventLog({str(self.path)!r}, durability={self.durability!r})"
 
 
-__all__ = ["EventLog", "VerifyResult", "EventLogError"]
+__all__ = ["EventLog", "VerifyResult"]

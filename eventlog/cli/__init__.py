@@ -33,7 +33,7 @@ class Ctx:
         return d
 
     def open_store(self, *, create: bool = False, **options: Any) -> Any:
-        from eventlog.store import SessionStore
+        from eventlog.sessions.store import SessionStore
 
         self.profile_dir(create=create)
         options.setdefault("follower", False)  # a one-shot command catches up on read instead
@@ -117,7 +117,7 @@ def _read_events(stream: Any) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def prepare_input(obj: Any, where: str) -> dict[str, Any]:
     """Validate one CLI input event against the catalogue; errors name ``where`` and the field."""
-    from eventlog.events import CURRENT_VERSIONS, make_event
+    from eventlog.sessions.events import CURRENT_VERSIONS, make_event
 
     if not isinstance(obj, dict):
         raise ValidationError(where, "an event must be a JSON object")
@@ -252,7 +252,7 @@ def log_verify(c: Ctx, as_json: bool) -> None:
 @handled
 def demo(ctx: click.Context) -> None:
     """Write a realistic agent conversation into the demo profile, read it back, verify the log."""
-    from eventlog.demo import DEMO_PROFILE, run_demo
+    from eventlog.cli.demo import DEMO_PROFILE, run_demo
 
     c: Ctx = ctx.obj
     given = ctx.parent is not None and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE
@@ -526,7 +526,7 @@ def doctor(c: Ctx, fix: bool, as_json: bool) -> None:
 
 
 def _parse_time_ns(text: str) -> int:
-    from eventlog.events import parse_time
+    from eventlog.sessions.events import parse_time
 
     try:
         return int(round(parse_time(text, "--as-of") * 1e9))

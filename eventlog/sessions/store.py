@@ -14,8 +14,6 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
-from eventlog import events as ev
-from eventlog.codec import new_id
 from eventlog.errors import (
     ConcurrencyError,
     ConflictError,
@@ -24,9 +22,11 @@ from eventlog.errors import (
     TitleConflictError,
     ValidationError,
 )
-from eventlog.fold import Fold
-from eventlog.log import EventLog, log_warn
+from eventlog.log.codec import new_id
+from eventlog.log.lmdb import EventLog, log_warn
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
+from eventlog.sessions import events as ev
+from eventlog.sessions.fold import Fold
 
 CLOSE_SETTLE_S = 5.0
 """How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
@@ -79,7 +79,7 @@ class FoldReadModel:
     def search(self, query: str, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int = 20) -> dict[str, Any]:
         """The projection's result shape, from the fold's matching messages (no index to degrade)."""
-        from eventlog.fold import content_text
+        from eventlog.sessions.fold import content_text
 
         with self._lock:
             self.wait_for(self._log.head()[0])

@@ -26,7 +26,7 @@ def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
 
     Returns True when everything checked out.
     """
-    from eventlog.store import SessionStore
+    from eventlog.sessions.store import SessionStore
 
     with SessionStore.open(home, profile) as store:
         title = store.next_title("Fix flaky payments test")

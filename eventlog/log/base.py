@@ -1,0 +1,227 @@
+"""The log contract, and the parts of it every backend shares.
+
+A log is an append-only sequence of hash-chained events (see :mod:`eventlog.log.codec` for the
+envelope). :class:`Log` is the protocol every consumer types against — the session store, the
+projector, exports, imports, health checks and the CLI — and every backend implements it
+(:mod:`eventlog.log.memory`, the reference; :mod:`eventlog.log.lmdb`, the durable one). What
+does not depend on how events are stored is written here once: the input checks of a batch
+(:func:`prepare_batch`), the chain check (:func:`verify_chain`), and ``follow``/``verify`` on top
+of a backend's ``read``/``head`` (:class:`LogBase`). The contract itself is executable:
+:mod:`eventlog.log.contract` holds the tests a backend must pass.
+
+Nothing in this package knows about sessions, SQLite or projections.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+
+from eventlog.errors import ClosedError, ValidationError
+from eventlog.log import codec
+
+FOLLOW_POLL_S = 0.02
+"""How often ``follow`` looks for appends made by other processes (a cheap head check)."""
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of :meth:`Log.verify` (the JSON of ``eventlog log verify``).
+
+    ``first_bad_seq`` is the first seq whose bytes, order or presence do not match the chain
+    (``None`` when ``ok``); ``reason`` says what is wrong with it.
+    """
+
+    ok: bool
+    events: int
+    head_seq: int
+    head_hash: str
+    first_bad_seq: int | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class Log(Protocol):
+    """What every log backend promises (and :mod:`eventlog.log.contract` checks).
+
+    Events are appended atomically per call and get gapless seqs from 1, assigned with the
+    timestamp and the chain hashes inside the backend's write transaction. No method rewrites
+    or deletes an event. Reads stream in bounded chunks. All methods are thread-safe; a closed
+    log raises :class:`~eventlog.errors.ClosedError`.
+    """
+
+    path: Path | None
+    profile: str | None
+    durability: str
+
+    def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
+        """Append ``events`` (``{"type", "session"?, "data", "id"?, "v"?}`` each) atomically once
+        durable; return their seqs. A caller id already stored with the same content returns its
+        original seq and writes nothing; with other content raises ``DuplicateEventError``.
+        ``expected_version`` (events the single session stream of the batch holds) raises
+        ``ConcurrencyError`` on a mismatch. Bad input raises ``ValidationError`` naming the field."""
+        ...
+
+    def append_sealed(self, raws: Sequence[bytes]) -> int:
+        """Append already-sealed events verbatim (they must continue this log's chain exactly);
+        all or nothing, ``IntegrityError`` naming the first that does not fit."""
+        ...
+
+    def head(self) -> tuple[int, str]:
+        """``(seq, hash)`` of the last event; ``(0, 64 zeros)`` when empty."""
+        ...
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        """The envelope at ``seq``, or None."""
+        ...
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
+        """Envelopes with ``from_seq <= seq <= to_seq`` in seq order (``raw=True``: ``(seq, bytes)``)."""
+        ...
+
+    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
+        """The envelopes of one session stream in seq order."""
+        ...
+
+    def stream_version(self, session: str) -> int:
+        """How many events the session stream holds (0 when unknown)."""
+        ...
+
+    def event_seq(self, event_id: str) -> int | None:
+        """The seq of the event with this id, or None."""
+        ...
+
+    def follow(self, from_seq: int = 1, timeout: float | None = None, *,
+               poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:
+        """Envelopes from ``from_seq`` on, waiting for new ones; stops after ``timeout`` seconds
+        without one, or when the log closes."""
+        ...
+
+    def verify(self) -> VerifyResult:
+        """Recompute the whole chain and name the first seq that does not match."""
+        ...
+
+    def size_bytes(self) -> int:
+        """Bytes the log's storage uses."""
+        ...
+
+    def close(self) -> None:
+        """Release the log; idempotent."""
+        ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def prepare_batch(events: Iterable[Any], expected_version: int | None) -> list[codec.Prepared]:
+    """Validate and encode one append call's input, before any transaction.
+
+    Raises :class:`ValidationError` naming the field: a bad event (``events[i].<field>``), an
+    id given twice in one batch, or an ``expected_version`` that is not a non-negative integer
+    or is given for a batch that does not belong to exactly one session.
+    """
+    if isinstance(events, (str, bytes, bytearray, dict)) or not hasattr(events, "__iter__"):
+        raise ValidationError("events", f"must be a list of event objects, got {type(events).__name__}")
+    items = [codec.prepare(e, i) for i, e in enumerate(events)]
+    if len(items) > 1 and len({it.id for it in items}) != len(items):
+        raise ValidationError("events.id", "the same event id appears twice in one batch")
+    if expected_version is not None:
+        if type(expected_version) is not int or expected_version < 0:
+            raise ValidationError("expected_version", "must be a non-negative integer")
+        streams = {it.session for it in items}
+        if items and (len(streams) != 1 or None in streams):
+            raise ValidationError("expected_version", "needs a batch whose events all belong to one session")
+    return items
+
+
+def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[int, str]]) -> VerifyResult:
+    """Check a log's stored events (``(seq, bytes)`` in seq order) and its recorded head.
+
+    Seqs gapless from 1, each ``prev`` the previous ``hash``, each hash recomputed from the
+    event's bytes, stored bytes canonical, and the recorded head naming the last event. The
+    first failure is reported with its seq: a missing event by the seq that should be there; a
+    head that records more events than are stored, by the first missing one; a head that
+    records fewer, or another hash, by the last event it fails to name.
+    """
+    expect, prev, events = 1, codec.ZERO_HASH, 0
+
+    def bad(seq: int, reason: str) -> VerifyResult:
+        hseq, hhash = head()
+        return VerifyResult(False, events, hseq, hhash, seq, reason)
+
+    for seq, raw in stored:
+        if seq != expect:
+            return bad(expect, f"event {expect} is missing (next stored seq is {seq})")
+        env, reason = codec.check_stored(raw, seq, prev)
+        if reason is not None or env is None:
+            return bad(seq, reason or "unreadable event")
+        prev = env["hash"]
+        events += 1
+        expect += 1
+    hseq, hhash = head()
+    if hseq > events:
+        return VerifyResult(False, events, hseq, hhash, events + 1,
+                            f"event {events + 1} is missing (head records seq {hseq})")
+    if hseq != events or hhash != prev:
+        return VerifyResult(False, events, hseq, hhash, hseq + 1 if hseq < events else max(events, 1),
+                            "recorded head does not match the last event")
+    return VerifyResult(True, events, hseq, hhash, None, None)
+
+
+class LogBase:
+    """``follow`` and ``verify`` for a backend that provides ``read``, ``head``, ``closed`` and
+    ``_wait_appended(seconds)`` (returns early when this process appends or the log closes)."""
+
+    _closed: bool
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
+        raise NotImplementedError  # pragma: no cover - every backend overrides it
+
+    def head(self) -> tuple[int, str]:
+        raise NotImplementedError  # pragma: no cover - every backend overrides it
+
+    def _wait_appended(self, seconds: float) -> None:
+        raise NotImplementedError  # pragma: no cover - every backend overrides it
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError("the event log is closed", hint="open the log again")
+
+    def verify(self) -> VerifyResult:
+        """Recompute the whole chain in one streaming pass (constant memory); see :func:`verify_chain`."""
+        self._check_open()
+        return verify_chain(self.read(1, raw=True), self.head)
+
+    def follow(self, from_seq: int = 1, timeout: float | None = None, *,
+               poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:
+        """Yield envelopes from ``from_seq`` on, waiting for new ones as they land.
+
+        Appends of this process wake the follower at once; appends of other processes are
+        noticed within ``poll`` seconds (a cheap head check, never a busy loop). Stops after
+        ``timeout`` seconds without a new event (never, if ``None``) or when the log closes.
+        """
+        nxt = max(1, from_seq)
+        idle_since = time.monotonic()
+        while not self.closed:
+            got = False
+            for env in self.read(nxt):
+                got = True
+                nxt = env["seq"] + 1
+                yield env
+            now = time.monotonic()
+            if got:
+                idle_since = now
+                continue
+            if timeout is not None and now - idle_since >= timeout:
+                return
+            self._wait_appended(poll if timeout is None else min(poll, max(0.0, timeout - (now - idle_since))))
