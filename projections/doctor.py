@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from eventlog.log import Log
 from projections.health import HEALTHY
 from projections.projector import Projector
 
@@ -45,7 +46,7 @@ def lease_state(projector: Projector) -> dict[str, Any]:
     return {"ok": True, "path": str(path), "held_by_other": True}
 
 
-def examine(profile_dir: Path, log: Any, profile: str) -> dict[str, Any]:
+def examine(profile_dir: Path, log: Log, profile: str) -> dict[str, Any]:
     """The doctor's report; changes nothing."""
     res = log.verify()
     with Projector(profile_dir, log, profile) as projector:
@@ -69,7 +70,7 @@ def _part(h: dict[str, Any]) -> dict[str, Any]:
             "last_seq": h.get("last_seq"), "log_head": h.get("log_head")}
 
 
-def repair(profile_dir: Path, log: Any, profile: str) -> list[str]:
+def repair(profile_dir: Path, log: Log, profile: str) -> list[str]:
     """Rebuild what is broken and tighten permissions. Never writes the log. Returns what it did."""
     done = []
     with Projector(profile_dir, log, profile) as projector:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from eventlog.log import Log
 from projections import db as sql
 from projections import files
 from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
@@ -33,7 +34,7 @@ class LogView:
     hash_at: Callable[[int], str | None]
 
     @classmethod
-    def of(cls, log: Any) -> "LogView":
+    def of(cls, log: Log) -> "LogView":
         seq, h = log.head()
 
         def hash_at(s: int) -> str | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from eventlog.errors import LeaseError, ProjectionError
+from eventlog.log import Log
 from projections import db as sql
 from projections import files, fts
 from projections.apply import Applier
@@ -81,7 +82,7 @@ class Projector:
     read API (``head``, ``get``, ``read``). Thread-safe. Not usable across ``fork()``.
     """
 
-    def __init__(self, profile_dir: str | os.PathLike[str], log: Any, profile_name: str | None = None, *,
+    def __init__(self, profile_dir: str | os.PathLike[str], log: Log, profile_name: str | None = None, *,
                  batch_size: int = DEFAULT_BATCH, lease_timeout: float = DEFAULT_LEASE_TIMEOUT) -> None:
         self.dir = Path(profile_dir).absolute()
         files.make_dir(self.dir)

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog.errors import ProjectionError
+from eventlog.log import Log
 from projections.projector import Projector
 from projections.queries import Reader
 
@@ -64,7 +65,7 @@ class ProjectionReadModel:
             self.projector.close()
 
 
-def open_read_model(profile_dir: str | Path, log: Any, profile: str, *, follower: bool = False,
+def open_read_model(profile_dir: str | Path, log: Log, profile: str, *, follower: bool = False,
                     batch_size: int | None = None, check: bool = True) -> tuple[ProjectionReadModel, Projector]:
     """Open the projections of a profile for SessionStore: heal them if needed (``check``),
     catch up, and return ``(read_model, projector)``."""

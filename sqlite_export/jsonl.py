@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from eventlog.errors import DuplicateEventError, IntegrityError, ValidationError
-from eventlog.log import codec
+from eventlog.log import Log, codec
 
 CHUNK = 2000
 Progress = Callable[[int, int], None]
 
 
-def export_jsonl(log: Any, out: IO[bytes], *, session: str | None = None,
+def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None,
                  progress: Progress | None = None) -> int:
     """Write the log (or one session's events) to ``out``; returns the number of events."""
     total = log.head()[0]
@@ -80,7 +80,7 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
     return True
 
 
-def import_jsonl(log: Any, lines: Iterable[bytes | str], *, progress: Progress | None = None) -> ImportResult:
+def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None) -> ImportResult:
     """Import exported envelopes into ``log`` (see the module docstring for the two modes)."""
     items = list(_parse(lines))
     if not items:
@@ -116,7 +116,7 @@ def import_jsonl(log: Any, lines: Iterable[bytes | str], *, progress: Progress |
         if seq is None:
             fresh.append(event)
             continue
-        if not prepared.same_content(log.get(seq)):
+        if not prepared.same_content(log.get(seq) or {}):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
     done = 0

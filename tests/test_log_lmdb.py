@@ -5,13 +5,12 @@ import os
 import stat
 from pathlib import Path
 
-import lmdb
 import pytest
 
 import eventlog.log.lmdb as logmod
 from eventlog import profiles
 from eventlog.errors import ForkedEnvironmentError, ProfileNameError, StorageError, ValidationError
-from eventlog.log.lmdb import EventLog, seq_key
+from eventlog.log.lmdb import EventLog
 
 
 def ev(session: str = "s1", **data: object) -> dict[str, object]:
@@ -24,14 +23,6 @@ def fill(path: Path, n: int, **extra: object) -> list[dict[str, object]]:
         return list(lg.read())
 
 
-def test_events_survive_reopen_and_ids_stay_idempotent(tmp_path: Path) -> None:
-    p = tmp_path / "log"
-    with EventLog.open(p) as lg:
-        assert lg.append([dict(ev(n=1), id="k1")]) == [1]
-    with EventLog.open(p) as lg:
-        assert lg.append([dict(ev(n=1), id="k1")]) == [1]
-        assert lg.append([ev(n=2)]) == [2]
-        assert lg.verify().ok and lg.head()[0] == 2
 
 
 def test_unknown_durability_is_refused(tmp_path: Path) -> None:
@@ -108,11 +99,6 @@ def test_generated_ids_of_a_forked_child_do_not_collide_with_the_parent() -> Non
     assert child != codec.new_id(now_ns=1)
 
 
-def test_closed_log_refuses_use(tmp_path: Path) -> None:
-    lg = EventLog.open(tmp_path / "log")
-    lg.close()
-    with pytest.raises(StorageError):
-        lg.head()
 
 
 def test_unwritable_directory_gives_a_hint(tmp_path: Path) -> None:
@@ -155,115 +141,16 @@ def test_good_profile_names(tmp_path: Path) -> None:
         assert profiles.profile_dir(tmp_path / "h", name).is_dir()
 
 
-# ------------------------------------------------------------------ offline tampering
-
-def raw_env(path: Path) -> tuple[lmdb.Environment, object]:
-    env = lmdb.open(str(path), max_dbs=8)
-    return env, env.open_db(b"events")
 
 
-def test_flipped_byte_in_the_file_is_found(tmp_path: Path) -> None:
-    p = tmp_path / "log"
-    fill(p, 30)
-    data = bytearray((p / "data.mdb").read_bytes())
-    at = data.find(b"MARK0017")
-    assert at > 0
-    data[at + 5] ^= 0x01
-    (p / "data.mdb").write_bytes(bytes(data))
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 18, res
 
 
-def test_removed_event_is_found(tmp_path: Path) -> None:
-    p = tmp_path / "log"
-    fill(p, 20)
-    env, db = raw_env(p)
-    with env.begin(write=True) as txn:
-        assert txn.delete(seq_key(7), db=db)
-    env.close()
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 7 and "missing" in (res.reason or "")
 
 
-def test_removed_last_event_is_found(tmp_path: Path) -> None:
-    p = tmp_path / "log"
-    fill(p, 5)
-    env, db = raw_env(p)
-    with env.begin(write=True) as txn:
-        assert txn.delete(seq_key(5), db=db)
-    env.close()
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 5
 
 
-def test_swapped_events_are_found(tmp_path: Path) -> None:
-    p = tmp_path / "log"
-    fill(p, 12)
-    env, db = raw_env(p)
-    with env.begin(write=True) as txn:
-        a, b = txn.get(seq_key(4), db=db), txn.get(seq_key(9), db=db)
-        txn.put(seq_key(4), b, db=db)
-        txn.put(seq_key(9), a, db=db)
-    env.close()
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 4
 
 
-def test_rewritten_event_with_recomputed_own_hash_is_found_at_the_next(tmp_path: Path) -> None:
-    """A forger who rewrites one event and fixes its own hash still breaks the next link."""
-    from eventlog.log import codec
-
-    p = tmp_path / "log"
-    envs = fill(p, 8)
-    forged = dict(envs[2])
-    forged["data"] = {"i": 999}
-    prep = codec.prepare({"type": forged["type"], "session": forged["session"], "data": forged["data"], "id": forged["id"]})
-    raw, _ = codec.seal(prep, 3, forged["ts"], forged["prev"])
-    env, db = raw_env(p)
-    with env.begin(write=True) as txn:
-        txn.put(seq_key(3), raw, db=db)
-    env.close()
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 4
 
 
-def test_group_commit_shares_synced_transactions(tmp_path: Path) -> None:
-    import threading
 
-    with EventLog.open(tmp_path / "log", durability="sync") as lg:
-        barrier = threading.Barrier(8)
-
-        def work(w: int) -> None:
-            barrier.wait()
-            for i in range(40):
-                lg.append([ev(f"w{w}", i=i)])
-
-        ts = [threading.Thread(target=work, args=(w,)) for w in range(8)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        assert lg.head()[0] == 320
-        assert lg.commits < 320 * 0.8, f"{lg.commits} commits for 320 appends: no sharing"
-        assert lg.verify().ok
-
-
-def test_reformatted_bytes_with_the_same_content_are_found(tmp_path: Path) -> None:
-    """Stored bytes must be the canonical encoding: a same-content rewrite is still tampering."""
-    import orjson
-
-    p = tmp_path / "log"
-    fill(p, 6)
-    env, db = raw_env(p)
-    with env.begin(write=True) as txn:
-        obj = orjson.loads(txn.get(seq_key(2), db=db))
-        txn.put(seq_key(2), orjson.dumps(obj, option=orjson.OPT_INDENT_2), db=db)
-    env.close()
-    with EventLog.open(p) as lg:
-        res = lg.verify()
-    assert not res.ok and res.first_bad_seq == 2 and "canonical" in (res.reason or "")

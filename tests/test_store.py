@@ -677,3 +677,21 @@ def test_every_refusal_is_an_eventlog_error(store: SessionStore) -> None:
                 lambda: store.end_session(sid, "   ")):
         with log_unchanged(store), pytest.raises(EventLogError):
             bad()
+
+
+def test_a_store_runs_on_any_log_backend(tmp_path: Path) -> None:
+    """SessionStore.open(log=...) keeps the events in the given Log; the projections still
+    live under the profile directory, and the caller's log outlives the store."""
+    from eventlog.log.memory import MemoryLog
+
+    mem = MemoryLog(profile="p")
+    with SessionStore.open(tmp_path, "p", log=mem, follower=False) as store:
+        sid = store.create_session(source="cli", title="on memory")
+        store.append_message(sid, "user", "hello from the memory log")
+        assert [m["content"] for m in store.get_messages(sid)] == ["hello from the memory log"]
+        assert store.search("memory log")["results"][0]["session_id"] == sid
+    assert mem.head()[0] == 2 and not mem.closed
+    assert not (tmp_path / "profiles" / "p" / "log").exists()
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(tmp_path, "p", log=object())  # type: ignore[arg-type]
+    assert info.value.field == "log"

@@ -15,6 +15,7 @@ import orjson
 
 from eventlog import profiles
 from eventlog.errors import EventLogError, NotFoundError, ValidationError
+from eventlog.log import Log
 
 _OPTS = orjson.OPT_SORT_KEYS
 
@@ -169,7 +170,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
             click.echo(str(s))
 
 
-def _settle(c: Ctx, log: Any, seq: int) -> None:
+def _settle(c: Ctx, log: Log, seq: int) -> None:
     """Bring the profile's projections (when it has any) up to ``seq`` before the command exits,
     so the next command, in another process, reads what this one appended (waits at most 5 s;
     the events are durable in the log either way)."""

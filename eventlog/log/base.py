@@ -54,9 +54,20 @@ class Log(Protocol):
     log raises :class:`~eventlog.errors.ClosedError`.
     """
 
-    path: Path | None
-    profile: str | None
-    durability: str
+    @property
+    def path(self) -> Path | None:
+        """Where the log's storage lives on this machine (None when it has no local path)."""
+        ...
+
+    @property
+    def profile(self) -> str | None:
+        """The profile the log belongs to, when it records one."""
+        ...
+
+    @property
+    def durability(self) -> str:
+        """What an acknowledged append survives (backend-specific name, e.g. "sync")."""
+        ...
 
     def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
         """Append ``events`` (``{"type", "session"?, "data", "id"?, "v"?}`` each) atomically once
@@ -214,10 +225,13 @@ class LogBase:
         idle_since = time.monotonic()
         while not self.closed:
             got = False
-            for env in self.read(nxt):
-                got = True
-                nxt = env["seq"] + 1
-                yield env
+            try:
+                for env in self.read(nxt):
+                    got = True
+                    nxt = env["seq"] + 1
+                    yield env
+            except ClosedError:
+                return
             now = time.monotonic()
             if got:
                 idle_since = now

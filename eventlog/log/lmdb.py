@@ -23,7 +23,7 @@ import weakref
 from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import lmdb
 
@@ -586,7 +586,7 @@ class EventLog(LogBase):
                 return []
         return fresh
 
-    def append_sealed(self, raws: list[bytes]) -> int:
+    def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (an audit import); returns how many were written.
 
         Each must continue this log's chain exactly: its seq is head + 1, its prev is the head

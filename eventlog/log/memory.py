@@ -1,36 +1,49 @@
 """An in-memory reference log with the same contract as the LMDB log (:class:`eventlog.log.Log`).
 
 It is the executable statement of what a log must do, small enough to read at once; the
-contract tests run against it and against the LMDB log. Not durable, one process only.
+contract suite (:mod:`eventlog.log.contract`) runs against it and every other backend. Not
+durable, one process only. Handles opened on the same :class:`MemoryStorage` share its events,
+as handles of one LMDB environment do.
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterable, Iterator
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
 
 from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from eventlog.log import codec
 from eventlog.log.base import LogBase, prepare_batch
 
 
+class MemoryStorage:
+    """The stored events: sealed bytes by seq, ids, streams and the recorded head, under one lock."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, bytes] = {}
+        self.ids: dict[str, int] = {}
+        self.streams: dict[str, list[int]] = {}
+        self.head_seq = 0
+        self.head = codec.ZERO_HASH
+        self.lock = threading.Condition()
+
+
 class MemoryLog(LogBase):
     """A list of sealed events guarded by one lock."""
 
-    def __init__(self, profile: str | None = None) -> None:
-        self.path = None
+    def __init__(self, profile: str | None = None, storage: MemoryStorage | None = None) -> None:
+        self.path: Path | None = None
         self.profile = profile
         self.durability = "memory"
-        self._raw: list[bytes] = []
-        self._ids: dict[str, int] = {}
-        self._streams: dict[str, list[int]] = {}
-        self._head = codec.ZERO_HASH
-        self._lock = threading.Condition()
+        self.storage = storage if storage is not None else MemoryStorage()
+        self._lock = self.storage.lock
         self._closed = False
+        self.commits = 0
 
     @classmethod
     def open(cls, path: Any = None, **options: Any) -> "MemoryLog":
-        return cls(profile=options.get("profile"))
+        return cls(profile=options.get("profile"), storage=options.get("storage"))
 
     def __enter__(self) -> "MemoryLog":
         return self
@@ -43,95 +56,100 @@ class MemoryLog(LogBase):
             self._closed = True
             self._lock.notify_all()
 
-    def _check(self) -> None:
-        self._check_open()
-
     def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
-        self._check()
+        self._check_open()
         items = prepare_batch(events, expected_version)
         if not items:
             return []
+        s = self.storage
         with self._lock:
+            self._check_open()
             seqs = [0] * len(items)
             fresh = []
             for i, it in enumerate(items):
-                old = self._ids.get(it.id) if it.caller_id else None
+                old = s.ids.get(it.id) if it.caller_id else None
                 if old is None:
                     fresh.append(i)
-                elif not it.same_content(codec.decode(self._raw[old - 1])):
+                elif not it.same_content(codec.decode(s.events[old])):
                     raise DuplicateEventError(it.id, old)
                 else:
                     seqs[i] = old
             if fresh and expected_version is not None:
                 session = items[0].session
-                actual = len(self._streams.get(session or "", []))
+                actual = len(s.streams.get(session or "", []))
                 if actual != expected_version:
                     raise ConcurrencyError(session, expected_version, actual)
             for i in fresh:
                 it = items[i]
-                seq = len(self._raw) + 1
-                raw, self._head = codec.seal(it, seq, time.time_ns(), self._head)
-                self._raw.append(raw)
-                self._ids[it.id] = seq
+                seq = s.head_seq = s.head_seq + 1
+                raw, s.head = codec.seal(it, seq, time.time_ns(), s.head)
+                s.events[seq] = raw
+                s.ids[it.id] = seq
                 if it.session is not None:
-                    self._streams.setdefault(it.session, []).append(seq)
+                    s.streams.setdefault(it.session, []).append(seq)
                 seqs[i] = seq
+            if fresh:
+                self.commits += 1
             self._lock.notify_all()
             return seqs
 
-    def append_sealed(self, raws: list[bytes]) -> int:
-        self._check()
+    def append_sealed(self, raws: Sequence[bytes]) -> int:
+        self._check_open()
+        s = self.storage
         with self._lock:
-            seq, prev = len(self._raw), self._head
+            seq, prev = s.head_seq, s.head
             staged: list[dict[str, Any]] = []
             for raw in raws:
                 env, reason = codec.check_stored(raw, seq + 1, prev)
                 if reason is not None or env is None:
                     raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
-                if env["id"] in self._ids or any(e["id"] == env["id"] for e in staged):
+                if env["id"] in s.ids or any(e["id"] == env["id"] for e in staged):
                     raise IntegrityError(f"imported event {seq + 1} has an already used id {env['id']!r}")
                 staged.append(env)
                 seq, prev = seq + 1, env["hash"]
             for raw, env in zip(raws, staged):
-                self._raw.append(raw)
-                self._ids[env["id"]] = env["seq"]
+                s.events[env["seq"]] = bytes(raw)
+                s.ids[env["id"]] = env["seq"]
                 if env.get("session") is not None:
-                    self._streams.setdefault(env["session"], []).append(env["seq"])
-            self._head = prev
+                    s.streams.setdefault(env["session"], []).append(env["seq"])
+            s.head_seq, s.head = seq, prev
             self._lock.notify_all()
             return len(staged)
 
     def event_seq(self, event_id: str) -> int | None:
+        self._check_open()
         with self._lock:
-            return self._ids.get(event_id)
+            return self.storage.ids.get(event_id)
 
     def head(self) -> tuple[int, str]:
-        self._check()
+        self._check_open()
         with self._lock:
-            return len(self._raw), self._head
+            return self.storage.head_seq, self.storage.head
 
     def get(self, seq: int) -> dict[str, Any] | None:
-        self._check()
+        self._check_open()
         with self._lock:
-            return codec.decode(self._raw[seq - 1]) if 1 <= seq <= len(self._raw) else None
+            raw = self.storage.events.get(seq)
+        return None if raw is None else codec.decode(raw)
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
-        self._check()
+        self._check_open()
         with self._lock:
-            stop = len(self._raw) if to_seq is None else min(to_seq, len(self._raw))
-            chunk = [(s, self._raw[s - 1]) for s in range(max(1, from_seq), stop + 1)]
+            stored = self.storage.events
+            chunk = sorted((s, v) for s, v in stored.items() if s >= from_seq and (to_seq is None or s <= to_seq))
         for s, v in chunk:
             yield (s, v) if raw else codec.decode(v)
 
     def stream_version(self, session: str) -> int:
-        self._check()
+        self._check_open()
         with self._lock:
-            return len(self._streams.get(session, []))
+            return len(self.storage.streams.get(session, []))
 
     def read_session(self, session: str) -> Iterator[dict[str, Any]]:
-        self._check()
+        self._check_open()
         with self._lock:
-            chunk = [self._raw[s - 1] for s in self._streams.get(session, [])]
+            stored = self.storage.events
+            chunk = [stored[s] for s in self.storage.streams.get(session, []) if s in stored]
         for v in chunk:
             yield codec.decode(v)
 
@@ -142,4 +160,4 @@ class MemoryLog(LogBase):
 
     def size_bytes(self) -> int:
         with self._lock:
-            return sum(len(r) for r in self._raw)
+            return sum(len(r) for r in self.storage.events.values())

@@ -10,6 +10,7 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -22,12 +23,13 @@ from eventlog.errors import (
     TitleConflictError,
     ValidationError,
 )
+from eventlog.log import Log
 from eventlog.log.codec import new_id
-from eventlog.log.lmdb import EventLog, log_warn
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions.fold import Fold
 
+_log = logging.getLogger("eventlog.sessions")
 CLOSE_SETTLE_S = 5.0
 """How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
 
@@ -56,7 +58,7 @@ class ReadModel(Protocol):
 class FoldReadModel:
     """The reference fold, caught up from the log before every read (in-process only)."""
 
-    def __init__(self, log: Any) -> None:
+    def __init__(self, log: Log) -> None:
         self._log = log
         self._fold = Fold()
         self._seq = 0
@@ -111,9 +113,10 @@ _FLAG_EVENTS = {
 class SessionStore:
     """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
 
-    def __init__(self, log: EventLog, reads: ReadModel, *, home: Path | None, profile: str,
-                 projector: Any = None) -> None:
+    def __init__(self, log: Log, reads: ReadModel, *, home: Path | None, profile: str,
+                 projector: Any = None, owns_log: bool = True) -> None:
         self.log = log
+        self._owns_log = owns_log
         self.home = home
         self.profile = profile
         self._reads = reads
@@ -127,9 +130,13 @@ class SessionStore:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, **options: Any) -> "SessionStore":
+    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, *, log: Log | None = None,
+             **options: Any) -> "SessionStore":
         """Open (creating if needed) ``profile`` under ``home`` (default ``$EVENTLOG_HOME`` or ~/.eventlog).
 
+        ``log``: any :class:`eventlog.log.Log` to keep the profile's events in instead of the
+        LMDB log under ``home`` (the projections still live in the profile's directory, and the
+        store leaves closing that log to the caller).
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
         ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
@@ -137,17 +144,24 @@ class SessionStore:
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
-        log = EventLog.open(d / "log", durability=options.pop("durability", "sync"), profile=profile,
-                            **{k: options.pop(k) for k in ("map_size",) if k in options})
+        owns_log = log is None
+        if log is None:
+            from eventlog.log.lmdb import EventLog
+
+            log = EventLog.open(d / "log", durability=options.pop("durability", "sync"), profile=profile,
+                                **{k: options.pop(k) for k in ("map_size",) if k in options})
+        elif not isinstance(log, Log):
+            raise ValidationError("log", f"must implement eventlog.log.Log, got {type(log).__name__}")
         try:
             reads, projector = cls._open_reads(d, log, profile, options)
         except BaseException:
-            log.close()
+            if owns_log:
+                log.close()
             raise
-        return cls(log, reads, home=h, profile=profile, projector=projector)
+        return cls(log, reads, home=h, profile=profile, projector=projector, owns_log=owns_log)
 
     @staticmethod
-    def _open_reads(d: Path, log: EventLog, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
+    def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
         kind = options.pop("read_model", "projection")
         allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
         if kind == "projection":
@@ -179,12 +193,13 @@ class SessionStore:
                 try:
                     self._reads.wait_for(self._last_seq, timeout=CLOSE_SETTLE_S)
                 except EventLogError as e:  # the next catch-up applies them
-                    log_warn(f"closing with appends not yet in the projections: {e}")
+                    _log.warning(f"closing with appends not yet in the projections: {e}")
         finally:
             try:
                 self._reads.close()
             finally:
-                self.log.close()
+                if self._owns_log:
+                    self.log.close()
 
     def __enter__(self) -> "SessionStore":
         return self

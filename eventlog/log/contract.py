@@ -1,0 +1,508 @@
+"""The log contract as tests: what every backend of :class:`eventlog.log.Log` must pass.
+
+A backend adopts it with one small test module::
+
+    from eventlog.log.contract import GroupCommitContract, LogContract
+
+    class TestMyLog(LogContract, GroupCommitContract):
+        def make_log(self, tmp_path):          # a new, empty log
+            return MyLog.open(tmp_path / "log")
+
+        def reopen(self, log):                 # close it, open the same stored events again
+            log.close()
+            return MyLog.open(log.path)
+
+        def tamper(self, log, edit):           # close it, let edit() change the stored bytes
+            ...                                # ({seq: bytes}; a deleted key removes the event),
+            return MyLog.open(log.path)        # write them back bypassing the chain, reopen
+
+:class:`LogContract` covers append/read round trips, gapless seqs, the chain, idempotent ids
+(also across reopen), ``expected_version``, error isolation between concurrent callers,
+``append_sealed``, ``event_seq``, refusal after close, tamper detection (flip, remove, swap,
+forge, reformat) and ``follow``. :class:`GroupCommitContract` adds that concurrent callers
+share write transactions (the backend counts them in ``commits``). Needs pytest and
+hypothesis (the ``test`` extra).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from eventlog.errors import (
+    ClosedError,
+    ConcurrencyError,
+    DuplicateEventError,
+    EventTooLargeError,
+    IntegrityError,
+    ValidationError,
+)
+from eventlog.log import codec
+from eventlog.log.base import Log
+
+Edit = Callable[[dict[int, bytes]], None]
+
+
+def ev(session: str | None = "s1", **data: Any) -> dict[str, Any]:
+    """A test event of type ``test.happened`` in ``session`` carrying ``data``."""
+    return {"type": "test.happened", "session": session, "data": data}
+
+
+def stored(lg: Log) -> list[bytes]:
+    """Every stored event's bytes, in seq order."""
+    return [bytes(v) for _, v in lg.read(raw=True)]
+
+
+BAD_EVENTS: list[tuple[str, Any]] = [
+    ("events[1]", "not an object"),
+    ("events[1].data", {"type": "a.b", "session": "s", "data": [1, 2]}),
+    ("events[1].data", {"type": "a.b", "session": "s"}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": float("nan")}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": float("inf")}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": "bad \ud800 surrogate"}}),
+    ("events[1].data", {"type": "a.b", "session": "s", "data": {"key \udfff": 1}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": b"bytes"}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": 2**70}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": {1, 2}}}),
+    ("events[1].extra", {"type": "a.b", "session": "s", "data": {}, "extra": 1}),
+    ("events[1].type", {"type": "NotDotted", "session": "s", "data": {}}),
+    ("events[1].type", {"session": "s", "data": {}}),
+    ("events[1].type", {"type": ["a.b"], "session": "s", "data": {}}),  # unhashable: no cache lookup may raise
+    ("events[1].type", {"type": {"a": "b"}, "session": "s", "data": {}}),
+    ("events[1].type", {"type": type("Str", (str,), {})("a.b"), "session": "s", "data": {}}),
+    ("events[1].session", {"type": "a.b", "session": ["s"], "data": {}}),
+    ("events[1].id", {"type": "a.b", "session": "s", "data": {}, "id": ["x"]}),
+    ("events[1].v", {"type": "a.b", "session": "s", "data": {}, "v": [1]}),
+    ("events[1].session", {"type": "a.b", "session": "../etc", "data": {}}),
+    ("events[1].session", {"type": "a.b", "session": 5, "data": {}}),
+    ("events[1].id", {"type": "a.b", "session": "s", "data": {}, "id": ""}),
+    ("events[1].v", {"type": "a.b", "session": "s", "data": {}, "v": True}),
+]
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+class LogContract:
+    """Tests every :class:`~eventlog.log.Log` backend passes. Subclass it as ``Test<Backend>``
+    and provide :meth:`make_log`, :meth:`reopen` and :meth:`tamper`."""
+
+    # ---- hooks -----------------------------------------------------------------------------
+
+    def make_log(self, tmp_path: Path) -> Log:
+        """A new, empty log whose storage lives under ``tmp_path``."""
+        raise NotImplementedError
+
+    def reopen(self, log: Log) -> Log:
+        """Close ``log`` and return a new handle on the same stored events."""
+        raise NotImplementedError
+
+    def tamper(self, log: Log, edit: Edit) -> Log:
+        """Close ``log``; call ``edit`` with ``{seq: stored bytes}`` of every event; write the
+        changes back at the storage level, bypassing the chain (a missing key deletes that event);
+        return a reopened handle."""
+        raise NotImplementedError
+
+    # ---- fixtures --------------------------------------------------------------------------
+
+    @pytest.fixture
+    def log(self, tmp_path: Path) -> Iterator[Log]:
+        self._handles: list[Log] = [self.make_log(tmp_path)]
+        yield self._handles[0]
+        for h in self._handles:
+            h.close()
+
+    def _reopen(self, log: Log) -> Log:
+        lg = self.reopen(log)
+        self._handles.append(lg)
+        return lg
+
+    def _tamper(self, log: Log, edit: Edit) -> Log:
+        lg = self.tamper(log, edit)
+        self._handles.append(lg)
+        return lg
+
+    # ---- append and read -------------------------------------------------------------------
+
+    def test_empty_log_head_is_zero(self, log: Log) -> None:
+        assert log.head() == (0, "0" * 64)
+        assert list(log.read()) == []
+        assert log.verify().ok
+
+    def test_seqs_are_gapless_from_one_and_chained(self, log: Log) -> None:
+        assert log.append([ev(n=1)]) == [1]
+        assert log.append([ev(n=2), ev(n=3)]) == [2, 3]
+        envs = list(log.read())
+        assert [e["seq"] for e in envs] == [1, 2, 3]
+        assert envs[0]["prev"] == "0" * 64
+        assert envs[1]["prev"] == envs[0]["hash"] and envs[2]["prev"] == envs[1]["hash"]
+        assert log.head() == (3, envs[2]["hash"])
+        assert all(isinstance(e["ts"], int) and e["ts"] > 1_600_000_000 * 10**9 for e in envs)
+
+    def test_envelope_shape(self, log: Log) -> None:
+        log.append([{"type": "a.b", "session": "s", "data": {"x": [1, "two", None]}, "id": "my-id", "v": 3}])
+        env = log.get(1)
+        assert env is not None
+        assert set(env) == {"seq", "id", "ts", "type", "v", "session", "data", "prev", "hash"}
+        assert (env["id"], env["type"], env["v"], env["session"], env["data"]) == ("my-id", "a.b", 3, "s",
+                                                                                   {"x": [1, "two", None]})
+
+    def test_hash_is_sha256_of_prev_and_canonical_bytes(self, log: Log) -> None:
+        log.append([ev(text="héllo ☃")])
+        env = log.get(1)
+        assert env is not None
+        body = {k: v for k, v in env.items() if k != "hash"}
+        expect = hashlib.sha256(bytes.fromhex(env["prev"]) + orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+        assert env["hash"] == expect
+
+    def test_an_empty_batch_appends_nothing(self, log: Log) -> None:
+        assert log.append([]) == []
+        assert log.head()[0] == 0
+
+    @pytest.mark.parametrize("field,bad", BAD_EVENTS)
+    def test_bad_input_is_refused_naming_the_field_and_appends_nothing(self, log: Log, field: str, bad: Any) -> None:
+        log.append([ev(n=0)])
+        before = (log.head(), stored(log))
+        with pytest.raises(ValidationError) as info:
+            log.append([ev(n=1), bad])
+        assert info.value.field.startswith(field), info.value.field
+        assert (log.head(), stored(log)) == before
+
+    def test_a_batch_that_is_not_a_list_is_refused(self, log: Log) -> None:
+        for bad in ("text", ev(n=1), 7):
+            with pytest.raises(ValidationError) as info:
+                log.append(bad)  # type: ignore[arg-type]
+            assert info.value.field == "events"
+        assert log.head()[0] == 0
+
+    def test_event_over_size_limit_is_refused(self, log: Log) -> None:
+        with pytest.raises(EventTooLargeError) as info:
+            log.append([ev(blob="x" * codec.MAX_EVENT_BYTES)])
+        assert info.value.field == "events[0].data"
+        assert log.head()[0] == 0
+
+    def test_deep_nesting_is_refused(self, log: Log) -> None:
+        deep: Any = "leaf"
+        for _ in range(100):
+            deep = {"d": deep}
+        with pytest.raises(ValidationError):
+            log.append([ev(x=deep)])
+        assert log.head()[0] == 0
+
+    def test_read_ranges_and_sessions(self, log: Log) -> None:
+        for i in range(10):
+            log.append([ev("even" if i % 2 == 0 else "odd", i=i)])
+        assert [e["seq"] for e in log.read(4, 7)] == [4, 5, 6, 7]
+        assert [e["seq"] for e in log.read(9)] == [9, 10]
+        assert [s for s, _ in log.read(2, 3, raw=True)] == [2, 3]
+        assert [e["data"]["i"] for e in log.read_session("odd")] == [1, 3, 5, 7, 9]
+        assert list(log.read_session("missing")) == []
+        got = log.get(3)
+        assert log.get(11) is None and got is not None and got["data"] == {"i": 2}
+        assert log.stream_version("even") == 5 and log.stream_version("missing") == 0
+
+    def test_stored_bytes_are_canonical_and_verify(self, log: Log) -> None:
+        log.append([ev(n=i, text="ü" * i) for i in range(5)])
+        for raw in stored(log):
+            assert codec.canonical(codec.decode(raw)) == raw
+        assert log.verify().ok
+
+    # ---- ids and versions ------------------------------------------------------------------
+
+    def test_retry_with_same_ids_returns_original_seqs_and_writes_nothing(self, log: Log) -> None:
+        batch = [dict(ev(n=1), id="e-1"), dict(ev(n=2), id="e-2")]
+        assert log.append(batch) == [1, 2]
+        head = log.head()
+        assert log.append(batch) == [1, 2]
+        assert log.head() == head
+
+    def test_ids_stay_idempotent_across_reopen(self, log: Log) -> None:
+        assert log.append([dict(ev(n=1), id="k1")]) == [1]
+        log = self._reopen(log)
+        assert log.append([dict(ev(n=1), id="k1")]) == [1]
+        assert log.append([ev(n=2)]) == [2]
+        assert log.event_seq("k1") == 1
+        assert log.verify().ok and log.head()[0] == 2
+
+    def test_a_null_id_is_an_absent_id(self, log: Log) -> None:
+        seqs = log.append([dict(ev(n=1), id=None), dict(ev(n=1), id=None)])
+        assert seqs == [1, 2]  # two generated, distinct ids: no idempotent replay of each other
+        ids = [e["id"] for e in log.read(1)]
+        assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1]
+
+    def test_partly_replayed_batch_appends_only_new_events(self, log: Log) -> None:
+        log.append([dict(ev(n=1), id="e-1")])
+        assert log.append([dict(ev(n=2), id="e-2"), dict(ev(n=1), id="e-1")]) == [2, 1]
+        assert log.head()[0] == 2
+
+    def test_same_id_with_other_content_is_a_typed_error(self, log: Log) -> None:
+        log.append([dict(ev(n=1), id="e-1")])
+        before = stored(log)
+        with pytest.raises(DuplicateEventError) as info:
+            log.append([dict(ev(n=3), id="e-new"), dict(ev(n=2), id="e-1")])
+        assert info.value.seq == 1
+        assert stored(log) == before
+
+    def test_duplicate_id_inside_one_batch_is_refused(self, log: Log) -> None:
+        with pytest.raises(ValidationError):
+            log.append([dict(ev(n=1), id="x"), dict(ev(n=2), id="x")])
+        assert log.head()[0] == 0
+
+    def test_event_seq_finds_ids(self, log: Log) -> None:
+        log.append([dict(ev(n=1), id="a-1"), dict(ev(n=2), id="a-2")])
+        assert (log.event_seq("a-2"), log.event_seq("a-1"), log.event_seq("nope")) == (2, 1, None)
+
+    def test_expected_version_guards_a_stream(self, log: Log) -> None:
+        log.append([ev("a", n=1), ev("b", n=1)])
+        assert log.stream_version("a") == 1
+        assert log.append([ev("a", n=2)], expected_version=1) == [3]
+        with pytest.raises(ConcurrencyError) as info:
+            log.append([ev("a", n=3)], expected_version=1)
+        assert (info.value.expected, info.value.actual) == (1, 2)
+        assert log.head()[0] == 3
+        assert log.append([ev("new", n=1)], expected_version=0) == [4]
+
+    @pytest.mark.parametrize("bad", [-1, "1", 1.0, True])
+    def test_expected_version_must_be_a_count(self, log: Log, bad: Any) -> None:
+        with pytest.raises(ValidationError) as info:
+            log.append([ev("a")], expected_version=bad)
+        assert info.value.field == "expected_version" and log.head()[0] == 0
+
+    def test_expected_version_needs_one_stream(self, log: Log) -> None:
+        with pytest.raises(ValidationError):
+            log.append([ev("a"), ev("b")], expected_version=0)
+        with pytest.raises(ValidationError):
+            log.append([ev(None)], expected_version=0)
+
+    # ---- concurrency -----------------------------------------------------------------------
+
+    def test_concurrent_threads_get_one_gapless_order(self, log: Log) -> None:
+        results: list[list[int]] = []
+        lock = threading.Lock()
+
+        def worker(w: int) -> None:
+            mine = []
+            for i in range(40):
+                mine.extend(log.append([ev(f"w{w}", i=i)]))
+            with lock:
+                results.append(mine)
+
+        ts = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert sorted(s for r in results for s in r) == list(range(1, 321))
+        for w in range(8):
+            assert [e["data"]["i"] for e in log.read_session(f"w{w}")] == list(range(40))
+        assert log.verify().ok
+
+    def test_an_error_fails_only_its_own_caller(self, log: Log) -> None:
+        log.append([ev("guarded", n=0)])
+        errors: list[BaseException] = []
+        ok: list[int] = []
+        barrier = threading.Barrier(6)
+
+        def good(i: int) -> None:
+            barrier.wait()
+            ok.extend(log.append([ev("free", i=i)]))
+
+        def bad() -> None:
+            barrier.wait()
+            try:
+                log.append([ev("guarded", n=9)], expected_version=7)
+            except ConcurrencyError as e:
+                errors.append(e)
+
+        ts = [threading.Thread(target=good, args=(i,)) for i in range(5)] + [threading.Thread(target=bad)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert len(errors) == 1 and len(ok) == 5
+        assert log.stream_version("guarded") == 1 and log.stream_version("free") == 5
+        assert log.verify().ok
+
+    # ---- follow ----------------------------------------------------------------------------
+
+    def test_follow_yields_events_as_they_land(self, log: Log) -> None:
+        log.append([ev(n=1)])
+        got: list[int] = []
+
+        def writer() -> None:
+            for i in range(5):
+                log.append([ev(n=i + 2)])
+
+        t = threading.Timer(0.05, writer)
+        t.start()
+        for env in log.follow(1, timeout=2.0):
+            got.append(env["seq"])
+            if len(got) == 6:
+                break
+        t.join()
+        assert got == [1, 2, 3, 4, 5, 6]
+
+    def test_follow_stops_after_idle_timeout(self, log: Log) -> None:
+        log.append([ev(n=1)])
+        assert [e["seq"] for e in log.follow(1, timeout=0.1)] == [1]
+
+    def test_follow_ends_when_the_log_closes(self, log: Log) -> None:
+        seen: list[int] = []
+        t = threading.Thread(target=lambda: seen.extend(e["seq"] for e in log.follow(1)))
+        t.start()
+        log.append([ev(n=1)])
+        threading.Event().wait(0.1)
+        log.close()
+        t.join(5)
+        assert not t.is_alive() and seen == [1]
+
+    # ---- sealed imports --------------------------------------------------------------------
+
+    def test_append_sealed_reproduces_another_log(self, log: Log, tmp_path: Path) -> None:
+        log.append([dict(ev("a", n=i), id=f"i-{i}") for i in range(5)])
+        other = self.make_log(tmp_path / "other")
+        self._handles.append(other)
+        assert other.append_sealed(stored(log)) == 5
+        assert stored(other) == stored(log) and other.head() == log.head() and other.verify().ok
+        assert other.event_seq("i-3") == 4 and other.stream_version("a") == 5
+        assert other.append([ev("a")]) == [6]
+
+    def test_append_sealed_refuses_what_does_not_continue_the_chain(self, log: Log, tmp_path: Path) -> None:
+        log.append([ev(n=i) for i in range(4)])
+        raws = stored(log)
+        other = self.make_log(tmp_path / "other")
+        self._handles.append(other)
+        for bad in ([raws[1]], [raws[0], raws[2]], [raws[0], raws[0]], [raws[0][:-2] + b" }"]):
+            with pytest.raises(IntegrityError):
+                other.append_sealed(bad)
+            assert other.head()[0] == 0 and stored(other) == []
+        assert other.append_sealed(raws[:2]) == 2
+        with pytest.raises(IntegrityError):
+            other.append_sealed(raws[:1])  # already there: not a continuation
+        assert other.append_sealed(raws[2:]) == 2 and other.verify().ok
+
+    # ---- closed ----------------------------------------------------------------------------
+
+    def test_a_closed_log_refuses_use(self, log: Log) -> None:
+        log.append([ev(n=1)])
+        log.close()
+        log.close()  # idempotent
+        for call in (log.head, lambda: log.append([ev(n=2)]), lambda: list(log.read()), log.verify):
+            with pytest.raises(ClosedError):
+                call()
+
+    # ---- tamper evidence -------------------------------------------------------------------
+
+    def _filled(self, log: Log, n: int) -> list[dict[str, Any]]:
+        log.append([ev(i=i, marker=f"MARK{i:04d}") for i in range(n)])
+        return list(log.read())
+
+    def test_a_flipped_byte_is_found_at_its_seq(self, log: Log) -> None:
+        self._filled(log, 30)
+
+        def flip(events: dict[int, bytes]) -> None:
+            raw = bytearray(events[18])
+            at = raw.find(b"MARK0017")
+            raw[at + 5] ^= 0x01
+            events[18] = bytes(raw)
+
+        res = self._tamper(log, flip).verify()
+        assert not res.ok and res.first_bad_seq == 18, res
+
+    def test_a_byte_that_breaks_the_json_is_found_at_its_seq(self, log: Log) -> None:
+        self._filled(log, 10)
+
+        def garble(events: dict[int, bytes]) -> None:
+            events[6] = events[6].replace(b'"data":{', b'"data":[', 1)
+
+        res = self._tamper(log, garble).verify()
+        assert not res.ok and res.first_bad_seq == 6, res
+
+    def test_a_removed_event_is_found(self, log: Log) -> None:
+        self._filled(log, 20)
+        res = self._tamper(log, lambda events: events.__delitem__(7)).verify()
+        assert not res.ok and res.first_bad_seq == 7 and "missing" in (res.reason or "")
+
+    def test_a_removed_last_event_is_found(self, log: Log) -> None:
+        self._filled(log, 5)
+        res = self._tamper(log, lambda events: events.__delitem__(5)).verify()
+        assert not res.ok and res.first_bad_seq == 5
+
+    def test_swapped_events_are_found(self, log: Log) -> None:
+        self._filled(log, 12)
+
+        def swap(events: dict[int, bytes]) -> None:
+            events[4], events[9] = events[9], events[4]
+
+        res = self._tamper(log, swap).verify()
+        assert not res.ok and res.first_bad_seq == 4
+
+    def test_a_forged_event_with_its_own_hash_recomputed_is_found_at_the_next(self, log: Log) -> None:
+        envs = self._filled(log, 8)
+
+        def forge(events: dict[int, bytes]) -> None:
+            old = envs[2]
+            prep = codec.prepare({"type": old["type"], "session": old["session"], "data": {"i": 999}, "id": old["id"]})
+            events[3] = codec.seal(prep, 3, old["ts"], old["prev"])[0]
+
+        res = self._tamper(log, forge).verify()
+        assert not res.ok and res.first_bad_seq == 4
+
+    def test_reformatted_bytes_with_the_same_content_are_found(self, log: Log) -> None:
+        self._filled(log, 6)
+
+        def reformat(events: dict[int, bytes]) -> None:
+            events[2] = orjson.dumps(orjson.loads(events[2]), option=orjson.OPT_INDENT_2)
+
+        res = self._tamper(log, reformat).verify()
+        assert not res.ok and res.first_bad_seq == 2 and "canonical" in (res.reason or "")
+
+    # ---- properties ------------------------------------------------------------------------
+
+    # Each backend subclass runs this test on its own instance: that is the point, not a flake.
+    @settings(max_examples=40, suppress_health_check=[HealthCheck.differing_executors])
+    @given(st.lists(st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=4), min_size=1, max_size=5))
+    def test_append_read_round_trip(self, tmp_path_factory: pytest.TempPathFactory, datas: list[dict[str, Any]]) -> None:
+        lg = self.make_log(tmp_path_factory.mktemp("rt"))
+        with lg:
+            lg.append([ev(d=d) for d in datas])
+            back = [e["data"]["d"] for e in lg.read()]
+            assert codec.canonical(back) == codec.canonical(datas)
+            assert lg.verify().ok
+
+
+class GroupCommitContract:
+    """For backends with write transactions: concurrent callers share them (``commits``
+    counts the transactions this handle committed)."""
+
+    def make_log(self, tmp_path: Path) -> Log:
+        raise NotImplementedError
+
+    def test_group_commit_shares_write_transactions(self, tmp_path: Path) -> None:
+        with self.make_log(tmp_path) as lg:
+            barrier = threading.Barrier(8)
+
+            def work(w: int) -> None:
+                barrier.wait()
+                for i in range(40):
+                    lg.append([ev(f"w{w}", i=i)])
+
+            ts = [threading.Thread(target=work, args=(w,)) for w in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            commits = getattr(lg, "commits")
+            assert lg.head()[0] == 320
+            assert commits < 320 * 0.8, f"{commits} commits for 320 appends: no sharing"
+            assert lg.verify().ok
