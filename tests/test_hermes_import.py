@@ -1,7 +1,6 @@
 """Migration from a Hermes Agent state.db (sqlite_export.hermes)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sqlite3
@@ -19,7 +18,7 @@ from sqlite_export.hermes import import_hermes, map_session_id
 sys.path.insert(0, str(Path(__file__).parent))
 import fixtures_hermes as fx  # noqa: E402
 
-READ_MODELS = ["fold"] + (["projection"] if importlib.util.find_spec("projections.store_reads") else [])
+READ_MODELS = ["fold", "projection"]
 
 
 def fingerprint(path: Path) -> dict[str, Any]:

@@ -20,12 +20,9 @@ from campaign import (
     PROFILE,
     Child,
     check_log,
-    fold_answers,
     log_dir,
     parse_acks,
-    projection_available,
     projection_problems,
-    read_model,
     size,
 )
 from campaign.summary import note, record
@@ -33,7 +30,7 @@ from campaign.summary import note, record
 pytest_plugins = ["campaign.summary"]
 
 
-def kill_at_random(child: Child, rng: random.Random, projection: bool) -> str:
+def kill_at_random(child: Child, rng: random.Random) -> str:
     """Kill ``child`` at a random moment; returns where the kill was aimed."""
     roll = rng.random()
     if roll < 0.15:
@@ -42,7 +39,7 @@ def kill_at_random(child: Child, rng: random.Random, projection: bool) -> str:
         return "startup"
     ready = child.wait_line("READY", timeout=60)
     assert ready is not None, f"child never became ready: {child.stderr[-2000:]}"
-    if projection and roll < 0.40:
+    if roll < 0.40:
         at = child.wait_line("BEGIN", timeout=10, start=ready)
         if at is not None:
             time.sleep(rng.uniform(0.0, 0.01))
@@ -65,10 +62,9 @@ def landed_in(lines: list[str]) -> str | None:
 
 
 def crash_campaign(tmp_path: Path, kills: int, seed: int, case: str) -> None:
-    projection = projection_available()
-    model = read_model()
+    model = "projection"
     rng = random.Random(seed)
-    per_home = 10 if projection else 15
+    per_home = 10
     failures: list[str] = []
     passed = lost_total = acked_total = 0
     aimed: Counter[str] = Counter()
@@ -81,7 +77,7 @@ def crash_campaign(tmp_path: Path, kills: int, seed: int, case: str) -> None:
             home = tmp_path / f"home{k // per_home}"
             acked = []
         child = Child("agent_child", home, PROFILE, rng.randrange(2**32), model)
-        aimed[kill_at_random(child, rng, projection)] += 1
+        aimed[kill_at_random(child, rng)] += 1
         code = child.proc.returncode
         problems: list[str] = []
         if code != -signal.SIGKILL:
@@ -100,12 +96,9 @@ def crash_campaign(tmp_path: Path, kills: int, seed: int, case: str) -> None:
             problems += found
             lost_total += lost
             if not found:
-                if projection:
-                    scratch = tmp_path / "fresh"
-                    problems += projection_problems(home, scratch, envs)
-                    shutil.rmtree(scratch, ignore_errors=True)
-                else:
-                    fold_answers(envs)  # the reference fold reads the crashed log without error
+                scratch = tmp_path / "fresh"
+                problems += projection_problems(home, scratch, envs)
+                shutil.rmtree(scratch, ignore_errors=True)
         elif acked:
             problems.append("the log vanished")
         if problems:
@@ -114,8 +107,7 @@ def crash_campaign(tmp_path: Path, kills: int, seed: int, case: str) -> None:
             passed += 1
     record(case, runs=kills, passed=passed, lost=lost_total)
     note(f"{case}: seed {seed}, {kills} kills ({dict(aimed)}), {acked_total} acknowledged writes, read model {model}"
-         + (f", kills inside projector work: {dict(interrupted)}" if projection else
-            " (projection checks waiting for projections.store_reads)")
+         + f", kills inside projector work: {dict(interrupted)}"
          + (f"; children warned on stderr: {warned.most_common(3)}" if warned else ""))
     assert not failures, "\n".join(failures[:10])
     assert acked_total > kills, "the kills should land while the child is writing"

@@ -26,7 +26,7 @@ from typing import Iterator
 
 import lmdb
 import pytest
-from campaign import PROFILE, Child, check_log, child_env, log_dir, parse_acks, projection_available, projection_problems
+from campaign import PROFILE, Child, check_log, child_env, log_dir, parse_acks, projection_problems
 from campaign.summary import note, record
 
 from eventlog.errors import DiskFullError, StorageError
@@ -263,7 +263,6 @@ def test_disk_full_is_reported_as_disk_full(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ projector lease file deleted
 
-@pytest.mark.skipif(not projection_available(), reason="waiting for projections.store_reads")
 def test_projector_lease_survives_its_file_being_deleted(tmp_path: Path) -> None:
     """One process at a time writes the projections: a process that takes the lease after its
     file was deleted (and so creates a new one) must still be refused while the holder lives."""
@@ -292,7 +291,6 @@ def test_projector_lease_survives_its_file_being_deleted(tmp_path: Path) -> None
     assert not taken, "after projector.lock was deleted a second process took the lease while the holder lived"
 
 
-@pytest.mark.skipif(not projection_available(), reason="waiting for projections.store_reads")
 def test_projector_lock_deleted_while_processes_project(tmp_path: Path) -> None:
     """Even if two projectors end up running, the projections must come out exactly as a fresh
     rebuild and no caller may see an error; warnings the library prints are reported."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from campaign import child_env, projection_available, read_model, search_ids
+from campaign import child_env, search_ids
 from campaign.summary import record
 from click.testing import CliRunner
 
@@ -35,7 +35,7 @@ def build(home: Path) -> dict[str, dict[str, Any]]:
     """alpha: seqs 1-2 sessions, 3-10 messages, 11 usage, 12 reaction.
     beta: seqs 1-12 sessions, 13-20 messages, then usage and a reaction."""
     facts: dict[str, dict[str, Any]] = {}
-    with SessionStore.open(home, "alpha", read_model=read_model()) as a:
+    with SessionStore.open(home, "alpha", read_model="projection") as a:
         a.create_session(id="shared", source="cli", title="alpha plans", cwd="/srv/alpha")
         a.create_session(id="alpha-only", source="telegram", title="alpha private")
         msgs = [a.append_message("shared" if i % 2 else "alpha-only", "user", f"{MARK['alpha']} note {i}") for i in range(8)]
@@ -43,7 +43,7 @@ def build(home: Path) -> dict[str, dict[str, Any]]:
         a.react(msgs[0], "alice", "👍")
         a.sync()
         facts["alpha"] = {"sessions": {"shared", "alpha-only"}, "messages": msgs, "head": a.log.head()}
-    with SessionStore.open(home, "beta", read_model=read_model()) as b:
+    with SessionStore.open(home, "beta", read_model="projection") as b:
         b.create_session(id="shared", source="discord", title="beta plans", cwd="/srv/beta")
         b.create_session(id="beta-only", source="cli", title="beta private")
         for i in range(10):
@@ -69,7 +69,7 @@ def test_two_profiles_never_see_each_other(tmp_path: Path) -> None:
     for me, other in OTHER.items():
         mine, theirs = facts[me], facts[other]
         only_theirs = f"{other}-only"
-        with SessionStore.open(home, me, read_model=read_model()) as s:
+        with SessionStore.open(home, me, read_model="projection") as s:
             listed = s.list_sessions(archived=None, pinned=None, hidden=None, limit=None)
             if {x["id"] for x in listed} != mine["sessions"]:
                 problems.append(f"{me}: list_sessions shows {sorted(x['id'] for x in listed)}")
@@ -113,7 +113,7 @@ def test_two_profiles_never_see_each_other(tmp_path: Path) -> None:
                     pass
             if s.log.head() != mine["head"]:
                 problems.append(f"{me}: the refused calls wrote to the log")
-        with SessionStore.open(home, other, read_model=read_model()) as s:
+        with SessionStore.open(home, other, read_model="projection") as s:
             if s.log.head() != theirs["head"]:
                 problems.append(f"{other}: changed by calls made in {me}")
         problems += cli_leaks(home, me, other)
@@ -163,7 +163,7 @@ HOSTILE = ["../x", "/abs", "a/b", "", "x" * 65, "nul\x00", ".", "..", "-lead", "
 def test_hostile_profile_names_are_refused_by_the_library(tmp_path: Path, name: Any) -> None:
     home = tmp_path / "home"
     with pytest.raises(ProfileNameError):
-        SessionStore.open(home, name, read_model=read_model())
+        SessionStore.open(home, name, read_model="projection")
     assert not home.exists(), "nothing may touch the disk"
 
 
@@ -188,7 +188,7 @@ def test_everything_created_is_private(tmp_path: Path) -> None:
     home = tmp_path / "home"
     old = os.umask(0o022)
     try:
-        with SessionStore.open(home, "alpha", read_model=read_model()) as s:
+        with SessionStore.open(home, "alpha", read_model="projection") as s:
             sid = s.create_session(title="private")
             s.append_message(sid, "user", "secret")
             s.sync()
@@ -217,8 +217,7 @@ def test_everything_created_is_private(tmp_path: Path) -> None:
     assert not wrong, wrong
     names = {p.name for p in home.rglob("*")}
     assert {"data.mdb", "lock.mdb"} <= names
-    if projection_available():
-        assert any(n.startswith("state") for n in names), "the projection files were created and checked"
+    assert any(n.startswith("state") for n in names), "the projection files were created and checked"
 
 
 # ------------------------------------------------------------------ lock survival
@@ -296,7 +295,6 @@ def inspection_paths(home: Path, profile: str, sid: str, out: Path) -> list[tupl
     return paths
 
 
-@pytest.mark.skipif(not projection_available(), reason="waiting for projections.store_reads")
 @pytest.mark.parametrize("pointer", ["state.db", "fts.db"])
 def test_no_inspection_path_cancels_a_live_writer_lock(tmp_path: Path, pointer: str) -> None:
     home = tmp_path / "home"

@@ -5,7 +5,6 @@ Every test runs against the reference fold, and also against the SQLite projecti
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -33,14 +32,7 @@ from eventlog.sessions.store import SessionStore
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _has_projection_reads() -> bool:
-    try:
-        return importlib.util.find_spec("projections.store_reads") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-READ_MODELS = ["fold"] + (["projection"] if _has_projection_reads() else [])
+READ_MODELS = ["fold", "projection"]
 
 
 @pytest.fixture(params=READ_MODELS)

@@ -6,7 +6,6 @@ lineage flags and inheritance, reactions, rewind, end/reopen, usage sums, cascad
 """
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -18,14 +17,6 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, multip
 
 from eventlog.errors import ConcurrencyError, ConflictError, NotFoundError, TitleConflictError
 from eventlog.sessions.store import SessionStore
-
-
-def _has_projection_reads() -> bool:
-    try:
-        return importlib.util.find_spec("projections.store_reads") is not None
-    except (ImportError, ValueError):
-        return False
-
 
 RANK = {"derived": 0, "llm": 1, "user": 2}
 TOKENS = ("input_tokens", "output_tokens")
@@ -431,9 +422,11 @@ _SETTINGS = settings(max_examples=max(10, settings().max_examples // 2), statefu
 TestStoreWithFold = StoreMachine.TestCase
 TestStoreWithFold.settings = _SETTINGS
 
-if _has_projection_reads():
-    class ProjectionStoreMachine(StoreMachine):
-        read_model = "projection"
 
-    TestStoreWithProjection = ProjectionStoreMachine.TestCase
-    TestStoreWithProjection.settings = _SETTINGS
+
+class ProjectionStoreMachine(StoreMachine):
+    read_model = "projection"
+
+
+TestStoreWithProjection = ProjectionStoreMachine.TestCase
+TestStoreWithProjection.settings = _SETTINGS

@@ -5,16 +5,11 @@ Sizes: the default test run uses the small figures; ``EVENTLOG_CAMPAIGN=1`` (set
 ``python3 run campaign``) switches to the campaign figures. ``EVENTLOG_KILLS`` overrides the
 number of kills of the crash campaign in both.
 
-Checks that need the SQLite projections switch on by themselves once
-``projections.store_reads`` exists (:func:`projection_available`); until then the stores are
-opened with the reference fold as their read model.
-
 This module is imported by the child processes too, so it imports neither pytest nor
 hypothesis.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -35,19 +30,6 @@ def size(default: int, campaign: int, env: str | None = None) -> int:
     if env and os.environ.get(env):
         return int(os.environ[env])
     return campaign if CAMPAIGN else default
-
-
-def projection_available() -> bool:
-    """True once the SQLite projections can serve ``SessionStore`` reads."""
-    try:
-        return importlib.util.find_spec("projections.store_reads") is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def read_model() -> str:
-    """The read model the harness opens stores with: the projection when it exists, else the fold."""
-    return "projection" if projection_available() else "fold"
 
 
 # ------------------------------------------------------------------ child processes
