@@ -11,6 +11,7 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -23,7 +24,7 @@ from eventlog.errors import (
     TitleConflictError,
     ValidationError,
 )
-from eventlog.log import Log
+from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
@@ -130,13 +131,15 @@ class SessionStore:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, *, log: Log | None = None,
+    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, *, log: Log | str | None = None,
              **options: Any) -> "SessionStore":
         """Open (creating if needed) ``profile`` under ``home`` (default ``$EVENTLOG_HOME`` or ~/.eventlog).
 
-        ``log``: any :class:`eventlog.log.Log` to keep the profile's events in instead of the
-        LMDB log under ``home`` (the projections still live in the profile's directory, and the
-        store leaves closing that log to the caller).
+        ``log``: where the profile's events live. None (default): ``$EVENTLOG_LOG_URL`` if set,
+        else the LMDB log under ``home``. A ``postgresql://`` URL (or a log directory): that log,
+        opened and closed by the store (see :func:`eventlog.log.open_log`). A :class:`eventlog.log.Log`
+        object: used as it is, and closing it is left to the caller. The projections live in the
+        profile's directory under ``home`` whatever the log.
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
         ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
@@ -144,14 +147,19 @@ class SessionStore:
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
-        owns_log = log is None
+        if log is None:
+            log = os.environ.get(LOG_URL_ENV) or None
+        owns_log = not isinstance(log, Log)
+        durability = options.pop("durability", "sync")
+        map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
         if log is None:
             from eventlog.log.lmdb import EventLog
 
-            log = EventLog.open(d / "log", durability=options.pop("durability", "sync"), profile=profile,
-                                **{k: options.pop(k) for k in ("map_size",) if k in options})
+            log = EventLog.open(d / "log", durability=durability, profile=profile, **map_size)
+        elif isinstance(log, (str, os.PathLike)):
+            log = open_log(log, profile=profile, durability=durability, **map_size)
         elif not isinstance(log, Log):
-            raise ValidationError("log", f"must implement eventlog.log.Log, got {type(log).__name__}")
+            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
         try:
             reads, projector = cls._open_reads(d, log, profile, options)
         except BaseException:
