@@ -60,6 +60,8 @@ COMPARISONS: list[tuple[str, str]] = [
     ("eventlog.log_bare_threads8", "floor.lmdb_threads8"),
     ("eventlog.log_bare_threads8", "eventlog.log_bare"),
     ("eventlog.log_bare_batch100", "floor.lmdb_batch100"),
+    ("postgres.paired8", "postgres.es_threads8"),
+    ("postgres.two_hosts", "postgres.paired8"),
 ]
 # context: how far the baselines are from the floor
 CONTEXT: list[tuple[str, str]] = [
@@ -243,6 +245,9 @@ def evaluate_targets(results: dict[str, dict[str, Any]], scale: dict[str, list[d
                               div(f450, f50), 1.5, False,
                               f"floor.lmdb4_single p50 {f450} ms vs floor.lmdb_single p50 {f50} ms")))
     t.extend(issue4_targets(results, scale))
+    from bench.postgres import issue19_targets
+
+    t.extend(issue19_targets(results, _target))
     return t
 
 

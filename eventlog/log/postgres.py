@@ -431,46 +431,66 @@ class PostgresLog(LogBase):
         ids = [it.id for r in group for it in r.items]
         guarded = sorted({str(r.items[0].session) for r in group if r.expected is not None})
         top = 0
-        with conn.pipeline(), conn.transaction():
-            conn.execute(st.lock, st.lock_args)
-            head_cur = conn.execute(st.head)
-            ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
-            ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
-            head = head_cur.fetchone()
-            if head is None:
-                raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
-            found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
-            versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
-            start, prev = int(head[0]), str(head[1])
-            seq = start
-            new: Counter[str] = Counter()
-            pending: dict[str, tuple[int, bytes]] = {}
-            seqs: list[int] = []
-            eids: list[str] = []
-            sessions: list[str | None] = []
-            bodies: list[bytes] = []
-            for r in group:
-                for i, it in self._plan(r, found, pending, versions, new):
-                    seq += 1
-                    raw, prev = codec.seal(it, seq, time.time_ns(), prev)
-                    seqs.append(seq)
-                    eids.append(it.id)
-                    sessions.append(it.session)
-                    bodies.append(encode_body(raw))
-                    pending[it.id] = (seq, raw)
-                    if it.session is not None:
-                        new[it.session] += 1
-                    r.seqs[i] = seq
-            if seq == start:
-                raise psycopg.Rollback()  # refusals and replays write nothing, not even the head
-            conn.execute(st.insert, (seqs, eids, sessions, bodies))
-            if new:
-                conn.execute(st.bump_streams, (list(new), list(new.values())))
-            conn.execute(st.set_head, (seq, prev))
-            top = seq
+        # Two round trips: BEGIN + lock + reads in the first sync, writes + COMMIT in the second.
+        try:
+            with conn.pipeline() as pipe:
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                head_cur = conn.execute(st.head)
+                ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
+                ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
+                pipe.sync()
+                head = head_cur.fetchone()
+                if head is None:
+                    raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
+                found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
+                versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
+                start, prev = int(head[0]), str(head[1])
+                seq = start
+                new: Counter[str] = Counter()
+                pending: dict[str, tuple[int, bytes]] = {}
+                seqs: list[int] = []
+                eids: list[str] = []
+                sessions: list[str | None] = []
+                bodies: list[bytes] = []
+                for r in group:
+                    for i, it in self._plan(r, found, pending, versions, new):
+                        seq += 1
+                        raw, prev = codec.seal(it, seq, time.time_ns(), prev)
+                        seqs.append(seq)
+                        eids.append(it.id)
+                        sessions.append(it.session)
+                        bodies.append(encode_body(raw))
+                        pending[it.id] = (seq, raw)
+                        if it.session is not None:
+                            new[it.session] += 1
+                        r.seqs[i] = seq
+                if seq == start:
+                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
+                else:
+                    conn.execute(st.insert, (seqs, eids, sessions, bodies))
+                    if new:
+                        conn.execute(st.bump_streams, (list(new), list(new.values())))
+                    conn.execute(st.set_head, (seq, prev))
+                    conn.execute("COMMIT")
+                    top = seq
+        except BaseException:
+            self._abort(conn)
+            raise
         if top:
             self.commits += 1
         return top
+
+    @staticmethod
+    def _abort(conn: psycopg.Connection[Any]) -> None:
+        """Roll back whatever transaction a failed write left open (a broken connection is dropped)."""
+        if conn.closed or conn.broken:
+            return
+        try:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+        except psycopg.Error:
+            _quiet_close(conn)
 
     @staticmethod
     def _plan(r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
