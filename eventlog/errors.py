@@ -117,6 +117,34 @@ class DiskFullError(StorageError):
     """The disk (or the LMDB map) has no room; nothing of the failed batch was written."""
 
 
+class WriterBusyError(StorageError):
+    """Another process held the log's writer lock longer than the lock timeout; nothing was written."""
+
+    def __init__(self, path: Any, pid: int | None, timeout: float) -> None:
+        who = f"process {pid}" if pid is not None else "another process"
+        state = process_state(pid)
+        super().__init__(
+            f"the log at {path} is being written by {who}{f' ({state})' if state else ''}; "
+            f"gave up after {timeout:g} s and wrote nothing",
+            hint=(f"resume or end that process (it is stopped: `kill -CONT {pid}`)" if state == "stopped" and pid
+                  else "retry once that process's write is done; raise the lock timeout for long waits"),
+        )
+        self.pid = pid
+        self.timeout = timeout
+
+
+def process_state(pid: int | None) -> str | None:
+    """``"stopped"``, ``"running"`` or None (unknown) for a pid, from /proc (Linux)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return "stopped" if state in ("T", "t") else "running"
+
+
 class ForkedEnvironmentError(StorageError):
     """An LMDB environment was used in a child process after ``fork()``."""
 

@@ -11,11 +11,18 @@ Every table is written in the same write transaction as the events it describes,
 never disagree. Appends from many threads of one process share write transactions (group
 commit): one leader thread commits everything queued, one sync serves all of them, and each
 caller returns only once its own events are durable. Appends from several processes are
-serialized by LMDB's write lock. Nothing here ever rewrites or deletes an event.
+serialized by LMDB's write lock, taken after a flock on ``writer.lock`` that can time out (a
+process stopped mid-write is named in :class:`~eventlog.errors.WriterBusyError` instead of
+hanging the next writer). Nothing here ever rewrites or deletes an event.
+
+Opening never needs the writer: an existing log is opened read-only and made writable at this
+process's first write, so readers keep working past a writer stopped inside its transaction.
+All handles opened on one log in one process share one environment (py-lmdb allows one).
 """
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -37,6 +44,7 @@ from eventlog.errors import (
     IntegrityError,
     StorageError,
     ValidationError,
+    WriterBusyError,
 )
 from eventlog.log import codec, residency
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch
@@ -52,6 +60,8 @@ RELEASE_EVERY_BYTES = 8 << 20
 """A scan hands the log pages it read back to the page cache after this many bytes (see
 :mod:`eventlog.log.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
 """Events per read transaction in long scans: a long-lived reader pins freed pages."""
+DEFAULT_LOCK_TIMEOUT_S = 10.0
+"""How long an append waits for another process's write to finish before WriterBusyError."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
 COMMIT_DELAY_S = 0.0004
@@ -61,7 +71,7 @@ GROUP_MAX_BYTES = 64 * 1024 * 1024
 DURABILITIES = ("sync", "nosync")
 
 _SEQ = 8
-_live_logs: "weakref.WeakSet[EventLog]" = weakref.WeakSet()
+_live_logs: "weakref.WeakSet[_Environment]" = weakref.WeakSet()
 
 
 def _mark_forked() -> None:
@@ -113,6 +123,24 @@ def _nearly_full(path: Path) -> bool:
     return st.f_bavail * st.f_frsize < 4 * 1024 * 1024
 
 
+def lock_holder(path: Path) -> int | None:
+    """The pid holding an exclusive flock on ``path``, from /proc/locks (Linux; else None)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
+            dev_ino = parts[5].split(":")
+            if len(dev_ino) == 3 and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
+                return int(parts[4]) if parts[4].isdigit() else None
+    return None
+
+
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -137,22 +165,24 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     return StorageError(f"{action}: {text}")
 
 
-class EventLog(LogBase):
-    """An append-only, hash-chained event log in one LMDB environment.
-
-    Open with :meth:`open`; use as a context manager or call :meth:`close`. Thread-safe.
-    Not usable across ``fork()``: the child must open its own (raises
-    :class:`ForkedEnvironmentError` otherwise).
+class _Environment:
+    """One LMDB environment of this process, shared by every :class:`EventLog` handle opened on
+    its directory (py-lmdb refuses a second open of one environment in one process). It holds
+    the named databases, the group-commit queue and the reader sweep; closed with its last handle.
     """
 
-    def __init__(self, path: Path, env: lmdb.Environment, durability: str, profile: str | None) -> None:
+    def __init__(self, path: Path, durability: str, profile: str | None, map_size: int, max_readers: int,
+                 readonly: bool, lock_timeout: float) -> None:
         self.path = path
         self.durability = durability
+        self.profile = profile
+        self.readonly = readonly
+        """No handle may write: the environment is never upgraded to writable."""
+        self.lock_timeout = lock_timeout
         self._pid = os.getpid()
         self._forked = False
         self._closed = False
-        self._open_args: tuple[Path, int, int, str, bool] = (path, DEFAULT_MAP_SIZE, 512, durability, False)
-        self._attach(env)
+        self._open_args = (path, map_size, max_readers, durability)
         self._mu = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._leader = False
@@ -161,21 +191,54 @@ class EventLog(LogBase):
         self._resizing = False
         self._rcv = threading.Condition()
         self._appended = threading.Condition()
-        self.profile = profile
         self._sweep_lock = threading.Lock()
-        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
+        self._writer_mu = threading.Lock()
+        self._writer_fd: int | None = None
         self.commits = 0
-        """Write transactions committed by this handle (group commit shares them)."""
-        self._init_meta(profile)
+        """Write transactions committed in this environment by this process (group commit shares them)."""
+        self.refs = 1
+        # An existing log is opened read-only first: opening LMDB's named databases on a
+        # writable environment takes the write lock, so a process stopped inside a write
+        # transaction would block every reader that merely opens the log. The environment
+        # becomes writable at this process's first write (_ensure_writable).
+        self._env_readonly = readonly or (path / "data.mdb").exists()
+        env = self._open_env(path, map_size, max_readers, durability, self._env_readonly)
+        try:
+            env.reader_check()
+        except lmdb.Error:
+            pass
+        if not readonly:
+            for name in ("data.mdb", "lock.mdb"):
+                restrict_file(path / name)
+        try:
+            try:
+                self._attach(env)
+            except lmdb.NotFoundError:
+                if readonly:
+                    raise StorageError(f"{path} is not an eventlog log (its databases are missing)",
+                                       hint="point at a profile's log/ directory") from None
+                env.close()  # a log whose first open died before creating its databases
+                self._env_readonly = False
+                env = self._open_env(path, map_size, max_readers, durability, False)
+                self._attach(env)
+            self._init_meta(profile)
+        except lmdb.Error as e:
+            env.close()
+            raise storage_error(e, f"cannot open log at {path}") from e
+        except BaseException:
+            env.close()
+            raise
         _live_logs.add(self)
+        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self._sweeper.start()
 
     def _attach(self, env: lmdb.Environment) -> None:
+        create = not self._env_readonly
         self._env = env
-        self._events = env.open_db(b"events")
-        self._ids = env.open_db(b"ids")
-        self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True)
-        self._meta = env.open_db(b"meta")
+        self._events = env.open_db(b"events", create=create)
+        self._ids = env.open_db(b"ids", create=create)
+        self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True, create=create)
+        self._meta = env.open_db(b"meta", create=create)
         self._lock_path = str(self.path / "lock.mdb")
         st = os.stat(self._lock_path)
         self._lock_id = (st.st_dev, st.st_ino)
@@ -193,49 +256,70 @@ class EventLog(LogBase):
                 except lmdb.Error:
                     pass
 
+    # ---------------------------------------------------------------- writing: lock and upgrade
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the log's writer lock: a flock on ``writer.lock`` taken before LMDB's own write
+        mutex (which cannot time out). A process stopped while writing keeps it; then this
+        waits at most ``lock_timeout`` seconds and raises :class:`WriterBusyError` naming it."""
+        deadline = time.monotonic() + self.lock_timeout
+        if not self._writer_mu.acquire(timeout=max(0.0, self.lock_timeout)):
+            raise self._busy()
+        try:
+            fd = self._writer_lock_fd()
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise self._busy() from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.01)
+            try:
+                self._ensure_writable()
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._writer_mu.release()
+
+    def _writer_lock_fd(self) -> int:
+        if self._writer_fd is None:
+            path = self.path / "writer.lock"
+            try:
+                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as e:
+                raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
+                                   hint="check the owner and permissions of the profile's log/ directory") from e
+        return self._writer_fd
+
+    def _busy(self) -> WriterBusyError:
+        holder = lock_holder(self.path / "writer.lock")
+        return WriterBusyError(self.path, holder, self.lock_timeout)
+
+    def _ensure_writable(self) -> None:
+        """Reopen the read-only environment for writing (the writer lock is held)."""
+        if not self._env_readonly:
+            return
+        if self.readonly:
+            raise StorageError("this event log was opened read-only", hint="open it without readonly=True to append")
+        with self._exclusive():
+            if not self._env_readonly:
+                return
+            with self._sweep_lock:
+                self._env.close()
+                self._env_readonly = False
+                self._attach(self._open_env(*self._open_args, False))
+
     # ---------------------------------------------------------------- open / close
 
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        durability: str = "sync",
-        profile: str | None = None,
-        map_size: int = DEFAULT_MAP_SIZE,
-        max_readers: int = 512,
-        readonly: bool = False,
-    ) -> "EventLog":
-        """Open (creating if needed) the log at directory ``path``.
-
-        ``durability="sync"`` (default): an append returns after its events are on disk and
-        survive an OS crash or power loss. ``"nosync"``: survives a crash of the process only.
-        Raises :class:`StorageError` (with a hint) when the directory is unusable.
-        """
-        if durability not in DURABILITIES:
-            raise ValidationError("durability", f"must be one of {DURABILITIES}")
-        p = Path(path)
-        if not readonly:
-            try:
-                make_dir(p)
-            except OSError as e:
-                raise StorageError(f"cannot create the log directory {p}: {e.strerror}",
-                                   hint="check that the home directory is writable") from e
-        env = cls._open_env(p, map_size, max_readers, durability, readonly)
-        try:
-            env.reader_check()
-        except lmdb.Error:
-            pass
-        if not readonly:
-            for name in ("data.mdb", "lock.mdb"):
-                restrict_file(p / name)
-        try:
-            log = cls(p, env, durability, profile)
-        except lmdb.Error as e:
-            env.close()
-            raise storage_error(e, f"cannot open log at {p}") from e
-        log._open_args = (p, map_size, max_readers, durability, readonly)
-        return log
+    @property
+    def usable(self) -> bool:
+        """Open, and in the process that opened it."""
+        return not self._closed and not self._forked and self._pid == os.getpid()
 
     @staticmethod
     def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
@@ -244,7 +328,7 @@ class EventLog(LogBase):
         deadline = time.monotonic() + 3 * READER_SWEEP_S
         while True:
             try:
-                return EventLog._open_env_once(p, map_size, max_readers, durability, readonly)
+                return _Environment._open_env_once(p, map_size, max_readers, durability, readonly)
             except lmdb.ReadersFullError as e:
                 if time.monotonic() > deadline:
                     raise storage_error(e, f"cannot open log at {p}") from e
@@ -281,7 +365,7 @@ class EventLog(LogBase):
                                hint="upgrade eventlog")
         if stored_profile is not None and self.profile is None:
             self.profile = stored_profile.decode()
-        if fmt is None and not self._env.flags().get("readonly"):
+        if fmt is None and not self._env_readonly:
             with self._env.begin(write=True) as txn:
                 txn.put(b"format", FORMAT_VERSION, db=self._meta, overwrite=False)
                 if profile is not None:
@@ -295,14 +379,11 @@ class EventLog(LogBase):
             self._closed = True
             if not self._forked and self._pid == os.getpid():
                 self._env.close()
+            if self._writer_fd is not None:
+                os.close(self._writer_fd)  # our own flock file, never a database file
+                self._writer_fd = None
         with self._appended:
             self._appended.notify_all()
-
-    def __enter__(self) -> "EventLog":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _check(self) -> None:
         if self._closed:
@@ -451,6 +532,19 @@ class EventLog(LogBase):
             time.sleep(0.00005)
 
     def _commit_group(self, group: list[_Request]) -> None:
+        try:
+            with self._writing():
+                self._commit_group_locked(group)
+        except Exception as e:  # the lock or the upgrade failed: every caller of the group hears it
+            err = e if isinstance(e, EventLogError) else (
+                storage_error(e, "append failed", self.path) if isinstance(e, lmdb.Error)
+                else StorageError(f"append failed: {e!r}"))
+            if err is not e:
+                err.__cause__ = e
+            for r in group:
+                r.seqs, r.error = [], err
+
+    def _commit_group_locked(self, group: list[_Request]) -> None:
         for attempt in range(8):
             for r in group:
                 r.seqs, r.error = [], None
@@ -550,7 +644,7 @@ class EventLog(LogBase):
             log_warn(f"{self.path / 'lock.mdb'} was deleted or replaced; reopening the log on the current lock file")
             with self._sweep_lock:
                 self._env.close()
-                self._attach(self._open_env(*self._open_args))
+                self._attach(self._open_env(*self._open_args, self._env_readonly))
 
     def _plan(
         self,
@@ -599,7 +693,7 @@ class EventLog(LogBase):
             return 0
         # LMDB's write lock serializes this transaction with group-commit leaders.
         try:
-            with self._env.begin(write=True) as txn:
+            with self._writing(), self._env.begin(write=True) as txn:
                 head = txn.get(b"head", db=self._meta)
                 seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
                 ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
@@ -719,7 +813,7 @@ class EventLog(LogBase):
             if len(chunk) < READ_CHUNK:
                 return
 
-    def _wait_appended(self, seconds: float) -> None:
+    def wait_appended(self, seconds: float) -> None:
         with self._appended:
             if not self._closed:
                 self._appended.wait(seconds)
@@ -737,6 +831,175 @@ class EventLog(LogBase):
         """Clear reader slots of dead processes; returns how many were cleared."""
         self._check()
         return int(self._env.reader_check())
+
+    def __repr__(self) -> str:
+        return f"_Environment({str(self.path)!r}, durability={self.durability!r}, refs={self.refs})"
+
+
+_open_envs: dict[str, _Environment] = {}
+_open_envs_lock = threading.Lock()
+
+
+class EventLog(LogBase):
+    """An append-only, hash-chained event log in one LMDB environment.
+
+    Open with :meth:`open`; use as a context manager or call :meth:`close`. Thread-safe. Any
+    number of handles may be open on one log in one process: they share one environment (and
+    its group commit); each handle closes independently, and the environment closes with the
+    last one. A handle used after its own ``close()`` raises :class:`ClosedError`.
+    Not usable across ``fork()``: the child must open its own (raises
+    :class:`ForkedEnvironmentError` otherwise).
+    """
+
+    def __init__(self, core: _Environment, profile: str | None, readonly: bool) -> None:
+        self._core = core
+        self.path: Path = core.path
+        self.profile = profile if profile is not None else core.profile
+        self.durability = core.durability
+        self.readonly = readonly
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        durability: str = "sync",
+        profile: str | None = None,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_readers: int = 512,
+        readonly: bool = False,
+        lock_timeout: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> "EventLog":
+        """Open (creating if needed) the log at directory ``path``.
+
+        Opening never waits for a writer: an existing log is opened read-only and becomes
+        writable at the first append. An append waits at most ``lock_timeout`` seconds for
+        another process's write to finish, then raises :class:`WriterBusyError` naming that
+        process (nothing is written). ``readonly=True``: appends raise :class:`StorageError`.
+
+        ``durability="sync"`` (default): an append returns after its events are on disk and
+        survive an OS crash or power loss. ``"nosync"``: survives a crash of the process only.
+        A log already open in this process is shared: a weaker durability than the open one
+        gets the stronger; a stronger one raises :class:`ValidationError` (close the other
+        handles first). Raises :class:`StorageError` (with a hint) when the directory is unusable.
+        """
+        if durability not in DURABILITIES:
+            raise ValidationError("durability", f"must be one of {DURABILITIES}")
+        p = Path(path)
+        if not readonly:
+            try:
+                make_dir(p)
+            except OSError as e:
+                raise StorageError(f"cannot create the log directory {p}: {e.strerror}",
+                                   hint="check that the home directory is writable") from e
+        key = os.path.realpath(p)
+        with _open_envs_lock:
+            core = _open_envs.get(key)
+            if core is not None and core.usable:
+                if durability == "sync" and core.durability != "sync":
+                    raise ValidationError("durability", "this log is already open in this process with durability "
+                                          f"{core.durability!r}; close those handles to open it with 'sync'")
+                if not readonly and core.readonly:
+                    raise ValidationError("readonly", "this log is already open read-only in this process; "
+                                          "close those handles to open it for writing")
+                core.refs += 1
+            else:
+                core = _open_envs[key] = _Environment(p, durability, profile, map_size, max_readers, readonly,
+                                                      lock_timeout)
+        return cls(core, profile, readonly)
+
+    def close(self) -> None:
+        """Release this handle (idempotent); the environment closes with the last handle."""
+        with _open_envs_lock:
+            if self._closed:
+                return
+            self._closed = True
+            core = self._core
+            core.refs -= 1
+            if core.refs > 0:
+                return
+            for key, found in list(_open_envs.items()):
+                if found is core:
+                    del _open_envs[key]
+        core.close()
+
+    def __enter__(self) -> "EventLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _live(self) -> _Environment:
+        if self._closed:
+            raise ClosedError("this event log handle is closed", hint="open the log again")
+        return self._core
+
+    def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
+        """Append ``events`` atomically and return their seqs (see :meth:`eventlog.log.Log.append`)."""
+        core = self._live()
+        self._check_writable()
+        return core.append(events, expected_version)
+
+    def append_sealed(self, raws: Sequence[bytes]) -> int:
+        """Append already-sealed events verbatim (see :meth:`_Environment.append_sealed`)."""
+        core = self._live()
+        self._check_writable()
+        return core.append_sealed(raws)
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise StorageError("this event log was opened read-only", hint="open it without readonly=True to append")
+
+    def head(self) -> tuple[int, str]:
+        return self._live().head()
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        return self._live().get(seq)
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
+        core = self._live()
+        for item in core.read(from_seq, to_seq, raw=raw):
+            if self._closed:
+                raise ClosedError("this event log handle is closed", hint="open the log again")
+            yield item
+
+    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
+        return self._live().read_session(session)
+
+    def stream_version(self, session: str) -> int:
+        return self._live().stream_version(session)
+
+    def event_seq(self, event_id: str) -> int | None:
+        return self._live().event_seq(event_id)
+
+    def _wait_appended(self, seconds: float) -> None:
+        self._live().wait_appended(seconds)
+
+    def size_bytes(self) -> int:
+        """Bytes used by the log's data file (pages in use, not the sparse map size)."""
+        return self._live().size_bytes()
+
+    def reader_check(self) -> int:
+        """Clear reader slots of dead processes; returns how many were cleared."""
+        return self._live().reader_check()
+
+    def release_pages(self) -> int:
+        """Drop this process's mapping of the log pages it has touched (see :mod:`eventlog.log.residency`)."""
+        return self._live().release_pages()
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed in this log by this process (group commit shares them)."""
+        return self._core.commits
+
+    @property
+    def _env(self) -> lmdb.Environment:
+        return self._core._env
+
+    @property
+    def _readers(self) -> int:
+        return self._core._readers
 
     def __repr__(self) -> str:
         return f"EventLog({str(self.path)!r}, durability={self.durability!r})"

@@ -1,0 +1,158 @@
+"""LMDB log handles: many opens of one log share one environment; a frozen writer blocks no
+reader and makes a writer fail in bounded time, naming the process."""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eventlog.errors import ClosedError, StorageError, ValidationError, WriterBusyError
+from eventlog.log.lmdb import EventLog, _open_envs
+
+
+def ev(session: str = "s1", **data: object) -> dict[str, object]:
+    return {"type": "test.happened", "session": session, "data": data}
+
+
+def test_many_handles_share_one_environment_and_close_independently(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    handles = [EventLog.open(p, durability="nosync") for _ in range(5)]
+    assert len({id(h._core) for h in handles}) == 1 and handles[0]._core.refs == 5
+    for i, h in enumerate(handles):
+        h.append([ev(i=i)])
+    assert [h.head()[0] for h in handles] == [5] * 5
+    handles[2].close()
+    handles[2].close()  # idempotent
+    with pytest.raises(ClosedError):
+        handles[2].head()
+    assert handles[0].append([ev(i=9)]) == [6] and handles[4].head()[0] == 6
+    for h in handles:
+        h.close()
+    assert os.path.realpath(p) not in _open_envs
+    with EventLog.open(p) as again:  # a fresh environment after the last close
+        assert again.head()[0] == 6 and again.verify().ok
+
+
+def test_handles_opened_and_closed_from_many_threads_in_random_order(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    errors: list[BaseException] = []
+
+    def library(n: int) -> None:
+        rng = random.Random(n)
+        try:
+            for round_ in range(10):
+                with EventLog.open(p, durability="nosync") as lg:
+                    lg.append([ev(f"lib{n}", round=round_)])
+                    time.sleep(rng.random() / 200)
+                    assert lg.stream_version(f"lib{n}") == round_ + 1
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=library, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert os.path.realpath(p) not in _open_envs
+    with EventLog.open(p) as lg:
+        assert lg.head()[0] == 60 and lg.verify().ok
+
+
+def test_a_stronger_durability_than_the_open_one_is_refused(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    with EventLog.open(p, durability="nosync"):
+        with pytest.raises(ValidationError) as info:
+            EventLog.open(p, durability="sync")
+        assert info.value.field == "durability"
+    with EventLog.open(p, durability="sync") as strong, EventLog.open(p, durability="nosync") as weak:
+        assert weak.durability == strong.durability == "sync"
+
+
+def test_a_read_only_handle_refuses_appends(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        lg.append([ev(n=1)])
+    with EventLog.open(p, readonly=True) as ro:
+        assert ro.head()[0] == 1
+        with pytest.raises(StorageError):
+            ro.append([ev(n=2)])
+        with pytest.raises(ValidationError):
+            EventLog.open(p)  # the environment is read-only in this process
+
+
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from eventlog.log.lmdb import EventLog
+    log = EventLog.open(sys.argv[1])
+    core = log._core
+    with core._writing():                      # what an append holds while it commits
+        txn = core._env.begin(write=True)
+        txn.put(b"x", b"half-written", db=core._meta)
+        print("HOLDING", flush=True)
+        time.sleep(120)
+""")
+
+READER = textwrap.dedent("""
+    import sys, time
+    from eventlog.log.lmdb import EventLog
+    t0 = time.monotonic()
+    with EventLog.open(sys.argv[1]) as log:
+        seq, _ = log.head()
+        n = sum(1 for _ in log.read())
+        ok = log.verify().ok
+    print(seq, n, ok, round(time.monotonic() - t0, 3), flush=True)
+""")
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from eventlog.errors import WriterBusyError
+    from eventlog.log.lmdb import EventLog
+    t0 = time.monotonic()
+    with EventLog.open(sys.argv[1], lock_timeout=0.5) as log:
+        try:
+            log.append([{"type": "test.happened", "session": "s1", "data": {}}])
+            print("APPENDED", flush=True)
+        except WriterBusyError as e:
+            print("BUSY", e.pid, round(time.monotonic() - t0, 3), str(e), flush=True)
+""")
+
+
+def test_a_stopped_writer_blocks_no_reader_and_a_writer_gives_up_naming_it(tmp_path: Path) -> None:
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        lg.append([ev(n=i) for i in range(50)])
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(p)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HOLDING"
+        os.kill(holder.pid, signal.SIGSTOP)
+        out = subprocess.run([sys.executable, "-c", READER, str(p)], capture_output=True, text=True, timeout=20)
+        seq, n, ok, seconds = out.stdout.split()
+        assert (seq, n, ok) == ("50", "50", "True"), out
+        assert float(seconds) < 1.0, out.stdout
+        out = subprocess.run([sys.executable, "-c", WRITER, str(p)], capture_output=True, text=True, timeout=20)
+        word, pid, seconds, message = out.stdout.split(" ", 3)
+        assert word == "BUSY" and int(pid) == holder.pid, out
+        assert 0.4 <= float(seconds) < 5.0 and "stopped" in message and "kill -CONT" in message, out.stdout
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+    # The holder's half-written transaction is gone and the next writer goes through at once.
+    out = subprocess.run([sys.executable, "-c", WRITER, str(p)], capture_output=True, text=True, timeout=20)
+    assert out.stdout.startswith("APPENDED"), out
+    with EventLog.open(p) as lg:
+        assert lg.head()[0] == 51 and lg.verify().ok
+
+
+def test_the_writer_lock_error_is_typed(tmp_path: Path) -> None:
+    err = WriterBusyError(tmp_path, os.getpid(), 1.5)
+    assert isinstance(err, StorageError) and err.pid == os.getpid() and "1.5 s" in str(err) and err.hint
