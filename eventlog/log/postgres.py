@@ -48,6 +48,8 @@ from eventlog.errors import (
 )
 from eventlog.log import codec
 from eventlog.log.base import FOLLOW_POLL_S, LogBase, VerifyResult, prepare_batch, verify_chain
+from eventlog.log.pg_follow import Wakeups
+from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
     BODY_FORMAT,
     ProfileInfo,
@@ -135,14 +137,6 @@ class _Pool:
             _quiet_close(c)
 
 
-def _quiet_close(c: psycopg.Connection[Any] | None) -> None:
-    if c is not None:
-        try:
-            c.close()
-        except Exception:  # closing a broken connection must not mask the real error
-            pass
-
-
 class PostgresLog(LogBase):
     """An append-only, hash-chained event log of one profile in a PostgreSQL database.
 
@@ -172,16 +166,8 @@ class PostgresLog(LogBase):
         self._write_mutex = threading.Lock()  # the writer connection: one transaction at a time
         self._writer: psycopg.Connection[Any] | None = None
         self._pool = _Pool(self._connect_reader)
-        # follow: a wake generation bumped by our own commits and by NOTIFY from anyone's
-        self._wake = threading.Condition()
-        self._wake_gen = 0
-        self._listening = False
-        self._listener: threading.Thread | None = None
-        self._notify_cv = threading.Condition()
-        self._notify_seq = 0
-        self._notified_seq = 0
-        self._notifier: threading.Thread | None = None
-        self._notify_conn: psycopg.Connection[Any] | None = None
+        self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), info.channel,
+                                self._sql.listen)
 
     @property
     def path(self) -> None:
@@ -259,14 +245,7 @@ class PostgresLog(LogBase):
                 return
             self._closed = True
             self._cv.notify_all()
-        with self._wake:
-            self._wake.notify_all()
-        with self._notify_cv:
-            self._notify_cv.notify_all()
-        if self._notifier is not None:
-            self._notifier.join(5)
-        if self._listener is not None:
-            self._listener.join(5)
+        self._wakeups.close()
         with self._write_mutex:
             _quiet_close(self._writer)
             self._writer = None
@@ -416,7 +395,7 @@ class PostgresLog(LogBase):
                 self._fail(group, err2)
                 return
             if top:
-                self._announce(top)
+                self._wakeups.announce(top)
             return
 
     @staticmethod
@@ -553,7 +532,7 @@ class PostgresLog(LogBase):
                     if now >= deadline:
                         raise storage_error(e, "import failed", self._where) from e
                     time.sleep(0.1)
-        self._announce(end[0] if end else 0)
+        self._wakeups.announce(end[0] if end else 0)
         return len(batch)
 
     def _write_sealed(self, conn: psycopg.Connection[Any], batch: list[bytes], seq: int, prev: str) -> tuple[int, str]:
@@ -584,92 +563,10 @@ class PostgresLog(LogBase):
         conn.execute(self._sql.set_head, (seq, prev))
         return seq, prev
 
-    # ---------------------------------------------------------------- notify / listen
-
-    def _announce(self, seq: int) -> None:
-        """Wake this process's followers now, and other hosts' through NOTIFY (sent after the
-        commit by the notifier thread, coalescing bursts into one NOTIFY)."""
-        with self._wake:
-            self._wake_gen += 1
-            self._wake.notify_all()
-        if seq <= 0:
-            return
-        with self._notify_cv:
-            self._notify_seq = max(self._notify_seq, seq)
-            if self._notifier is None:
-                self._notifier = threading.Thread(target=self._notify_loop, name="eventlog-pg-notify", daemon=True)
-                self._notifier.start()
-            self._notify_cv.notify()
-
-    def _notify_loop(self) -> None:
-        delay = 0.05
-        while True:
-            with self._notify_cv:
-                while self._notify_seq <= self._notified_seq and not self._closed:
-                    self._notify_cv.wait()
-                seq = self._notify_seq
-                if seq <= self._notified_seq:  # closed with nothing left to announce
-                    break
-            try:
-                if self._notify_conn is None or self._notify_conn.closed or self._notify_conn.broken:
-                    _quiet_close(self._notify_conn)
-                    self._notify_conn = None
-                    self._notify_conn = connect(self.url, connect_timeout=self._connect_timeout)
-                self._notify_conn.execute(self._sql.notify, (self.info.channel, str(seq)))
-                with self._notify_cv:
-                    self._notified_seq = max(self._notified_seq, seq)
-                delay = 0.05
-            except psycopg.Error:
-                _quiet_close(self._notify_conn)
-                self._notify_conn = None
-                if self._closed:
-                    break  # followers elsewhere fall back to polling the head
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-        _quiet_close(self._notify_conn)
-        self._notify_conn = None
-
-    def _ensure_listener(self) -> None:
-        with self._wake:
-            if self._listener is None and not self._closed:
-                self._listener = threading.Thread(target=self._listen_loop, name="eventlog-pg-listen", daemon=True)
-                self._listener.start()
-
-    def _listen_loop(self) -> None:
-        delay = 0.05
-        while not self._closed:
-            conn = None
-            try:
-                conn = connect(self.url, connect_timeout=self._connect_timeout)
-                conn.execute(self._sql.listen)
-                self._set_listening(True)  # (re)connected: something may have landed meanwhile
-                delay = 0.05
-                while not self._closed:
-                    for _ in conn.notifies(timeout=0.25):
-                        self._bump()
-            except psycopg.Error:
-                self._set_listening(False)
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-            finally:
-                _quiet_close(conn)
-        self._set_listening(False)
-
-    def _set_listening(self, up: bool) -> None:
-        with self._wake:
-            self._listening = up
-            self._wake_gen += 1
-            self._wake.notify_all()
-
-    def _bump(self) -> None:
-        with self._wake:
-            self._wake_gen += 1
-            self._wake.notify_all()
+    # ---------------------------------------------------------------- follow
 
     def _wait_appended(self, seconds: float) -> None:
-        with self._wake:
-            if not self._closed:
-                self._wake.wait(seconds)
+        self._wakeups.wait(self._wakeups.current(), seconds)
 
     def follow(self, from_seq: int = 1, timeout: float | None = None, *,
                poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:
@@ -679,12 +576,12 @@ class PostgresLog(LogBase):
         connection is down, re-reads every ``poll`` seconds. Rides out server restarts (reads
         reconnect). Stops after ``timeout`` seconds without a new event, or when the log closes.
         """
-        self._ensure_listener()
+        wk = self._wakeups
+        wk.ensure_listener()
         nxt = max(1, from_seq)
         idle_since = time.monotonic()
         while not self._closed:
-            with self._wake:
-                gen = self._wake_gen
+            gen = wk.current()
             got = False
             try:
                 for env in self.read(nxt):
@@ -703,12 +600,10 @@ class PostgresLog(LogBase):
                 continue
             if timeout is not None and now - idle_since >= timeout:
                 return
-            wait = LISTEN_FALLBACK_POLL_S if self._listening else poll
+            wait = LISTEN_FALLBACK_POLL_S if wk.listening else poll
             if timeout is not None:
                 wait = min(wait, max(0.0, timeout - (now - idle_since)))
-            with self._wake:
-                if self._wake_gen == gen and not self._closed:
-                    self._wake.wait(wait)
+            wk.wait(gen, wait)
 
     # ---------------------------------------------------------------- reads
 
