@@ -383,7 +383,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale-sizes", default=None, help="comma-separated sizes for --scale (overrides the default)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole pipeline")
     ap.add_argument("--only", default=None, help="comma-separated contenders or groups "
-                    "(eventlog, baseline_sqlite, baseline_es, floor, baseline_bare_rebuild (scale only), "
+                    "(eventlog, baseline_sqlite, baseline_es, floor, postgres, baseline_bare_rebuild (scale only), "
                     "or names like eventlog.log_bare)")
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT}); .md and scale.png beside it")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
