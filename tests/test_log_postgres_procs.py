@@ -22,7 +22,7 @@ from eventlog.log.postgres import PostgresLog
 
 pytestmark = pytest.mark.postgres
 HERE = Path(__file__).parent
-KILLS = int(os.environ.get("EVENTLOG_PG_KILLS", "6"))
+KILLS = 6
 
 
 def child(script: str, *args: str) -> subprocess.Popen[str]:
@@ -52,13 +52,15 @@ def check(url: str, profile: str, acked: dict[str, int]) -> int:
         return res.head_seq
 
 
-def test_sigkilled_writers_lose_no_acknowledged_write(pg_url: str, pg_profile: str) -> None:
-    PostgresLog.open(pg_url, profile=pg_profile).close()
-    rng = random.Random(19)
+def sigkill_rounds(url: str, profile: str, rounds: int, seed: int) -> None:
+    """``rounds`` times: two writer processes of 3 threads each, SIGKILLed at a random moment;
+    after each round every acknowledged write is at its seq and the chain verifies."""
+    PostgresLog.open(url, profile=profile).close()
+    rng = random.Random(seed)
     acked: dict[str, int] = {}
-    for round_ in range(KILLS):
-        procs = [child("proc_log_writer.py", pg_url, f"r{round_}p{n}", "3", "100000", str(rng.choice([1, 1, 4])),
-                       pg_profile) for n in range(2)]
+    for round_ in range(rounds):
+        procs = [child("proc_log_writer.py", url, f"r{round_}p{n}", "3", "100000", str(rng.choice([1, 1, 4])),
+                       profile) for n in range(2)]
         time.sleep(rng.uniform(0.6, 1.2))  # past interpreter start and connect, into the appends
         for p in procs:
             p.send_signal(signal.SIGKILL)
@@ -66,11 +68,20 @@ def test_sigkilled_writers_lose_no_acknowledged_write(pg_url: str, pg_profile: s
             out, _ = p.communicate()
             assert p.returncode == -signal.SIGKILL
             acked.update(acks(out))
-        assert check(pg_url, pg_profile, acked) >= len(acked)
-    assert len(acked) > 2 * KILLS  # the kills did land mid-work
-    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert check(url, profile, acked) >= len(acked)
+    assert len(acked) > 2 * rounds  # the kills did land mid-work
+    with PostgresLog.open(url, profile=profile) as lg:
         before = lg.head()[0]
         assert lg.append([ev(after="kills")]) == [before + 1] and lg.verify().ok
+
+
+def test_sigkilled_writers_lose_no_acknowledged_write(pg_url: str, pg_profile: str) -> None:
+    sigkill_rounds(pg_url, pg_profile, KILLS, seed=19)
+
+
+@pytest.mark.campaign
+def test_sigkill_campaign_on_postgres(pg_url: str, pg_profile: str) -> None:
+    sigkill_rounds(pg_url, pg_profile, int(os.environ.get("EVENTLOG_PG_KILLS", "100")), seed=int(time.time()))
 
 
 def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, pg_url: str, pg_profile: str) -> None:
