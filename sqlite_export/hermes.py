@@ -227,7 +227,7 @@ def _count(v: Any, name: str) -> tuple[int | None, str | None]:
         v = int(v)
     elif isinstance(v, (str, bytes)):
         text = _text(v) or ""
-        if text.strip().isdigit():
+        if text.strip().isascii() and text.strip().isdigit():  # "¹".isdigit() is True, int() refuses it
             return int(text.strip()), f"{name} stored as TEXT {text[:40]!r}; read as a number"
     if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ev.INT64_MAX:
         return v, None

@@ -43,14 +43,17 @@ class TestLMDBLog(LogContract, GroupCommitContract):
         return EventLog.open(log.path, profile="t")
 
     def tamper(self, log: Log, edit: Edit) -> Log:
+        """Edits the canonical bytes; a changed event is written back as a format-1 value (the
+        canonical JSON itself, which every reader of the log accepts), a removed one deleted.
+        Byte-level damage to format-2 values is tested in test_log_lmdb.py."""
         assert log.path is not None
+        before = dict(log.read(raw=True))
         log.close()
+        after = dict(before)
+        edit(after)
         env = lmdb.open(str(log.path), max_dbs=8)
         db = env.open_db(b"events")
         with env.begin(write=True) as txn:
-            before = {int.from_bytes(k, "big"): bytes(v) for k, v in txn.cursor(db=db)}
-            after = dict(before)
-            edit(after)
             for seq in before.keys() - after.keys():
                 txn.delete(seq_key(seq), db=db)
             for seq, raw in after.items():

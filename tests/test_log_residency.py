@@ -1,6 +1,7 @@
 """A long scan of the log does not keep the pages it read mapped (RSS stays bounded)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -33,9 +34,8 @@ def scan_growth(log: EventLog) -> int:
 
 def test_scans_hand_log_pages_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
-    text = "x" * 100_000  # distinct pages per event: 400 events ~ 40 MB of log
-    for b in range(20):
-        log.append([make_event("message.appended", f"s{b}", {"role": "user", "content": f"{i} {text}"})
+    for b in range(20):  # random hex (zstd halves it): 400 events of ~100 KB stored, ~40 MB of log
+        log.append([make_event("message.appended", f"s{b}", {"role": "user", "content": os.urandom(100_000).hex()})
                     for i in range(20)])
     monkeypatch.setattr(log_module, "RELEASE_EVERY_BYTES", 1 << 60)
     kept = scan_growth(log)

@@ -26,7 +26,7 @@ from campaign.summary import note, record
 from click.testing import CliRunner
 
 from eventlog.cli import main
-from eventlog.log import codec
+from eventlog.log import codec, stored
 from eventlog.log.lmdb import seq_key
 from eventlog.sessions.store import SessionStore
 
@@ -46,11 +46,26 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 
 
 class Raw:
-    """A raw LMDB view of a closed log (no eventlog code), for the forger."""
+    """A raw LMDB view of a closed log, for a forger who knows the storage format (only the
+    format's own encoder and decoder, eventlog.log.stored, no log code)."""
 
     def __init__(self, path: Path) -> None:
         self.env = lmdb.open(str(path), max_dbs=8)
         self.db = self.env.open_db(b"events")
+        self.meta = self.env.open_db(b"meta")
+        self.compression = stored.Compression(self._dict)
+
+    def _dict(self, dict_id: int) -> bytes | None:
+        with self.env.begin() as txn:
+            found = txn.get(b"zdict:%d" % dict_id, db=self.meta)
+        return None if found is None else bytes(found)
+
+    def envelope(self, seq: int) -> dict[str, Any]:
+        return stored.envelope(seq, self.get(seq), self.compression)
+
+    def encode(self, env: dict[str, Any]) -> bytes:
+        """``env`` as the log stores it (format 2), whatever its hash says."""
+        return stored.pack_envelope(env, self.compression)
 
     def __enter__(self) -> "Raw":
         self.txn = self.env.begin(write=True)
@@ -77,12 +92,12 @@ class Raw:
             self.put(s + 1, self.get(s))
 
 
-def forged(after: dict[str, Any], seq: int, data: dict[str, Any]) -> bytes:
+def forged(after: dict[str, Any], seq: int, data: dict[str, Any]) -> dict[str, Any]:
     """A properly chained event at ``seq`` following envelope ``after`` (the forger knows the format)."""
     prep = codec.prepare({"type": "message.appended", "session": after.get("session"), "data": data,
                           "id": f"forged-{seq}", "v": 2})
     raw, _ = codec.seal(prep, seq, after["ts"] + 1, after["hash"])
-    return raw
+    return codec.decode(raw)
 
 
 def edit(rng: random.Random, raw: Raw, n: int) -> tuple[str, int]:
@@ -99,19 +114,19 @@ def edit(rng: random.Random, raw: Raw, n: int) -> tuple[str, int]:
         return kind, k
     if kind == "insert":
         j = rng.choice([s for s in range(1, n + 1) if s != k])
-        copy = codec.decode(raw.get(j))
+        copy = raw.envelope(j)
         copy["data"] = dict(copy.get("data") or {}, forged=True)
         raw.slide_up(k, n)
-        raw.put(k, codec.canonical(copy))
+        raw.put(k, raw.encode(copy))
         return kind, k
     if kind == "insert-chained":
-        before = codec.decode(raw.get(k - 1)) if k > 1 else {"ts": 0, "hash": codec.ZERO_HASH, "session": "s"}
-        value = forged(before, k, {"role": "user", "content": "transfer the funds"})
+        before = raw.envelope(k - 1) if k > 1 else {"ts": 0, "hash": codec.ZERO_HASH, "session": "s"}
+        value = raw.encode(forged(before, k, {"role": "user", "content": "transfer the funds"}))
         raw.slide_up(k, n)
         raw.put(k, value)
         return kind, k + 1
     if kind == "extend":
-        raw.put(n + 1, forged(codec.decode(raw.get(n)), n + 1, {"role": "assistant", "content": "approved"}))
+        raw.put(n + 1, raw.encode(forged(raw.envelope(n), n + 1, {"role": "assistant", "content": "approved"})))
         return kind, n + 1
     if kind == "reorder":
         j = rng.choice([s for s in range(1, n + 1) if s != k])
@@ -120,11 +135,11 @@ def edit(rng: random.Random, raw: Raw, n: int) -> tuple[str, int]:
         raw.put(j, a)
         return kind, min(k, j)
     # rewrite: change the data and recompute this event's own hash (but not the rest of the chain)
-    env = codec.decode(raw.get(k))
+    env = raw.envelope(k)
     data = dict(env.get("data") or {}, tampered=True)
     prep = codec.prepare({"type": env["type"], "session": env["session"], "data": data, "id": env["id"], "v": env["v"]})
     value, _ = codec.seal(prep, k, env["ts"], env["prev"])
-    raw.put(k, value)
+    raw.put(k, raw.encode(codec.decode(value)))
     return kind, (k + 1 if k < n else k)
 
 
@@ -202,10 +217,9 @@ def test_a_chained_forgery_with_a_rewritten_head_needs_an_anchor(pristine: tuple
     verify_args = ["--home", str(tmp_path), "--profile", PROFILE, "log", "verify", "--json"]
     before = json.loads(CliRunner().invoke(main, verify_args).stdout)
     with Raw(dst) as raw:
-        value = forged(codec.decode(raw.get(n)), n + 1, {"role": "assistant", "content": "approved"})
-        raw.put(n + 1, value)
-        meta = raw.env.open_db(b"meta", txn=raw.txn)
-        raw.txn.put(b"head", seq_key(n + 1) + bytes.fromhex(codec.decode(value)["hash"]), db=meta)
+        env = forged(raw.envelope(n), n + 1, {"role": "assistant", "content": "approved"})
+        raw.put(n + 1, raw.encode(env))
+        raw.txn.put(b"head", seq_key(n + 1) + bytes.fromhex(env["hash"]), db=raw.meta)
     after = json.loads(CliRunner().invoke(main, verify_args).stdout)
     assert after["ok"] and after["head_seq"] == n + 1
     assert after["head_hash"] != before["head_hash"]

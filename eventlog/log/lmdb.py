@@ -46,11 +46,17 @@ from eventlog.errors import (
     ValidationError,
     WriterBusyError,
 )
-from eventlog.log import codec, residency
+from eventlog.log import codec, residency, stored
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch
+from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import make_dir, restrict_file
 
-FORMAT_VERSION = b"1"
+FORMAT_VERSION = FORMAT_2
+"""The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
+FORMATS = (FORMAT_1, FORMAT_2)
+DICT_TRAIN_AFTER = 2000
+"""A format-2 log trains its compression dictionary once it holds this many events."""
+DICT_SAMPLES = 2000
 DEFAULT_MAP_SIZE = 32 * 1024**3
 """Address space reserved up front (the file is sparse); doubled on MapFullError."""
 READ_CHUNK = 1024
@@ -102,10 +108,12 @@ def log_warn(message: str) -> None:
 
 
 class _Request:
-    __slots__ = ("items", "expected", "size", "owner", "wake", "done", "seqs", "error")
+    __slots__ = ("items", "payloads", "expected", "size", "owner", "wake", "done", "seqs", "error")
 
-    def __init__(self, items: list[codec.Prepared], expected: int | None) -> None:
+    def __init__(self, items: list[codec.Prepared], payloads: list[tuple[int, int, bytes]] | None,
+                 expected: int | None) -> None:
         self.items = items
+        self.payloads = payloads  # format 2: each event's (codec, dictionary, data), made outside the txn
         self.expected = expected
         self.size = sum(len(it.data_bytes) for it in items)
         self.owner = threading.get_ident()
@@ -136,7 +144,7 @@ def lock_holder(path: Path) -> int | None:
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
         if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
             dev_ino = parts[5].split(":")
-            if len(dev_ino) == 3 and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
+            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
                 return int(parts[4]) if parts[4].isdigit() else None
     return None
 
@@ -197,6 +205,10 @@ class _Environment:
         self.commits = 0
         """Write transactions committed in this environment by this process (group commit shares them)."""
         self.refs = 1
+        self.format = FORMAT_VERSION
+        self.compression = stored.Compression(self._load_dict)
+        self._train_after = DICT_TRAIN_AFTER
+        self._training = False
         # An existing log is opened read-only first: opening LMDB's named databases on a
         # writable environment takes the write lock, so a process stopped inside a write
         # transaction would block every reader that merely opens the log. The environment
@@ -360,8 +372,9 @@ class _Environment:
         with self._env.begin(write=False) as txn:
             fmt = txn.get(b"format", db=self._meta)
             stored_profile = txn.get(b"profile", db=self._meta)
-        if fmt is not None and fmt != FORMAT_VERSION:
-            raise StorageError(f"log format {fmt!r} is not supported by this version (expects {FORMAT_VERSION!r})",
+            current = txn.get(b"zdict", db=self._meta)
+        if fmt is not None and fmt not in FORMATS:
+            raise StorageError(f"log format {fmt!r} is not supported by this version (reads {FORMATS})",
                                hint="upgrade eventlog")
         if stored_profile is not None and self.profile is None:
             self.profile = stored_profile.decode()
@@ -370,6 +383,81 @@ class _Environment:
                 txn.put(b"format", FORMAT_VERSION, db=self._meta, overwrite=False)
                 if profile is not None:
                     txn.put(b"profile", profile.encode(), db=self._meta, overwrite=False)
+            fmt = FORMAT_VERSION
+        self.format = fmt or FORMAT_VERSION
+        if current is not None:
+            self._adopt_dict(int(current))
+
+    # ---------------------------------------------------------------- stored values (formats 1 and 2)
+
+    def _load_dict(self, dict_id: int) -> bytes | None:
+        with self._read() as txn:
+            raw = txn.get(b"zdict:%d" % dict_id, db=self._meta)
+        return None if raw is None else bytes(raw)
+
+    def _adopt_dict(self, dict_id: int) -> None:
+        if dict_id and dict_id != self.compression.current:
+            raw = self._load_dict(dict_id)
+            if raw is not None:
+                self.compression.use(dict_id, raw)
+
+    def _envelope(self, seq: int, value: bytes) -> dict[str, Any]:
+        try:
+            return stored.envelope(seq, value, self.compression)
+        except ValueError as e:
+            raise IntegrityError(f"event {seq} of the log is damaged: {e}",
+                                 hint="run `eventlog log verify`; restore the log from a backup or an export") from e
+
+    def _canonical(self, seq: int, value: bytes) -> bytes:
+        """Canonical bytes of a stored value; an undecodable one is passed through as stored,
+        so that the chain check names it (it is not canonical JSON)."""
+        try:
+            return stored.canonical_bytes(seq, value, self.compression)
+        except ValueError:
+            return value
+
+    def train_dictionary(self, samples: int = DICT_SAMPLES) -> int:
+        """Train a zstd dictionary on the data of the log's last ``samples`` events and make new
+        events use it; returns its id (0 when there is too little to learn from). Stored in the
+        log (``meta``), never changed once written: every process reads the same one."""
+        import zstandard
+
+        head = self.head()[0]
+        datas = [codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))]
+        datas = [d for d in datas if len(d) >= stored.COMPRESS_MIN_BYTES]
+        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
+            return 0
+        try:
+            samples_: list[bytes | bytearray | memoryview] = list(datas)
+            trained = zstandard.train_dictionary(stored.DICT_BYTES, samples_, level=stored.ZSTD_LEVEL).as_bytes()
+        except zstandard.ZstdError:
+            return 0
+        with self._writing(), self._env.begin(write=True) as txn:
+            current = txn.get(b"zdict", db=self._meta)
+            dict_id = int(current) + 1 if current else 1
+            txn.put(b"zdict:%d" % dict_id, trained, db=self._meta)
+            txn.put(b"zdict", b"%d" % dict_id, db=self._meta)
+        self._adopt_dict(dict_id)
+        return dict_id
+
+    def _maybe_train(self, head: int) -> None:
+        """Start training a dictionary in the background once a format-2 log without one has
+        DICT_TRAIN_AFTER events (one attempt per threshold, doubled after a failure)."""
+        if self.format != FORMAT_2 or self.compression.current or head < self._train_after or self._training:
+            return
+        self._training = True
+
+        def train() -> None:
+            try:
+                if not self.train_dictionary():
+                    self._train_after *= 2
+            except EventLogError as e:
+                self._train_after *= 2
+                log_warn(f"training the log's compression dictionary failed: {e}")
+            finally:
+                self._training = False
+
+        threading.Thread(target=train, name="eventlog-train-dict", daemon=True).start()
 
     def close(self) -> None:
         """Close the environment. Later calls raise :class:`ClosedError`."""
@@ -469,7 +557,8 @@ class _Environment:
         items = prepare_batch(events, expected_version)
         if not items:
             return []
-        req = _Request(items, expected_version)
+        payloads = [self.compression.compress(it.data_bytes) for it in items] if self.format == FORMAT_2 else None
+        req = _Request(items, payloads, expected_version)
         with self._mu:
             self._queue.append(req)
             lead = not self._leader
@@ -594,12 +683,20 @@ class _Environment:
             ids_cur = txn.cursor(db=self._ids)
             stream_cur = txn.cursor(db=self._streams)
             ev_cur = txn.cursor(db=self._events)
+            newer = 0
+            if self.format == FORMAT_2:
+                current = txn.get(b"zdict", db=self._meta)  # another process trained one: use it next time
+                if current is not None and int(current) != self.compression.current:
+                    newer = int(current)
             for r in group:
                 fresh = self._plan(r, txn, ids_cur, stream_cur)
                 for i, it in fresh:
                     seq += 1
                     ts = time.time_ns()
                     raw, digest = codec.seal(it, seq, ts, prev)
+                    if r.payloads is not None:
+                        c, d, payload = r.payloads[i]
+                        raw = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
                     key = seq_key(seq)
                     if not ev_cur.put(key, raw, append=True):
                         raise StorageError(f"seq {seq} could not be appended (key out of order)")
@@ -618,6 +715,9 @@ class _Environment:
             txn.abort()
             raise
         self.commits += 1
+        if newer:
+            self._adopt_dict(newer)
+        self._maybe_train(seq)
 
     def _lock_replaced(self) -> bool:
         # Only os.stat: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
@@ -665,8 +765,9 @@ class _Environment:
             if found is None:
                 fresh.append((i, it))
                 continue
-            stored = codec.decode(txn.get(found, db=self._events) or b"null")
-            if not it.same_content(stored):
+            value = txn.get(found, db=self._events)
+            stored_env = self._envelope(key_seq(found), bytes(value)) if value is not None else {}
+            if not it.same_content(stored_env):
                 r.seqs, r.error = [], DuplicateEventError(it.id, key_seq(found))
                 return []
             r.seqs[i] = key_seq(found)
@@ -703,7 +804,8 @@ class _Environment:
                         raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
                     seq += 1
                     key = seq_key(seq)
-                    if not evs.put(key, raw, append=True):
+                    value = stored.pack_envelope(env, self.compression) if self.format == FORMAT_2 else bytes(raw)
+                    if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")
                     if type(eid) is not str or not ids.put(eid.encode(), key, overwrite=False):
@@ -738,7 +840,7 @@ class _Environment:
         """The envelope at ``seq``, or ``None``."""
         with self._read() as txn:
             raw = txn.get(seq_key(seq), db=self._events)
-        return None if raw is None else codec.decode(raw)
+        return None if raw is None else self._envelope(seq, bytes(raw))
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         """Envelopes with ``from_seq <= seq <= to_seq`` in order (``raw=True``: ``(seq, bytes)``).
@@ -767,7 +869,7 @@ class _Environment:
                 self.release_pages()
                 since_release = 0
             for s, v in chunk:
-                yield (s, v) if raw else codec.decode(v)
+                yield (s, self._canonical(s, v)) if raw else self._envelope(s, v)
             if len(chunk) < READ_CHUNK and chunk_bytes < READ_CHUNK_BYTES:
                 return
             nxt = chunk[-1][0] + 1
@@ -794,22 +896,22 @@ class _Environment:
         key = session.encode()
         after = 0
         while True:
-            chunk: list[bytes | None] = []
+            chunk: list[tuple[int, bytes | None]] = []
             with self._read() as txn:
                 cur = txn.cursor(db=self._streams)
                 found = cur.set_range_dup(key, seq_key(after + 1)) if after else cur.set_key(key)
                 if found:
                     seqs = []
                     for v in cur.iternext_dup():
-                        seqs.append(v)
+                        seqs.append(bytes(v))
                         if len(seqs) >= READ_CHUNK:
                             break
-                    chunk = [self._get_raw(txn, bytes(s)) for s in seqs]
+                    chunk = [(key_seq(k), self._get_raw(txn, k)) for k in seqs]
                     if seqs:
                         after = key_seq(seqs[-1])
-            for raw in chunk:
+            for seq, raw in chunk:
                 if raw is not None:
-                    yield codec.decode(raw)
+                    yield self._envelope(seq, raw)
             if len(chunk) < READ_CHUNK:
                 return
 

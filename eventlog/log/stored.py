@@ -1,0 +1,215 @@
+"""How a log stores one event: format 2, a compact header and compressed data.
+
+The hash chain does not change with the storage format: it covers the canonical bytes of the
+envelope (:mod:`eventlog.log.codec`), and every read gives those bytes back exactly, so
+``verify``, exports and imports see the same events whatever the format. Format 1 (the first
+release) stores the canonical bytes themselves; format 2 stores::
+
+    offset  size  field
+    0       1     kind: 0x02 an event (a value starting with '{' is a format-1 event)
+    1       32    hash (raw sha256)
+    33      32    prev (raw sha256)
+    65      8     ts (unsigned, big-endian nanoseconds)
+    73      2     v
+    75      1+n   type (length byte, ASCII)
+    ..      1+n   session (length byte, ASCII; 0xFF for null)
+    ..      1+n   id (length byte, ASCII; 0 for a 32-hex-digit id stored as its 16 raw bytes)
+    ..      1     data codec: 0 raw canonical JSON, 1 zstd, 2 zstd with a dictionary
+    ..      2     dictionary id (codec 2), else 0
+    ..      rest  the data's canonical JSON bytes, compressed as the codec says
+
+Types, sessions and ids are ASCII by the envelope's rules, at most 128 characters. The seq is
+the key and is not repeated. Compression uses zstd with a dictionary trained on the log's own
+events (:class:`Compression`): agent messages are small and alike, so a dictionary triples
+what plain zstd gets on its own; it is loaded only when a compressed event is read or written.
+"""
+from __future__ import annotations
+
+import re
+import struct
+import threading
+from typing import Any, Callable
+
+import orjson
+
+from eventlog.log import codec
+
+FORMAT_1 = b"1"
+FORMAT_2 = b"2"
+KIND_EVENT = 2
+CODEC_RAW, CODEC_ZSTD, CODEC_ZSTD_DICT = 0, 1, 2
+COMPRESS_MIN_BYTES = 96
+"""Data shorter than this is stored raw: the frame header would eat what compression saves."""
+ZSTD_LEVEL = 3
+DICT_BYTES = 64 * 1024
+_FIXED = struct.Struct(">B32s32sQH")
+_TAIL = struct.Struct(">BH")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_NULL = 0xFF
+
+
+class StoredFormatError(ValueError):
+    """A stored value that is not a well-formed event of its format."""
+
+
+class Compression:
+    """The zstd codecs of one log: its dictionaries by id and the one new events use.
+
+    Thread-safe: zstd (de)compressor objects are kept per thread.
+    """
+
+    def __init__(self, load_dict: Callable[[int], bytes | None]) -> None:
+        self._load_dict = load_dict
+        self._dicts: dict[int, Any] = {}
+        self.current: int = 0
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def use(self, dict_id: int, raw: bytes) -> None:
+        """Make dictionary ``dict_id`` (bytes ``raw``) known and the one new events use."""
+        self._dict(dict_id, raw)
+        self.current = dict_id
+
+    def _dict(self, dict_id: int, raw: bytes | None = None) -> Any:
+        found = self._dicts.get(dict_id)
+        if found is not None:
+            return found
+        if raw is None:
+            raw = self._load_dict(dict_id)
+            if raw is None:
+                raise StoredFormatError(f"compression dictionary {dict_id} is missing from the log")
+        import zstandard
+
+        with self._lock:
+            made = zstandard.ZstdCompressionDict(raw)
+            made.precompute_compress(level=ZSTD_LEVEL)
+            self._dicts.setdefault(dict_id, made)
+        return self._dicts[dict_id]
+
+    def _codecs(self) -> dict[tuple[str, int], Any]:
+        per_thread: dict[tuple[str, int], Any] | None = getattr(self._local, "codecs", None)
+        if per_thread is None:
+            per_thread = self._local.codecs = {}
+        return per_thread
+
+    def compress(self, data: bytes) -> tuple[int, int, bytes]:
+        """``(codec, dict id, payload)`` for canonical data bytes."""
+        if len(data) < COMPRESS_MIN_BYTES:
+            return CODEC_RAW, 0, data
+        import zstandard
+
+        dict_id = self.current
+        codecs = self._codecs()
+        c = codecs.get(("c", dict_id))
+        if c is None:
+            if dict_id:
+                c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, dict_data=self._dict(dict_id), write_content_size=True,
+                                             write_checksum=False, write_dict_id=False)
+            else:
+                c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_dict_id=False)
+            codecs[("c", dict_id)] = c
+        payload = c.compress(data)
+        if len(payload) >= len(data):
+            return CODEC_RAW, 0, data
+        return (CODEC_ZSTD_DICT if dict_id else CODEC_ZSTD), dict_id, payload
+
+    def decompress(self, codec_id: int, dict_id: int, payload: bytes) -> bytes:
+        if codec_id == CODEC_RAW:
+            return payload
+        if codec_id not in (CODEC_ZSTD, CODEC_ZSTD_DICT):
+            raise StoredFormatError(f"unknown data codec {codec_id}")
+        import zstandard
+
+        key = dict_id if codec_id == CODEC_ZSTD_DICT else 0
+        codecs = self._codecs()
+        d = codecs.get(("d", key))
+        if d is None:
+            d = (zstandard.ZstdDecompressor(dict_data=self._dict(key)) if key else zstandard.ZstdDecompressor())
+            codecs[("d", key)] = d
+        try:
+            out: bytes = d.decompress(payload)
+        except zstandard.ZstdError as e:
+            raise StoredFormatError(f"compressed data does not decompress ({e})") from None
+        return out
+
+
+def pack(p: codec.Prepared, ts: int, prev: str, digest: str, compression: Compression) -> bytes:
+    """The format-2 value of prepared event ``p`` sealed with ``ts``, ``prev`` and ``digest``."""
+    codec_id, dict_id, payload = compression.compress(p.data_bytes)
+    return pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, codec_id, dict_id, payload)
+
+
+def pack_parts(etype: str, v: int, session: str | None, eid: str, ts: int, prev: str, digest: str,
+               codec_id: int, dict_id: int, payload: bytes) -> bytes:
+    t = etype.encode("ascii")
+    s = b"\xff" if session is None else bytes((len(session),)) + session.encode("ascii")
+    i = b"\x00" + bytes.fromhex(eid) if _HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
+    return b"".join((_FIXED.pack(KIND_EVENT, bytes.fromhex(digest), bytes.fromhex(prev), ts, v),
+                     bytes((len(t),)), t, s, i, _TAIL.pack(codec_id, dict_id), payload))
+
+
+def pack_envelope(env: dict[str, Any], compression: Compression) -> bytes:
+    """The format-2 value of a verified envelope (an import of sealed events)."""
+    codec_id, dict_id, payload = compression.compress(codec.canonical(env["data"]))
+    return pack_parts(env["type"], env["v"], env["session"], env["id"], env["ts"], env["prev"], env["hash"],
+                      codec_id, dict_id, payload)
+
+
+class _Parts:
+    __slots__ = ("digest", "prev", "ts", "v", "type", "session", "id", "data")
+
+    def __init__(self, digest: str, prev: str, ts: int, v: int, etype: str, session: str | None, eid: str,
+                 data: bytes) -> None:
+        self.digest, self.prev, self.ts, self.v = digest, prev, ts, v
+        self.type, self.session, self.id, self.data = etype, session, eid, data
+
+
+def _unpack(value: bytes, compression: Compression) -> _Parts:
+    try:
+        kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
+        if kind != KIND_EVENT:
+            raise StoredFormatError(f"unknown stored kind {kind}")
+        at = _FIXED.size
+        n = value[at]
+        etype = value[at + 1:at + 1 + n].decode("ascii")
+        at += 1 + n
+        n = value[at]
+        if n == _NULL:
+            session, at = None, at + 1
+        else:
+            session, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+        n = value[at]
+        if n == 0:
+            eid, at = value[at + 1:at + 17].hex(), at + 17
+        else:
+            eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+        codec_id, dict_id = _TAIL.unpack_from(value, at)
+        data = compression.decompress(codec_id, dict_id, bytes(value[at + _TAIL.size:]))
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise StoredFormatError(f"stored event is truncated or malformed ({e})") from None
+    return _Parts(digest.hex(), prev.hex(), ts, v, etype, session, eid, data)
+
+
+def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
+    """The canonical envelope bytes of the event stored as ``value`` at ``seq`` (either format).
+
+    Raises :class:`StoredFormatError` when a format-2 value cannot be decoded.
+    """
+    if value[:1] == b"{":
+        return value
+    p = _unpack(value, compression)
+    dumps = orjson.dumps
+    return b"".join((b'{"data":', p.data, b',"hash":"', p.digest.encode(), b'","id":', dumps(p.id), b',"prev":"',
+                     p.prev.encode(), b'","seq":', str(seq).encode(), b',"session":', dumps(p.session), b',"ts":',
+                     str(p.ts).encode(), b',"type":', dumps(p.type), b',"v":', str(p.v).encode(), b"}"))
+
+
+def envelope(seq: int, value: bytes, compression: Compression) -> dict[str, Any]:
+    """The envelope of the event stored as ``value`` at ``seq`` (either format), without
+    building its canonical bytes first. Raises ``ValueError`` when it cannot be decoded."""
+    if value[:1] == b"{":
+        return codec.decode(value)
+    p = _unpack(value, compression)
+    data = orjson.loads(p.data)
+    return {"data": data, "hash": p.digest, "id": p.id, "prev": p.prev, "seq": seq, "session": p.session,
+            "ts": p.ts, "type": p.type, "v": p.v}

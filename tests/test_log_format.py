@@ -1,0 +1,175 @@
+"""The log's storage formats: format 2 (compact header, zstd with a trained dictionary) for new
+logs, format 1 (canonical JSON) read and written unchanged in logs of the first release."""
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eventlog.log import codec, stored
+from eventlog.log import lmdb as lmdb_module
+from eventlog.log.contract import JSON_VALUES
+from eventlog.log.lmdb import EventLog
+from eventlog.sessions.store import SessionStore
+
+DATA = Path(__file__).parent / "data"
+WORDS = ("gateway", "rollback", "latency", "webhook", "terminal", "kernel", "deploy", "config", "naïve", "日本語",
+         "retry", "session", "token", "the", "a", "of", "and", "to", "in", "is", "🙂", "index", "query")
+
+
+def message(rng: random.Random, i: int) -> dict[str, Any]:
+    words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 300)))
+    return {"type": "message.appended", "session": f"s{i % 7}", "v": 2,
+            "data": {"role": rng.choice(["user", "assistant", "tool"]), "content": f"{i}: {words}"}}
+
+
+def stored_values(path: Path) -> dict[int, bytes]:
+    env = lmdb.open(str(path), max_dbs=8, readonly=True, lock=False)
+    db = env.open_db(b"events")
+    with env.begin() as txn:
+        out = {int.from_bytes(k, "big"): bytes(v) for k, v in txn.cursor(db=db)}
+    env.close()
+    return out
+
+
+def codec_of(value: bytes) -> int:
+    """The data codec byte of a format-2 value."""
+    at = 75
+    at += 1 + value[at]                                   # type
+    at += 1 if value[at] == 0xFF else 1 + value[at]       # session
+    at += 17 if value[at] == 0 else 1 + value[at]         # id
+    return value[at]
+
+
+def test_new_logs_are_format_2_and_read_back_canonical_bytes(tmp_path: Path) -> None:
+    rng = random.Random(1)
+    with EventLog.open(tmp_path / "log", durability="nosync") as lg:
+        lg.append([message(rng, i) for i in range(200)])
+        canonical = dict(lg.read(raw=True))
+        assert lg._core.format == stored.FORMAT_2 and lg.verify().ok
+    values = stored_values(tmp_path / "log")
+    assert all(v[0] == stored.KIND_EVENT for v in values.values())
+    for seq, raw in canonical.items():
+        assert codec.canonical(codec.decode(raw)) == raw
+    ratio = sum(map(len, canonical.values())) / sum(map(len, values.values()))
+    assert ratio > 1.5, f"format 2 stored {ratio:.2f}x smaller than canonical JSON"
+
+
+def test_a_trained_dictionary_serves_this_and_other_processes(tmp_path: Path) -> None:
+    rng = random.Random(2)
+    p = tmp_path / "log"
+    with EventLog.open(p, durability="nosync") as lg:
+        lg.append([message(rng, i) for i in range(600)])
+        assert lg._core.train_dictionary() == 1
+        lg.append([message(rng, i) for i in range(600, 700)])
+        mine = dict(lg.read(raw=True))
+        assert lg.verify().ok
+    values = stored_values(p)
+    assert {codec_of(values[s]) for s in range(601, 701)} == {stored.CODEC_ZSTD_DICT}
+    assert stored.CODEC_ZSTD in {codec_of(values[s]) for s in range(1, 601)}
+    code = ("import sys, hashlib\nfrom eventlog.log.lmdb import EventLog\n"
+            "with EventLog.open(sys.argv[1]) as lg:\n"
+            "    h = hashlib.sha256(b''.join(raw for _, raw in lg.read(raw=True))).hexdigest()\n"
+            "    print(lg.verify().ok, h)")
+    out = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, check=True).stdout.split()
+    import hashlib
+    assert out == ["True", hashlib.sha256(b"".join(mine[s] for s in sorted(mine))).hexdigest()]
+
+
+def test_a_dictionary_is_trained_in_the_background(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lmdb_module, "DICT_TRAIN_AFTER", 300)
+    rng = random.Random(3)
+    with EventLog.open(tmp_path / "log", durability="nosync") as lg:
+        for b in range(4):
+            lg.append([message(rng, b * 100 + i) for i in range(100)])
+        deadline = time.monotonic() + 30
+        while not lg._core.compression.current and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lg._core.compression.current == 1
+        seq = lg.append([message(rng, 999)])[0]
+        assert lg.verify().ok
+    assert codec_of(stored_values(tmp_path / "log")[seq]) == stored.CODEC_ZSTD_DICT
+
+
+def test_damaged_bytes_of_format_2_events_in_the_file_are_found_at_their_seq(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    p = tmp_path / "log"
+    with EventLog.open(p, durability="nosync") as lg:
+        lg.append([message(rng, i) for i in range(400)])
+        lg._core.train_dictionary()
+        lg.append([message(rng, i) for i in range(400, 460)])
+    values = stored_values(p)
+    pristine = (p / "data.mdb").read_bytes()
+    trial = tmp_path / "trial"
+    for attempt in range(40):
+        seq = rng.choice([s for s in values if len(values[s]) < 1800])  # not on overflow pages split oddly
+        data = bytearray(pristine)
+        offset, bit = rng.randrange(len(values[seq])), 1 << rng.randrange(8)
+        at = pristine.find(values[seq])
+        assert at >= 0
+        while at >= 0:  # the live page, and any stale copy LMDB's copy-on-write left behind
+            data[at + offset] ^= bit
+            at = pristine.find(values[seq], at + 1)
+        shutil.rmtree(trial, ignore_errors=True)
+        trial.mkdir()
+        (trial / "data.mdb").write_bytes(bytes(data))
+        with EventLog.open(trial, readonly=True) as lg:
+            res = lg.verify()
+        assert not res.ok and res.first_bad_seq == seq, (attempt, seq, offset, res)
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=5), big=st.booleans(),
+       session=st.none() | st.from_regex(codec.ID_RE, fullmatch=True),
+       eid=st.none() | st.from_regex(codec.ID_RE, fullmatch=True) | st.binary(min_size=16, max_size=16).map(bytes.hex),
+       seq=st.integers(1, 2**40), ts=st.integers(0, 2**63 - 1), v=st.integers(1, 1000))
+def test_format_2_gives_back_the_canonical_bytes(data: dict[str, Any], big: bool, session: str | None, eid: str | None,
+                                                   seq: int, ts: int, v: int) -> None:
+    if big:
+        data = dict(data, pad="lorem ipsum " * 40)
+    event: dict[str, Any] = {"type": "a.b", "session": session, "data": data, "v": v}
+    if eid is not None:
+        event["id"] = eid
+    p = codec.prepare(event)
+    prev = "ab" * 32
+    raw, digest = codec.seal(p, seq, ts, prev)
+    compression = stored.Compression(lambda _id: None)
+    value = stored.pack(p, ts, prev, digest, compression)
+    assert stored.canonical_bytes(seq, value, compression) == raw
+    assert stored.envelope(seq, value, compression) == codec.decode(raw)
+
+
+def test_a_log_of_the_first_release_opens_verifies_and_serves_unchanged(tmp_path: Path) -> None:
+    """tests/data/format1-log.tgz was written by the first release (commit dcf2959) running
+    tests/data/make_format1_log.py: 144 events of 6 sessions."""
+    log_dir = tmp_path / "profiles" / "legacy"
+    log_dir.mkdir(parents=True)
+    with tarfile.open(DATA / "format1-log.tgz") as tar:
+        tar.extractall(log_dir)
+    p = log_dir / "log"
+    with EventLog.open(p) as lg:
+        assert lg._core.format == stored.FORMAT_1
+        res = lg.verify()
+        assert res.ok and res.head_seq == 144
+        assert res.head_hash == "3bfb99759e40e39b8c2c6f2f185447259acc3acd977129792e738e01c82ad743"
+    with SessionStore.open(tmp_path, "legacy", follower=False) as store:
+        assert store.get_session("legacy-1")["title"] == "Renamed legacy"
+        assert store.get_session("legacy-5") is None  # deleted
+        assert {s["id"] for s in store.list_sessions(archived=True)} >= {"legacy-2"}
+        assert len(store.get_messages("legacy-4")) == 10  # rewound at its 11th message
+        assert store.search("naïve")["results"]
+        seq = store.append_message("legacy-0", "user", "written after the upgrade")
+    values = stored_values(p)
+    assert values[seq][:1] == b"{", "a format-1 log keeps being written in format 1 (older processes may share it)"
+    with EventLog.open(p) as lg:
+        assert lg.verify().ok and lg.head()[0] == seq
