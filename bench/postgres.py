@@ -10,7 +10,8 @@ writes at most ``PG_MAX_EVENTS`` (20,000) events, fewer with ``--messages``.
 
 * ``paired8``: 8 threads appending one event per ``PostgresLog.append`` (group commit), and 8
   connections each INSERTing the same rows one per transaction into a table of the same layout
-  (identity seq, unique id, session index, bytea body): the floor. Blocks of ``PAIRED_BLOCK``
+  (identity seq, unique id, session index, bytea body holding the event as eventlog stores it,
+  format 2 compressed without a dictionary, made outside the clock): the floor. Blocks of ``PAIRED_BLOCK``
   events alternate between the two (the order flips every block) so that both see the same
   minutes of the disk; the ratio of their rates is the issue's figure (target >= 0.5).
 * ``single``: one thread, one event per append (the latency of one synced commit).
@@ -135,17 +136,21 @@ def paired8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     try:
         import psycopg
 
-        from eventlog.log import codec
+        from eventlog.log import codec, stored
         from eventlog.log.postgres import PostgresLog
     except ImportError as e:
         raise ContenderUnavailable(f"psycopg missing: {e}") from e
     n, threads = _cap(workload), int(opts.get("threads", 8))
     events = _events(workload, n)
-    # The floor inserts the very bytes eventlog stores (sealed outside the clock).
+    # The floor inserts what eventlog stores for each event (format 2: header + zstd data),
+    # sealed and compressed outside the clock.
     rows = []
+    zstd = stored.Compression(lambda _id: None)
     for i, (sid, e) in enumerate(events):
         p = codec.prepare(e)
-        rows.append((sid, (p.id, sid, codec.seal(p, i + 1, time.time_ns(), codec.ZERO_HASH)[0])))
+        ts = time.time_ns()
+        digest = codec.seal(p, i + 1, ts, codec.ZERO_HASH)[1]
+        rows.append((sid, (p.id, sid, stored.pack(p, ts, codec.ZERO_HASH, digest, zstd))))
     with server() as url:
         with psycopg.connect(url, autocommit=True) as c:
             for stmt in FLOOR_DDL:

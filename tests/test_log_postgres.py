@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,16 @@ class TestPostgresLog(LogContract, GroupCommitContract):
         return PostgresLog.open(self.url, profile=log.profile)
 
     def tamper(self, log: Log, edit: Edit) -> Log:
+        """Edits the canonical bytes through a superuser connection (no role of eventlog may); a
+        changed event is written back as a format-1 value (the canonical JSON itself, which
+        every reader accepts), a removed one deleted. Damage to format-2 bytes: see below."""
         assert isinstance(log, PostgresLog)
+        before = dict(log.read(raw=True))
         log.close()
+        after = dict(before)
+        edit(after)
         schema = schema_of(self.url, log.profile)
         with superuser(self.url) as c:
-            before = {int(s): bytes(b) for s, b in c.execute(f'SELECT seq, body FROM "{schema}".events')}
-            after = dict(before)
-            edit(after)
             for seq in before.keys() - after.keys():
                 c.execute(f'DELETE FROM "{schema}".events WHERE seq = %s', (seq,))
             # Two rows may trade bodies (a swap): move ids aside first so the unique index holds.
@@ -84,6 +88,30 @@ def test_chain_and_bytes_are_identical_to_the_lmdb_log(pglog: PostgresLog, tmp_p
         lm.append([ev("b", n=1), ev("b", n=2)])
         assert pglog.append_sealed(stored(lm)[21:]) == 2  # and the other way round
     assert pglog.verify().ok and pglog.head()[0] == 23
+
+
+def test_events_are_stored_in_format_2_and_damage_to_those_bytes_is_found(pg_url: str, pglog: PostgresLog) -> None:
+    pglog.append([ev(i=i, text="alpha beta gamma " * 20) for i in range(3000)])  # past DICT_TRAIN_AFTER
+    deadline = time.monotonic() + 20
+    while not pglog._compression.current and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pglog._compression.current == 1, "a dictionary is trained once the log holds 2,000 events"
+    pglog.append([ev(i=i, text="alpha beta gamma " * 20) for i in range(3000, 3010)])
+    schema = pglog.info.schema
+    with superuser(pg_url) as c:
+        kinds = dict(c.execute(f'SELECT seq, get_byte(body, 0) FROM "{schema}".events WHERE seq IN (5, 3010)').fetchall())
+        assert kinds == {5: 2, 3010: 2}  # format 2's kind byte, not '{'
+        codecs = c.execute(f'SELECT body FROM "{schema}".events WHERE seq = 3010').fetchone()
+        assert codecs is not None and len(codecs[0]) < len(stored(pglog)[3009]) / 2
+    with PostgresLog.open(pg_url, profile=pglog.profile) as other:  # another handle decodes with the stored dictionary
+        assert other.get(3010) == pglog.get(3010) and other.verify().ok
+    with superuser(pg_url) as c:  # one byte of compressed data flipped
+        c.execute(f'UPDATE "{schema}".events SET body = overlay(body placing '
+                  f"set_byte(substring(body from length(body) - 3 for 1), 0, "
+                  f"get_byte(substring(body from length(body) - 3 for 1), 0) # 85) "
+                  f'from length(body) - 3 for 1) WHERE seq = 3005')
+    res = pglog.verify()
+    assert not res.ok and res.first_bad_seq == 3005, res
 
 
 def test_events_are_immutable_for_the_profile_role(pg_url: str, pglog: PostgresLog) -> None:

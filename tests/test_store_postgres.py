@@ -84,10 +84,10 @@ def _rewind(url: str, profile: str, keep: int) -> None:
         row = c.execute("SELECT schema_name FROM eventlog.profiles WHERE name = %s", (profile,)).fetchone()
         assert row is not None
         s = row[0]
+        with PostgresLog.open(url, profile=profile) as lg:
+            env = lg.get(keep)
+            assert env is not None
         with c.transaction():
-            head = c.execute(f'SELECT body FROM "{s}".events WHERE seq = %s', (keep,)).fetchone()
-            assert head is not None
-            env = __import__("orjson").loads(head[0])
             c.execute(f'DELETE FROM "{s}".events WHERE seq > %s', (keep,))
             c.execute(f'UPDATE "{s}".head SET seq = %s, hash = %s', (keep, env["hash"]))
             c.execute(f'DELETE FROM "{s}".streams')

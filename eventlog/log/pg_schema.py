@@ -9,9 +9,10 @@ Imported only by :mod:`eventlog.log.postgres` (and tests); needs psycopg 3 (``ev
     eventlog.profile()  SECURITY DEFINER lookup: answers only for a profile whose role the
                         session user is a member of (no role learns another profile's schema)
     eventlog_p<N>.events   seq bigint PK, id text UNIQUE, session text, body bytea
-                           (body = the event's stored bytes, see encode_body/decode_body)
+                           (body: the event as eventlog.log.stored packs it)
     eventlog_p<N>.streams  session -> version (events in that session stream)
     eventlog_p<N>.head     one row: seq and hash of the last event (0 and 64 zeros when empty)
+    eventlog_p<N>.zdicts   compression dictionaries by id (trained once on the log's own events)
 
 The role ``eventlog_<database oid>_p<N>`` (NOLOGIN; grant it to the login roles of the hosts
 that serve the profile) may read its schema, INSERT events, and INSERT/UPDATE only the
@@ -34,22 +35,14 @@ from eventlog.errors import DiskFullError, StorageError
 from eventlog.profiles import validate_profile
 
 REGISTRY = "eventlog"
-BODY_FORMAT = 1
-"""Stored representation of ``events.body``: 1 = the canonical envelope bytes as they are."""
+BODY_FORMAT = 2
+"""Stored representation of ``events.body`` for new profiles: the LMDB log's format 2
+(:mod:`eventlog.log.stored`: a compact header and zstd-compressed data, the dictionary in the
+profile's ``zdicts`` table). Format 1 (the canonical envelope bytes as they are) is read too."""
+BODY_FORMATS = (1, 2)
 LOCK_NAMESPACE = 0x65766C67
 """First key of every advisory lock eventlog takes ("evlg"); the second is the profile id (0: registry)."""
 URL_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
-
-
-def encode_body(raw: bytes) -> bytes:
-    """Stored bytes of one sealed event (format :data:`BODY_FORMAT`). The one place a later
-    storage format (compression) changes how an event is kept."""
-    return raw
-
-
-def decode_body(stored: bytes | memoryview) -> bytes:
-    """The sealed event bytes back from :func:`encode_body`'s output."""
-    return bytes(stored)
 
 
 def is_url(target: object) -> bool:
@@ -155,10 +148,12 @@ def _profile_ddl(schema: str, role: str) -> list[sql.Composed]:
             seq bigint NOT NULL,
             hash text NOT NULL)""").format(s),
         sql.SQL("INSERT INTO {}.head (single, seq, hash) VALUES (true, 0, {})").format(s, zero),
+        sql.SQL("CREATE TABLE {}.zdicts (id integer PRIMARY KEY CHECK (id > 0), dict bytea NOT NULL)").format(s),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r),
         sql.SQL("GRANT SELECT, INSERT ON {}.events TO {}").format(s, r),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.streams TO {}").format(s, r),
         sql.SQL("GRANT SELECT, UPDATE ON {}.head TO {}").format(s, r),
+        sql.SQL("GRANT SELECT, INSERT ON {}.zdicts TO {}").format(s, r),
     ]
 
 
@@ -215,6 +210,9 @@ class Statements:
         self.lock = "SELECT pg_advisory_xact_lock(%s, %s)"
         self.lock_args = (LOCK_NAMESPACE, info.id)
         self.head = q("SELECT seq, hash FROM {s}.head")
+        self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head")
+        self.get_dict = q("SELECT dict FROM {s}.zdicts WHERE id = %s")
+        self.add_dict = q("INSERT INTO {s}.zdicts (id, dict) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING")
         self.head_for_update = q("SELECT seq, hash FROM {s}.head FOR UPDATE")
         self.set_head = q("UPDATE {s}.head SET seq = %s, hash = %s")
         self.find_ids = q("SELECT id, seq, body FROM {s}.events WHERE id = ANY(%s::text[])")

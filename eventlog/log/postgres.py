@@ -46,17 +46,16 @@ from eventlog.errors import (
     StorageError,
     ValidationError,
 )
-from eventlog.log import codec
+from eventlog.log import codec, stored
 from eventlog.log.base import FOLLOW_POLL_S, LogBase, VerifyResult, prepare_batch, verify_chain
 from eventlog.log.pg_follow import Wakeups
 from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
     BODY_FORMAT,
+    BODY_FORMATS,
     ProfileInfo,
     Statements,
     connect,
-    decode_body,
-    encode_body,
     lookup,
     provision,
     redact,
@@ -78,6 +77,9 @@ GROUP_MAX_EVENTS = 20_000
 GROUP_MAX_BYTES = 64 * 1024 * 1024
 LISTEN_FALLBACK_POLL_S = 1.0
 """How often a follower re-reads while its LISTEN connection is up (NOTIFY wakes it sooner)."""
+DICT_TRAIN_AFTER = 2000
+"""A format-2 log trains its compression dictionary once it holds this many events (as on LMDB)."""
+DICT_SAMPLES = 2000
 IDLE_IN_TRANSACTION_S = 60
 """A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
 after this long, so it cannot hold a profile's advisory lock forever."""
@@ -90,10 +92,12 @@ def _lost(e: BaseException) -> bool:
 
 
 class _Request:
-    __slots__ = ("items", "expected", "size", "done", "seqs", "error")
+    __slots__ = ("items", "payloads", "expected", "size", "done", "seqs", "error")
 
-    def __init__(self, items: list[codec.Prepared], expected: int | None) -> None:
+    def __init__(self, items: list[codec.Prepared], payloads: list[tuple[int, int, bytes]] | None,
+                 expected: int | None) -> None:
         self.items = items
+        self.payloads = payloads  # format 2: each event's (codec, dictionary, data), made outside the transaction
         self.expected = expected
         self.size = sum(len(it.data_bytes) for it in items)
         self.done = False
@@ -154,6 +158,10 @@ class PostgresLog(LogBase):
         self._connect_timeout = connect_timeout
         self._where = f"{redact(url)} profile {profile!r}"
         self._sql = Statements(info)
+        self._format = info.format
+        self._compression = stored.Compression(self._load_dict)
+        self._train_after = DICT_TRAIN_AFTER
+        self._training = False
         self._pid = os.getpid()
         self._closed = False
         self.commits = 0
@@ -207,9 +215,9 @@ class PostgresLog(LogBase):
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it",
                                    hint="open it once with an administrator URL (it is created then), and grant "
                                         "its role to this login (eventlog.log.pg_schema.grant_login)")
-            if info.format != BODY_FORMAT:
+            if info.format not in BODY_FORMATS:
                 raise StorageError(f"log format {info.format} of profile {profile!r} is not supported by this version "
-                                   f"(expects {BODY_FORMAT})", hint="upgrade eventlog")
+                                   f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
             log = cls(url, profile, info, durability, connect_timeout=connect_timeout,
                       reconnect_timeout=reconnect_timeout)
             log._setup(conn, writer=True)
@@ -316,7 +324,8 @@ class PostgresLog(LogBase):
         items = prepare_batch(events, expected_version)
         if not items:
             return []
-        req = _Request(items, expected_version)
+        payloads = [self._compression.compress(it.data_bytes) for it in items] if self._format == 2 else None
+        req = _Request(items, payloads, expected_version)
         with self._cv:
             self._queue.append(req)
             while not req.done and self._leader:
@@ -415,7 +424,7 @@ class PostgresLog(LogBase):
             with conn.pipeline() as pipe:
                 conn.execute("BEGIN")
                 conn.execute(st.lock, st.lock_args)
-                head_cur = conn.execute(st.head)
+                head_cur = conn.execute(st.head_and_dict)
                 ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
                 ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
                 pipe.sync()
@@ -425,6 +434,7 @@ class PostgresLog(LogBase):
                 found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
                 versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
                 start, prev = int(head[0]), str(head[1])
+                newest_dict = int(head[2] or 0)
                 seq = start
                 new: Counter[str] = Counter()
                 pending: dict[str, tuple[int, bytes]] = {}
@@ -435,12 +445,19 @@ class PostgresLog(LogBase):
                 for r in group:
                     for i, it in self._plan(r, found, pending, versions, new):
                         seq += 1
-                        raw, prev = codec.seal(it, seq, time.time_ns(), prev)
+                        ts = time.time_ns()
+                        raw, digest = codec.seal(it, seq, ts, prev)
+                        if r.payloads is not None:
+                            c, d, payload = r.payloads[i]
+                            body = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
+                        else:
+                            body = raw
+                        prev = digest
                         seqs.append(seq)
                         eids.append(it.id)
                         sessions.append(it.session)
-                        bodies.append(encode_body(raw))
-                        pending[it.id] = (seq, raw)
+                        bodies.append(body)
+                        pending[it.id] = (seq, body)
                         if it.session is not None:
                             new[it.session] += 1
                         r.seqs[i] = seq
@@ -456,6 +473,11 @@ class PostgresLog(LogBase):
         except BaseException:
             self._abort(conn)
             raise
+        if self._format == 2:
+            if newest_dict > self._compression.current:  # another host trained one: use it next time
+                self._adopt_dict(newest_dict)
+            elif top:
+                self._maybe_train(top)
         if top:
             self.commits += 1
         return top
@@ -471,8 +493,7 @@ class PostgresLog(LogBase):
         except psycopg.Error:
             _quiet_close(conn)
 
-    @staticmethod
-    def _plan(r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
+    def _plan(self, r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
               versions: dict[str, int], new: Counter[str]) -> list[tuple[int, codec.Prepared]]:
         """What of request ``r`` to write, as ``(input index, event)``; sets ``r.seqs`` (stored
         seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``."""
@@ -486,8 +507,7 @@ class PostgresLog(LogBase):
             if hit is None:
                 fresh.append((i, it))
                 continue
-            stored = codec.decode(decode_body(hit[1]))
-            if not it.same_content(stored):
+            if not it.same_content(self._envelope(hit[0], hit[1])):
                 r.seqs, r.error = [], DuplicateEventError(it.id, hit[0])
                 return []
             r.seqs[i] = hit[0]
@@ -540,6 +560,7 @@ class PostgresLog(LogBase):
         eids: list[str] = []
         sessions: list[str | None] = []
         new: Counter[str] = Counter()
+        envs: list[dict[str, Any]] = []
         for raw in batch:
             env, reason = codec.check_stored(raw, seq + 1, prev)
             if reason is not None or env is None:
@@ -550,6 +571,7 @@ class PostgresLog(LogBase):
                 raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
             seqs.append(seq)
             eids.append(eid)
+            envs.append(env)
             sessions.append(None if session is None else str(session))
             if session is not None:
                 new[str(session)] += 1
@@ -557,11 +579,79 @@ class PostgresLog(LogBase):
         taken = conn.execute(self._sql.find_ids, (eids,)).fetchone()
         if taken is not None:
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
-        conn.execute(self._sql.insert, (seqs, eids, sessions, [encode_body(r) for r in batch]))
+        bodies = [stored.pack_envelope(env, self._compression) for env in envs] if self._format == 2 else batch
+        conn.execute(self._sql.insert, (seqs, eids, sessions, bodies))
         if new:
             conn.execute(self._sql.bump_streams, (list(new), list(new.values())))
         conn.execute(self._sql.set_head, (seq, prev))
         return seq, prev
+
+    # ---------------------------------------------------------------- stored values (formats 1 and 2)
+
+    def _envelope(self, seq: int, body: bytes) -> dict[str, Any]:
+        try:
+            return stored.envelope(seq, bytes(body), self._compression)
+        except ValueError as e:
+            raise IntegrityError(f"event {seq} of {self._where} is damaged: {e}",
+                                 hint="run `eventlog log verify`; restore the log from a backup or an export") from e
+
+    def _canonical(self, seq: int, body: bytes) -> bytes:
+        """Canonical bytes of a stored value; an undecodable one is passed through as stored,
+        so that the chain check names it (it is not canonical JSON)."""
+        value = bytes(body)
+        try:
+            return stored.canonical_bytes(seq, value, self._compression)
+        except ValueError:
+            return value
+
+    def _load_dict(self, dict_id: int) -> bytes | None:
+        row = self._retrying("cannot read the log's compression dictionary",
+                             lambda c: c.execute(self._sql.get_dict, (dict_id,), binary=True).fetchone())
+        return None if row is None else bytes(row[0])
+
+    def _adopt_dict(self, dict_id: int) -> None:
+        raw = self._load_dict(dict_id)
+        if raw is not None and dict_id > self._compression.current:
+            self._compression.use(dict_id, raw)
+
+    def train_dictionary(self, samples: int = DICT_SAMPLES) -> int:
+        """Train the profile's zstd dictionary on the data of its last ``samples`` events (once:
+        the first host to store one wins, every host then uses it); returns the id in use (0 when
+        there is too little to learn from)."""
+        import zstandard
+
+        head = self.head()[0]
+        datas = [codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))]
+        datas = [d for d in datas if len(d) >= stored.COMPRESS_MIN_BYTES]
+        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
+            return 0
+        try:
+            samples_: list[bytes | bytearray | memoryview] = list(datas)
+            trained = zstandard.train_dictionary(stored.DICT_BYTES, samples_, level=stored.ZSTD_LEVEL).as_bytes()
+        except zstandard.ZstdError:
+            return 0
+        self._retrying("cannot store the compression dictionary", lambda c: c.execute(self._sql.add_dict, (1, trained)))
+        self._adopt_dict(1)
+        return self._compression.current
+
+    def _maybe_train(self, head: int) -> None:
+        """Train a dictionary in the background once a format-2 log without one holds
+        DICT_TRAIN_AFTER events (one attempt per threshold, doubled after a failure)."""
+        if self._compression.current or head < self._train_after or self._training or self._closed:
+            return
+        self._training = True
+
+        def train() -> None:
+            try:
+                if not self.train_dictionary():
+                    self._train_after *= 2
+            except EventLogError as e:
+                self._train_after *= 2
+                _log.warning("training the compression dictionary of %s failed: %s", self._where, e)
+            finally:
+                self._training = False
+
+        threading.Thread(target=train, name="eventlog-pg-train-dict", daemon=True).start()
 
     # ---------------------------------------------------------------- follow
 
@@ -617,7 +707,7 @@ class PostgresLog(LogBase):
     def get(self, seq: int) -> dict[str, Any] | None:
         """The envelope at ``seq``, or None."""
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.get, (seq,), binary=True).fetchone())
-        return None if row is None else codec.decode(decode_body(row[0]))
+        return None if row is None else self._envelope(seq, row[0])
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         """Envelopes with ``from_seq <= seq <= to_seq`` in seq order (``raw=True``: ``(seq, bytes)``),
@@ -634,8 +724,7 @@ class PostgresLog(LogBase):
                 q, args = self._sql.read_to, (nxt, to_seq, READ_CHUNK)
             rows = self._retrying("cannot read the log", lambda c: c.execute(q, args, binary=True).fetchall())
             for s, body in rows:
-                data = decode_body(body)
-                yield (int(s), data) if raw else codec.decode(data)
+                yield (int(s), self._canonical(int(s), body)) if raw else self._envelope(int(s), body)
             if len(rows) < READ_CHUNK:
                 return
             nxt = int(rows[-1][0]) + 1
@@ -647,8 +736,8 @@ class PostgresLog(LogBase):
         while True:
             rows = self._retrying("cannot read the log", lambda c: c.execute(
                 self._sql.session, (session, after, READ_CHUNK), binary=True).fetchall())
-            for _s, body in rows:
-                yield codec.decode(decode_body(body))
+            for s, body in rows:
+                yield self._envelope(int(s), body)
             if len(rows) < READ_CHUNK:
                 return
             after = int(rows[-1][0])
@@ -676,8 +765,8 @@ class PostgresLog(LogBase):
                 with conn.cursor(name="eventlog_verify", binary=True) as cur:
                     cur.itersize = READ_CHUNK
                     cur.execute(self._sql.read_all)
-                    stored = ((int(s), decode_body(b)) for s, b in cur)
-                    return verify_chain(stored, lambda: head)
+                    events = ((int(s), self._canonical(int(s), b)) for s, b in cur)
+                    return verify_chain(events, lambda: head)
 
         return self._retrying("cannot verify the log", run)
 
