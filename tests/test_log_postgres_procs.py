@@ -61,13 +61,14 @@ def sigkill_rounds(url: str, profile: str, rounds: int, seed: int) -> None:
     for round_ in range(rounds):
         procs = [child("proc_log_writer.py", url, f"r{round_}p{n}", "3", "100000", str(rng.choice([1, 1, 4])),
                        profile) for n in range(2)]
-        time.sleep(rng.uniform(0.6, 1.2))  # past interpreter start and connect, into the appends
+        first = [p.stdout.readline() if p.stdout else "" for p in procs]  # both are appending now
+        time.sleep(rng.uniform(0.05, 0.5))
         for p in procs:
             p.send_signal(signal.SIGKILL)
-        for p in procs:
+        for p, line in zip(procs, first):
             out, _ = p.communicate()
             assert p.returncode == -signal.SIGKILL
-            acked.update(acks(out))
+            acked.update(acks(line + out))
         assert check(url, profile, acked) >= len(acked)
     assert len(acked) > 2 * rounds  # the kills did land mid-work
     with PostgresLog.open(url, profile=profile) as lg:
@@ -86,7 +87,7 @@ def test_sigkill_campaign_on_postgres(pg_url: str, pg_profile: str) -> None:
 
 def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, pg_url: str, pg_profile: str) -> None:
     PostgresLog.open(pg_url, profile=pg_profile).close()
-    follower = child("proc_pg_follower.py", pg_url, pg_profile, "4")
+    follower = child("proc_pg_follower.py", pg_url, pg_profile, "60")
     assert follower.stdout is not None and follower.stdout.readline().strip() == "READY"
     writers = [child("proc_log_writer.py", pg_url, f"w{n}", "4", "100000", "1", pg_profile) for n in range(2)]
     time.sleep(1.5)
@@ -104,7 +105,9 @@ def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, p
     head = check(pg_url, pg_profile, acked)
     after = [s for s in acked.values() if s > at_crash + 50]
     assert after, f"the writers did not resume after the restart (down {down:.1f} s, head {head}, crash at {at_crash})"
-    out, _ = follower.communicate(timeout=60)
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        lg.append([{"type": "test.end", "session": None, "data": {}}])
+    out, _ = follower.communicate(timeout=90)
     seen = [int(line.split()[1]) for line in out.splitlines() if line.startswith("F ")]
     assert seen == list(range(1, head + 1)), "the follower must ride out the restart and see every event once"
 

@@ -5,8 +5,9 @@ Layout, registry and privileges: :mod:`eventlog.log.pg_schema`.
 
 Appends. Every write transaction first takes the profile's transaction-scoped advisory lock,
 then reads the head row, checks ids and stream versions, seals the events (seq, ts, prev,
-hash: :func:`eventlog.log.codec.seal`, so the chain and the stored bytes are byte-identical to
-the LMDB log's) and writes them with the new head. Writers of every host are serialized by
+hash: :func:`eventlog.log.codec.seal`, so the chain and the canonical bytes are byte-identical
+to the LMDB log's; stored in the same format 2, :mod:`eventlog.log.stored`) and writes them
+with the new head. Writers of every host are serialized by
 that lock, so seqs are assigned in commit order and gapless: a rolled-back transaction never
 consumed a seq (no sequence objects, which leave holes), and any snapshot sees a prefix of the
 log. Within a process, concurrent callers share transactions (group commit, as the LMDB log
@@ -647,7 +648,8 @@ class PostgresLog(LogBase):
                     self._train_after *= 2
             except EventLogError as e:
                 self._train_after *= 2
-                _log.warning("training the compression dictionary of %s failed: %s", self._where, e)
+                if not self._closed:
+                    _log.warning("training the compression dictionary of %s failed: %s", self._where, e)
             finally:
                 self._training = False
 
