@@ -126,13 +126,13 @@ class _Pool:
             yield c
             ok = True
         finally:
-            idle = c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if ok and not c.closed and idle:
+            kept = False
+            if ok and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 with self._lock:
                     if len(self._idle) < self._keep:
                         self._idle.append(c)
-                        c = None  # type: ignore[assignment]
-            if c is not None:
+                        kept = True
+            if not kept:
                 _quiet_close(c)
 
     def close(self) -> None:
