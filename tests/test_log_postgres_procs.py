@@ -90,7 +90,8 @@ def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, p
     follower = child("proc_pg_follower.py", pg_url, pg_profile, "60")
     assert follower.stdout is not None and follower.stdout.readline().strip() == "READY"
     writers = [child("proc_log_writer.py", pg_url, f"w{n}", "4", "100000", "1", pg_profile) for n in range(2)]
-    time.sleep(1.5)
+    first = [p.stdout.readline() if p.stdout else "" for p in writers]  # both are appending now
+    time.sleep(0.5)
     with PostgresLog.open(pg_url, profile=pg_profile) as lg:
         at_crash = lg.head()[0]
     assert at_crash > 0, "the writers should be appending before the crash"
@@ -99,9 +100,9 @@ def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, p
     for p in writers:
         p.send_signal(signal.SIGKILL)
     acked: dict[str, int] = {}
-    for p in writers:
+    for p, line in zip(writers, first):
         out, _ = p.communicate()
-        acked.update(acks(out))
+        acked.update(acks(line + out))
     head = check(pg_url, pg_profile, acked)
     after = [s for s in acked.values() if s > at_crash + 50]
     assert after, f"the writers did not resume after the restart (down {down:.1f} s, head {head}, crash at {at_crash})"
