@@ -165,6 +165,7 @@ def paired8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
             rec_log, rec_floor = Recorder(), Recorder()
             secs_log = secs_floor = 0.0
             blocks = 0
+            block_rates: list[tuple[int, int]] = []
             for start in range(0, n, PAIRED_BLOCK):
                 ev_parts = _split(events[start:start + PAIRED_BLOCK], threads)
                 row_parts = _split(rows[start:start + PAIRED_BLOCK], threads)
@@ -177,11 +178,17 @@ def paired8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
                         "INSERT INTO floor (id, session, body) VALUES (%s, %s, %s)", it[1]), rec_floor)
 
                 if blocks % 2 == 0:
-                    secs_log += run_log()
-                    secs_floor += run_floor()
+                    a = run_log()
+                    b = run_floor()
                 else:
-                    secs_floor += run_floor()
-                    secs_log += run_log()
+                    b = run_floor()
+                    a = run_log()
+                secs_log += a
+                secs_floor += b
+                block_rates.append((round(len(ev_parts and events[start:start + PAIRED_BLOCK]) / a),
+                                    round(len(events[start:start + PAIRED_BLOCK]) / b)))
+                print(f"block {blocks}: log {block_rates[-1][0]}/s floor {block_rates[-1][1]}/s "
+                      f"commits {log.commits}", file=sys.stderr, flush=True)
                 blocks += 1
             verified = log.verify().ok
             commits = log.commits
@@ -199,7 +206,8 @@ def paired8(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
         "threads": threads, "blocks": blocks, "block_events": PAIRED_BLOCK, "commits": commits,
         "events_per_commit": round(n / max(1, commits), 2), "verify_ok": verified, "server_bytes": size,
         "floor_insert_per_s": round(floor_rate, 1), "floor_latency_ms": floor.summary(),
-        "ratio_to_floor": round((n / secs_log) / floor_rate, 3)})
+        "ratio_to_floor": round((n / secs_log) / floor_rate, 3),
+        "block_rates_log_floor": block_rates})
     return res
 
 

@@ -213,15 +213,24 @@ class Statements:
         self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head")
         self.get_dict = q("SELECT dict FROM {s}.zdicts WHERE id = %s")
         self.add_dict = q("INSERT INTO {s}.zdicts (id, dict) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING")
-        self.head_for_update = q("SELECT seq, hash FROM {s}.head FOR UPDATE")
-        self.set_head = q("UPDATE {s}.head SET seq = %s, hash = %s")
         self.find_ids = q("SELECT id, seq, body FROM {s}.events WHERE id = ANY(%s::text[])")
         self.versions = q("SELECT session, version FROM {s}.streams WHERE session = ANY(%s::text[])")
-        self.insert = q("INSERT INTO {s}.events (seq, id, session, body) "
-                        "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[])")
-        self.bump_streams = q("INSERT INTO {s}.streams (session, version) "
-                              "SELECT * FROM unnest(%s::text[], %s::bigint[]) "
-                              "ON CONFLICT (session) DO UPDATE SET version = streams.version + EXCLUDED.version")
+        # The writes of one append in one statement: the events, the stream versions, the head.
+        writes = ("WITH ins AS (INSERT INTO {s}.events (seq, id, session, body) "
+                  "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[])), "
+                  "bump AS (INSERT INTO {s}.streams (session, version) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+                  "ON CONFLICT (session) DO UPDATE SET version = streams.version + EXCLUDED.version) ")
+        self.write = q(writes + "UPDATE {s}.head SET seq = %s, hash = %s")
+        # The one-round-trip append also checks that the head (and each guarded stream's version)
+        # is what it was sealed on: a failed check divides by zero and the whole statement fails.
+        self.write_guarded = q(
+            "WITH guard_head AS (SELECT 1 / count(*)::integer AS ok FROM {s}.head WHERE seq = %s AND hash = %s), "
+            "guard_streams AS (SELECT 1 / (count(*) FILTER (WHERE coalesce(st.version, 0) <> g.version) = 0)::integer "
+            "AS ok FROM unnest(%s::text[], %s::bigint[]) AS g(session, version) "
+            "LEFT JOIN {s}.streams st ON st.session = g.session), "
+            + writes[len("WITH "):]
+            + "UPDATE {s}.head SET seq = %s, hash = %s FROM guard_head, guard_streams "
+              "WHERE guard_head.ok = 1 AND guard_streams.ok = 1")
         self.read = q("SELECT seq, body FROM {s}.events WHERE seq >= %s ORDER BY seq LIMIT %s")
         self.read_to = q("SELECT seq, body FROM {s}.events WHERE seq >= %s AND seq <= %s ORDER BY seq LIMIT %s")
         self.read_all = q("SELECT seq, body FROM {s}.events ORDER BY seq")

@@ -81,6 +81,8 @@ LISTEN_FALLBACK_POLL_S = 1.0
 DICT_TRAIN_AFTER = 2000
 """A format-2 log trains its compression dictionary once it holds this many events (as on LMDB)."""
 DICT_SAMPLES = 2000
+FAST_PATH_BACKOFF = 32
+"""Groups written the two-round-trip way after the one-round-trip way found another writer's head."""
 IDLE_IN_TRANSACTION_S = 60
 """A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
 after this long, so it cannot hold a profile's advisory lock forever."""
@@ -173,6 +175,8 @@ class PostgresLog(LogBase):
         self._leader = False
         self._last_group = 0
         self._write_mutex = threading.Lock()  # the writer connection: one transaction at a time
+        self._cached_head: tuple[int, str] | None = None  # the head this handle last wrote or read
+        self._fast_backoff = 0
         self._writer: psycopg.Connection[Any] | None = None
         self._pool = _Pool(self._connect_reader)
         self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), info.channel,
@@ -312,6 +316,7 @@ class PostgresLog(LogBase):
     def _drop_writer(self) -> None:
         _quiet_close(self._writer)
         self._writer = None
+        self._cached_head = None
 
     # ---------------------------------------------------------------- append
 
@@ -414,8 +419,99 @@ class PostgresLog(LogBase):
             r.seqs, r.error = [], err
 
     def _write_group(self, group: list[_Request]) -> int:
-        """One write transaction for ``group``; returns the new head seq (0 when nothing was written)."""
+        """One write transaction for ``group``; returns the new head seq (0 when nothing was written).
+
+        Fast path (one round trip), while this handle wrote the head it last saw: the group is
+        sealed on that head before the transaction, and the transaction takes the lock, checks
+        that the head (and each guarded stream version) is still what was assumed, and writes.
+        A check that fails, or an id already stored, aborts it (nothing written) and the group
+        goes the usual way (two round trips): lock and read first, then seal and write. A retry
+        after a lost connection always goes the usual way, so it looks every id up.
+        """
         conn = self._writer_conn()
+        if self._cached_head is not None and self._fast_backoff == 0:
+            try:
+                top = self._write_fast(conn, group, *self._cached_head)
+            except (pgerr.DivisionByZero, pgerr.UniqueViolation):
+                self._abort(conn)
+                self._cached_head = None
+                for r in group:
+                    r.seqs, r.error = [], None
+                self._fast_backoff = FAST_PATH_BACKOFF  # another writer is about: read first for a while
+            else:
+                if top:
+                    self._after_commit(top, 0)
+                return top
+        self._fast_backoff = max(0, self._fast_backoff - 1)
+        top, newest_dict = self._write_slow(conn, group)
+        self._after_commit(top, newest_dict)
+        return top
+
+    def _after_commit(self, top: int, newest_dict: int) -> None:
+        if top:
+            self.commits += 1
+        if self._format == 2:
+            if newest_dict > self._compression.current:  # another host trained one: use it next time
+                self._adopt_dict(newest_dict)
+            elif top:
+                self._maybe_train(top)
+
+    def _seal(self, group: list[_Request], start: int, prev: str, found: dict[str, tuple[int, Any]],
+              versions: dict[str, int] | None, guards: list[tuple[str, int]]) -> tuple[int, str, list[Any]]:
+        """Plan and seal ``group`` on head ``(start, prev)``: returns the new head and the rows of
+        the ``write`` statement (empty when nothing is to be written)."""
+        seq = start
+        new: Counter[str] = Counter()
+        pending: dict[str, tuple[int, bytes]] = {}
+        seqs: list[int] = []
+        eids: list[str] = []
+        sessions: list[str | None] = []
+        bodies: list[bytes] = []
+        for r in group:
+            for i, it in self._plan(r, found, pending, versions, new, guards):
+                seq += 1
+                ts = time.time_ns()
+                raw, digest = codec.seal(it, seq, ts, prev)
+                if r.payloads is not None:
+                    c, d, payload = r.payloads[i]
+                    body = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
+                else:
+                    body = raw
+                prev = digest
+                seqs.append(seq)
+                eids.append(it.id)
+                sessions.append(it.session)
+                bodies.append(body)
+                pending[it.id] = (seq, body)
+                if it.session is not None:
+                    new[it.session] += 1
+                r.seqs[i] = seq
+        if seq == start:
+            return seq, prev, []
+        return seq, prev, [seqs, eids, sessions, bodies, list(new), list(new.values())]
+
+    def _write_fast(self, conn: psycopg.Connection[Any], group: list[_Request], start: int, start_hash: str) -> int:
+        guards: list[tuple[str, int]] = []
+        seq, prev, rows = self._seal(group, start, start_hash, {}, None, guards)
+        if not rows:
+            return 0
+        st = self._sql
+        streams, versions = [g[0] for g in guards], [g[1] for g in guards]
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev))
+                conn.execute("COMMIT")
+        except BaseException:
+            self._abort(conn)
+            self._cached_head = None
+            raise
+        self._cached_head = (seq, prev)
+        return seq
+
+    def _write_slow(self, conn: psycopg.Connection[Any], group: list[_Request]) -> tuple[int, int]:
+        """Returns the new head seq (0: nothing written) and the newest dictionary id stored."""
         st = self._sql
         ids = [it.id for r in group for it in r.items]
         guarded = sorted({str(r.items[0].session) for r in group if r.expected is not None})
@@ -434,54 +530,20 @@ class PostgresLog(LogBase):
                     raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
                 found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
                 versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
-                start, prev = int(head[0]), str(head[1])
-                newest_dict = int(head[2] or 0)
-                seq = start
-                new: Counter[str] = Counter()
-                pending: dict[str, tuple[int, bytes]] = {}
-                seqs: list[int] = []
-                eids: list[str] = []
-                sessions: list[str | None] = []
-                bodies: list[bytes] = []
-                for r in group:
-                    for i, it in self._plan(r, found, pending, versions, new):
-                        seq += 1
-                        ts = time.time_ns()
-                        raw, digest = codec.seal(it, seq, ts, prev)
-                        if r.payloads is not None:
-                            c, d, payload = r.payloads[i]
-                            body = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
-                        else:
-                            body = raw
-                        prev = digest
-                        seqs.append(seq)
-                        eids.append(it.id)
-                        sessions.append(it.session)
-                        bodies.append(body)
-                        pending[it.id] = (seq, body)
-                        if it.session is not None:
-                            new[it.session] += 1
-                        r.seqs[i] = seq
-                if seq == start:
-                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
-                else:
-                    conn.execute(st.insert, (seqs, eids, sessions, bodies))
-                    if new:
-                        conn.execute(st.bump_streams, (list(new), list(new.values())))
-                    conn.execute(st.set_head, (seq, prev))
+                start, newest_dict = int(head[0]), int(head[2] or 0)
+                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [])
+                if rows:
+                    conn.execute(st.write, (*rows, seq, prev))
                     conn.execute("COMMIT")
                     top = seq
+                else:
+                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
         except BaseException:
             self._abort(conn)
+            self._cached_head = None
             raise
-        if self._format == 2:
-            if newest_dict > self._compression.current:  # another host trained one: use it next time
-                self._adopt_dict(newest_dict)
-            elif top:
-                self._maybe_train(top)
-        if top:
-            self.commits += 1
-        return top
+        self._cached_head = (seq, prev)
+        return top, newest_dict
 
     @staticmethod
     def _abort(conn: psycopg.Connection[Any]) -> None:
@@ -495,9 +557,12 @@ class PostgresLog(LogBase):
             _quiet_close(conn)
 
     def _plan(self, r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
-              versions: dict[str, int], new: Counter[str]) -> list[tuple[int, codec.Prepared]]:
+              versions: dict[str, int] | None, new: Counter[str],
+              guards: list[tuple[str, int]]) -> list[tuple[int, codec.Prepared]]:
         """What of request ``r`` to write, as ``(input index, event)``; sets ``r.seqs`` (stored
-        seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``."""
+        seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``.
+        ``versions`` None (the fast path): an ``expected_version`` is taken as right and becomes
+        a guard ``(stream, version it must have before this group)`` the transaction checks."""
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
         for i, it in enumerate(r.items):
@@ -514,6 +579,9 @@ class PostgresLog(LogBase):
             r.seqs[i] = hit[0]
         if fresh and r.expected is not None:
             stream = str(r.items[0].session)
+            if versions is None:
+                guards.append((stream, r.expected - new[stream]))
+                return fresh
             actual = versions.get(stream, 0) + new[stream]  # earlier requests of this group count
             if actual != r.expected:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
@@ -531,6 +599,7 @@ class PostgresLog(LogBase):
         deadline: float | None = None
         end: tuple[int, str] | None = None  # the head a lost COMMIT would have left
         with self._write_mutex:
+            self._cached_head = None
             while True:
                 self._check_open()
                 try:
@@ -581,10 +650,7 @@ class PostgresLog(LogBase):
         if taken is not None:
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
         bodies = [stored.pack_envelope(env, self._compression) for env in envs] if self._format == 2 else batch
-        conn.execute(self._sql.insert, (seqs, eids, sessions, bodies))
-        if new:
-            conn.execute(self._sql.bump_streams, (list(new), list(new.values())))
-        conn.execute(self._sql.set_head, (seq, prev))
+        conn.execute(self._sql.write, (seqs, eids, sessions, bodies, list(new), list(new.values()), seq, prev))
         return seq, prev
 
     # ---------------------------------------------------------------- stored values (formats 1 and 2)
