@@ -241,4 +241,5 @@ class Statements:
         self.size = q("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                       "JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "WHERE n.nspname = %s AND c.relkind = 'r'")
+        self.notify = "SELECT pg_notify(%s, %s)"
         self.listen = sql.SQL("LISTEN {}").format(sql.Identifier(info.channel)).as_string(None)

@@ -19,9 +19,10 @@ leaves the outcome unknown. Either way the leader reconnects and runs the group 
 event id (caller-given or generated before the first attempt) is looked up first, so a retry
 finds what the lost COMMIT stored and returns its original seqs.
 
-Following. After a commit (never inside the append transaction, where NOTIFY would hold a
-cluster-wide lock until the flush) a notifier thread sends ``NOTIFY`` on the profile's
-channel; ``follow`` LISTENs on its own connection and wakes at once. Catch-up reads are the
+Following. Right after the COMMIT, in the same round trip but as a transaction of its own
+(never inside the append transaction, where NOTIFY would hold a cluster-wide lock until the
+flush), the writer sends ``NOTIFY`` on the profile's channel; ``follow`` LISTENs on its own
+connection and wakes at once. Catch-up reads are the
 truth; while the listener is down, followers poll. Every connection reconnects by itself
 after a server restart (within ``reconnect_timeout`` for calls that must answer).
 """
@@ -179,8 +180,7 @@ class PostgresLog(LogBase):
         self._fast_backoff = 0
         self._writer: psycopg.Connection[Any] | None = None
         self._pool = _Pool(self._connect_reader)
-        self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), info.channel,
-                                self._sql.listen)
+        self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), self._sql.listen)
 
     @property
     def path(self) -> None:
@@ -410,7 +410,7 @@ class PostgresLog(LogBase):
                 self._fail(group, err2)
                 return
             if top:
-                self._wakeups.announce(top)
+                self._wakeups.bump()
             return
 
     @staticmethod
@@ -503,6 +503,7 @@ class PostgresLog(LogBase):
                 conn.execute(st.lock, st.lock_args)
                 conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev))
                 conn.execute("COMMIT")
+                conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
         except BaseException:
             self._abort(conn)
             self._cached_head = None
@@ -535,6 +536,7 @@ class PostgresLog(LogBase):
                 if rows:
                     conn.execute(st.write, (*rows, seq, prev))
                     conn.execute("COMMIT")
+                    conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
                     top = seq
                 else:
                     conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
@@ -612,6 +614,7 @@ class PostgresLog(LogBase):
                         if end is not None and head == end:
                             raise psycopg.Rollback()  # the lost COMMIT did store them
                         end = self._write_sealed(conn, batch, *head)
+                    conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
                 except psycopg.Error as e:
                     if not _lost(e):
@@ -622,7 +625,7 @@ class PostgresLog(LogBase):
                     if now >= deadline:
                         raise storage_error(e, "import failed", self._where) from e
                     time.sleep(0.1)
-        self._wakeups.announce(end[0] if end else 0)
+        self._wakeups.bump()
         return len(batch)
 
     def _write_sealed(self, conn: psycopg.Connection[Any], batch: list[bytes], seq: int, prev: str) -> tuple[int, str]:
