@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.errors import ProjectionError
-from eventlog.sessions.events import normalize_title
+from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
 from projections import files, fts
-from projections.apply import load_int
+from projections.apply import lineage_of, load_int
 from projections.files import Generation
 from projections.health import HEALTHY, LogView, judge_meta, read_meta
 from projections.rows import (
@@ -35,13 +35,14 @@ from projections.rows import (
     session_dict,
     usage_dict,
 )
-from projections.schema import COSTS, FTS_APP_ID, REPLAY_APP_ID, STATE_APP_ID, TOKENS
+from projections.schema import FTS_APP_ID, REPLAY_APP_ID, STATE_APP_ID
 
 T = TypeVar("T")
 _S = ", ".join(f"s.{c}" for c in SESSION_COLS)
 _M = ", ".join(f"m.{c}" for c in MESSAGE_COLS)
 _U = ", ".join(USAGE_COLS)
 _R = ", ".join(REACTION_COLS)
+_SOURCE = f"coalesce(s.source, '{DEFAULT_SOURCE}')"
 
 
 def _encodable(*values: Any) -> bool:
@@ -59,11 +60,11 @@ def _encodable(*values: Any) -> bool:
 def _clamp(v: int) -> int:
     """An int argument brought into SQLite's 64-bit range (same answers: no stored id is
     outside it)."""
-    return max(-(2**63), min(int(v), 2**63 - 1))
+    return max(INT64_MIN, min(int(v), INT64_MAX))
 
 
 def _int64(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+    return as_int(v) is not None
 
 
 class Reader:
@@ -237,12 +238,12 @@ class Reader:
             return []
         where: list[str] = []
         params: list[Any] = []
-        for flag, wanted in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+        for flag, wanted in zip(FLAGS, (archived, pinned, hidden)):
             if wanted is not None:
                 where.append(f"s.{flag} = ?")
                 params.append(1 if wanted else 0)
         if source is not None:
-            where.append("coalesce(s.source, 'cli') = ?")
+            where.append(f"{_SOURCE} = ?")
             params.append(source)
         if not children:
             where.append("s.parent_session_id IS NULL")
@@ -307,24 +308,7 @@ class Reader:
         """Live members of the session's lineage: the root first, then its descendants by id."""
         if not isinstance(session_id, str) or not _encodable(session_id):
             return []
-
-        def query(db: sqlite3.Connection) -> list[str]:
-            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
-                return []
-            sid, seen = session_id, {session_id}
-            while True:
-                row = db.execute("SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id "
-                                 "WHERE s.id = ?", (sid,)).fetchone()
-                if row is None or row[0] in seen:
-                    break
-                sid = row[0]
-                seen.add(sid)
-            rows = db.execute(
-                "WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN d "
-                "ON s.parent_session_id = d.id WHERE s.id != s.parent_session_id) SELECT id FROM d", (sid,))
-            return [sid, *sorted(r[0] for r in rows if r[0] != sid)]
-
-        return self._run(query)
+        return self._run(lambda db: lineage_of(db, session_id))
 
     # ---- messages ------------------------------------------------------------------------------
 
@@ -398,7 +382,7 @@ class Reader:
             filters.append("m.role = ?")
             params.append(role)
         if source is not None:
-            filters.append("coalesce(s.source, 'cli') = ?")
+            filters.append(f"{_SOURCE} = ?")
             params.append(source)
         if session_id is not None:
             filters.append("m.session_id = ?")
@@ -471,7 +455,7 @@ class Reader:
             if not isinstance(messages, int):
                 self.warnings.add(sid, "message_count", messages)
                 messages = 0
-            key = source if isinstance(source, str) else "cli"
+            key = source if isinstance(source, str) else DEFAULT_SOURCE
             bucket = out["by_source"].setdefault(key, {"sessions": 0, "messages": 0})
             bucket["sessions"] += 1
             bucket["messages"] += messages

@@ -24,7 +24,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-_MAX_TIME = 4.2e9
+from eventlog.sessions.rules import MAX_TIME
+
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
 
 
@@ -36,7 +37,7 @@ def iso_time(value: Any) -> str:
     """``value`` (epoch seconds) as ISO-8601 UTC, or ``"unknown"``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "unknown"
-    if not (math.isfinite(value) and 0 <= value <= _MAX_TIME):
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIME):
         return "unknown"
     moment = datetime.fromtimestamp(value, timezone.utc)
     spec = "seconds" if float(value).is_integer() else "milliseconds"

@@ -40,7 +40,7 @@ from eventlog.errors import (
 )
 from eventlog.log import codec, residency
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch
-from eventlog.profiles import make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, make_dir, restrict_file
 
 FORMAT_VERSION = b"1"
 DEFAULT_MAP_SIZE = 32 * 1024**3
@@ -263,7 +263,7 @@ class EventLog(LogBase):
                 metasync=durability == "sync",
                 readonly=readonly,
                 create=not readonly,
-                mode=0o600,
+                mode=FILE_MODE,
                 readahead=False,
                 lock=True,
             )

@@ -27,6 +27,7 @@ from eventlog.log import Log
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
+from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold
 
 _log = logging.getLogger("eventlog.sessions")
@@ -319,7 +320,7 @@ class SessionStore:
         if holder is not None and holder != sid:
             raise TitleConflictError(t, holder)
         cur = reads.get_session(sid) or {}
-        if cur.get("title_source") and ev.TITLE_RANK.get(cur["title_source"], -1) > ev.TITLE_RANK[event["data"]["source"]]:
+        if rules.outranked(cur.get("title_source"), event["data"]["source"]):
             return None
         return self._append([event])[0]
 
@@ -353,7 +354,7 @@ class SessionStore:
         return self._flag("unhide", session_id)
 
     def _message_session(self, message_id: Any) -> str:
-        if type(message_id) is not int or not 1 <= message_id <= ev.INT64_MAX:
+        if type(message_id) is not int or not 1 <= message_id <= rules.INT64_MAX:
             raise ValidationError("message_id", "must be a positive 64-bit integer (a message's seq)")
         sid = self._fresh().message_session(message_id)
         if sid is None or not self._reads.is_live(sid):
