@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from eventlog.errors import ProjectionError
+from eventlog.errors import EventLogError, ProjectionError, ValidationError
 from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
 from projections import files, fts
@@ -73,7 +73,7 @@ class Reader:
 
     def __init__(self, projector: Any = None, *, path: str | Path | None = None) -> None:
         if (projector is None) == (path is None):
-            raise ValueError("give a projector or a path")
+            raise ValidationError("path", "give a projector or a path (not both)")
         self._projector = projector
         self._path = Path(path).absolute() if path is not None else None
         self._lock = threading.RLock()
@@ -116,9 +116,9 @@ class Reader:
                     if app not in (REPLAY_APP_ID, STATE_APP_ID):
                         raise ProjectionError(f"{self._path} is not an eventlog projection file")
                     has_fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone()
-                except sqlite3.DatabaseError as e:
+                except BaseException:
                     db.close()
-                    raise ProjectionError(f"{self._path} cannot be read: {e}") from e
+                    raise
                 fts.register(db)
                 self._db, self._fts = db, ("main" if has_fts else None)
             return self._db
@@ -189,22 +189,33 @@ class Reader:
             pass
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction: the reader's one error boundary. A damaged file
+        is repaired once (by the projector) and ``fn`` runs again; every other driver, OS or
+        value error leaves as an EventLogError (:func:`projections.db.converted`), cause chained."""
+        action = "reading the projection" if self._path is None else f"reading {self._path}"
         with self._lock:
+            heal = False
             for attempt in (1, 2):
-                db = self._connection()
                 try:
+                    if heal:
+                        self.close()
+                        self._projector.ensure(full=True)
+                    db = self._connection()
                     db.execute("BEGIN")
                     try:
                         return fn(db)
                     finally:
                         if db.in_transaction:
                             db.execute("COMMIT")
+                except EventLogError:
+                    raise
                 except sqlite3.DatabaseError as e:
-                    if not sql.is_fault(e) or attempt == 2 or self._projector is None:
-                        raise ProjectionError(f"reading the projection failed: {e}",
-                                              hint="run `eventlog doctor --fix`") from e
-                    self.close()
-                    self._projector.ensure(full=True)
+                    if attempt == 1 and sql.is_fault(e) and self._projector is not None:
+                        heal = True
+                        continue
+                    raise sql.converted(e, action) from e
+                except (sqlite3.Error, OSError, ValueError) as e:
+                    raise sql.converted(e, action) from e
             raise AssertionError("unreachable")
 
     def cursors(self) -> tuple[int, int | None]:

@@ -67,9 +67,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from eventlog.errors import DuplicateEventError, EventLogError, StorageError, ValidationError
+from eventlog.errors import DuplicateEventError, EventLogError, ValidationError
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
+from sqlite_export.errors import converted, not_a_database
 
 BATCH = 1000
 MESSAGE_CHUNK = 2000
@@ -160,8 +161,7 @@ def _open_source(path: Path, tmp: Path, report: ImportReport) -> sqlite3.Connect
         except sqlite3.Error as e:
             wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
             if not (wal.exists() and not shm.exists()):
-                raise StorageError(f"cannot read {path} read-only: {e}",
-                                   hint="check the file's permissions, or stop Hermes and retry") from e
+                raise  # import_hermes converts it
             # No -shm: no process has this WAL database open, so copying the files is safe.
             report.warn(f"source: {wal.name} without {shm.name} could not be opened read-only "
                         f"({e}); read a private copy of the database and its WAL instead")
@@ -173,8 +173,8 @@ def _open_source(path: Path, tmp: Path, report: ImportReport) -> sqlite3.Connect
             probe.execute("PRAGMA locking_mode=EXCLUSIVE")
             probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as e:
-        if "not a database" in str(e) or "malformed" in str(e):
-            raise StorageError(f"{path} is not a readable SQLite database: {e}") from e
+        if not_a_database(e):
+            raise  # import_hermes converts it
         return _connect(_uri(path, mode="ro", immutable="1"))  # WAL mode, nobody has it open
     return _connect(_uri(path, mode="ro"))
 
@@ -514,22 +514,22 @@ def import_hermes(store: Any, source_path: str | os.PathLike[str], *,
         raise ValidationError("source", f"{path} does not exist or is not a file")
     report = ImportReport()
     imp = _Importer(store, report, progress)
-    with tempfile.TemporaryDirectory(prefix="eventlog-hermes-") as tmp:
-        try:
+    doing = "opening"
+    try:
+        with tempfile.TemporaryDirectory(prefix="eventlog-hermes-") as tmp:
             conn = _open_source(path, Path(tmp), report)
-        except sqlite3.Error as e:
-            raise StorageError(f"cannot open {path} read-only: {e}") from e
-        with closing(conn):
-            try:
+            doing = "reading"
+            with closing(conn):
                 s_cols = _columns(conn, "sessions")
                 m_cols = _columns(conn, "messages")
-            except sqlite3.DatabaseError as e:
-                raise StorageError(f"cannot read {path}: {e}",
-                                   hint="is it a SQLite database? `sqlite3 FILE .tables` shows its tables") from e
-            if "id" not in s_cols:
-                raise ValidationError("source", f"{path} has no sessions table with an id column; "
-                                      "it does not look like a Hermes state.db")
-            _run(imp, conn, s_cols, m_cols)
+                if "id" not in s_cols:
+                    raise ValidationError("source", f"{path} has no sessions table with an id column; "
+                                          "it does not look like a Hermes state.db")
+                _run(imp, conn, s_cols, m_cols)
+    except EventLogError:
+        raise
+    except (sqlite3.Error, OSError, ValueError) as e:  # the one boundary of the import
+        raise converted(e, f"{doing} {path}", hint="check the file's permissions, or stop Hermes and retry") from e
     return report
 
 
@@ -547,10 +547,7 @@ def _select(cols: set[str], wanted: tuple[str, ...]) -> str:
 def _run(imp: _Importer, conn: sqlite3.Connection, s_cols: set[str], m_cols: set[str]) -> None:
     report = imp.report
     conn.row_factory = sqlite3.Row
-    try:
-        srows = conn.execute(f"SELECT {_select(s_cols, _SESSION_COLUMNS)} FROM sessions").fetchall()
-    except sqlite3.DatabaseError as e:
-        raise StorageError(f"cannot read the sessions table: {e}") from e
+    srows = conn.execute(f"SELECT {_select(s_cols, _SESSION_COLUMNS)} FROM sessions").fetchall()
     n_messages = _count_rows(conn, "messages") if "session_id" in m_cols else 0
     imp.total = len(srows) + n_messages
     sessions = _plan_sessions(imp, srows)
