@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.errors import EventLogError, ProjectionError, ValidationError
+from eventlog.sessions.reads import typed_read
 from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
 from projections import files, fts
@@ -234,13 +235,17 @@ class Reader:
 
     # ---- sessions ---------------------------------------------------------------------------
 
-    def get_session(self, id: str) -> dict[str, Any] | None:
-        if not isinstance(id, str) or not _encodable(id):
+    # Every read checks its call against its signature (eventlog.sessions.reads.typed_read).
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        if not _encodable(session_id):
             return None
-        row = self._run(lambda db: db.execute(f"SELECT {_S} FROM sessions s WHERE s.id = ?", (id,)).fetchone())
+        row = self._run(lambda db: db.execute(f"SELECT {_S} FROM sessions s WHERE s.id = ?", (session_id,)).fetchone())
         return session_dict(row, self.warnings) if row else None
 
-    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
                       pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
                       workspace: str | None = None, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
         """Most recent activity first (null last), then id descending; the page
@@ -262,8 +267,8 @@ class Reader:
             where.append("(s.git_repo_root = ? OR s.cwd = ? OR substr(s.cwd, 1, length(?) + 1) = ? || '/')")
             params += [workspace] * 4
         cond = " AND ".join(where) or "1"
-        start = _clamp(max(int(offset or 0), 0))
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        start = _clamp(offset)
+        count = -1 if limit is None else _clamp(limit)
         order = "ORDER BY s.last_activity_at DESC, s.id DESC"
 
         def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -323,9 +328,10 @@ class Reader:
 
     # ---- messages ------------------------------------------------------------------------------
 
-    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
                      after: int | None = None) -> list[dict[str, Any]]:
-        if not isinstance(session_id, str) or not _encodable(session_id):
+        if not _encodable(session_id):
             return []
         cond = "m.session_id = ?"
         params: list[Any] = [session_id]
@@ -333,8 +339,8 @@ class Reader:
             cond += " AND m.active = 1"
         if after is not None:
             cond += " AND m.id > ?"
-            params.append(_clamp(after) if isinstance(after, int) else after)
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+            params.append(_clamp(after))
+        count = -1 if limit is None else _clamp(limit)
 
         def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -344,14 +350,16 @@ class Reader:
 
         return [message_dict(r, self.warnings) for r in self._run(query)]
 
+    @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
-        if not isinstance(session_id, str) or not _encodable(session_id):
+        if not _encodable(session_id):
             return []
         rows = self._run(lambda db: db.execute(
             f"SELECT {_U} FROM usage WHERE session_id = ? ORDER BY model, provider, task",
             (session_id,)).fetchall())
         return [usage_dict(r, self.warnings) for r in rows]
 
+    @typed_read
     def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
         if not _int64(message_id):
             return []
@@ -376,7 +384,8 @@ class Reader:
 
     # ---- search ----------------------------------------------------------------------------------
 
-    def search(self, query: str, role: str | None = None, source: str | None = None,
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
         """Active messages of live, non-hidden sessions whose search text contains every term
         of ``query`` (case-insensitive substrings), newest first. Any text is accepted.
@@ -398,7 +407,7 @@ class Reader:
         if session_id is not None:
             filters.append("m.session_id = ?")
             params.append(session_id)
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        count = -1 if limit is None else _clamp(limit)
         cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
 
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -453,6 +462,7 @@ class Reader:
 
     # ---- stats -------------------------------------------------------------------------------------
 
+    @typed_read
     def stats(self) -> dict[str, Any]:
         """Totals over live root sessions (no parent, or a parent that is not live)."""
         rows = self._run(lambda db: db.execute(

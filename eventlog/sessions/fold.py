@@ -13,6 +13,7 @@ import orjson
 
 from eventlog.sessions import events
 from eventlog.sessions.events import Handler
+from eventlog.sessions.reads import typed_read
 from eventlog.sessions.rules import (
     COSTS,
     CREATED_TEXT,
@@ -374,11 +375,15 @@ class Fold:
 
     # ---- queries ----------------------------------------------------------------------------
 
-    def get_session(self, id: str) -> dict[str, Any] | None:
-        row = self._sessions.get(id) if isinstance(id, str) else None
+    # Every read checks its call against its signature (eventlog.sessions.reads.typed_read).
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        row = self._sessions.get(session_id)
         return _copy(row) if row else None
 
-    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
                       pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
                       workspace: str | None = None, limit: int | None = 50,
                       offset: int = 0) -> list[dict[str, Any]]:
@@ -401,14 +406,14 @@ class Fold:
 
         rows = sorted((r for r in self._sessions.values() if matches(r)), key=lambda r: r["id"], reverse=True)
         rows.sort(key=lambda r: (r["last_activity_at"] is None, -(r["last_activity_at"] or 0.0)))
-        start = max(offset, 0)
-        end = None if limit is None else start + max(limit, 0)
-        page = rows[start:end]
+        end = None if limit is None else offset + limit
+        page = rows[offset:end]
         shown = {r["id"] for r in page}
         page += [r for r in rows if r["pinned"] and r["id"] not in shown]
         return [_copy(r) for r in page]
 
-    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
                      after: int | None = None) -> list[dict[str, Any]]:
         """The session's messages by id ascending: active only unless asked, ids > ``after``,
         the first ``limit``."""
@@ -416,14 +421,16 @@ class Fold:
             return []
         out = [self._messages[m] for m in sorted(self._session_messages[session_id])
                if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)]
-        return [_copy(m) for m in (out if limit is None else out[:max(limit, 0)])]
+        return [_copy(m) for m in (out if limit is None else out[:limit])]
 
+    @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
         """Usage rows of a live session ordered by (model, provider, task), nulls first."""
         rows = self._usage.get(session_id, {}) if self.is_live(session_id) else {}
         order = sorted(rows, key=lambda k: tuple((part is not None, part or "") for part in k))
         return [dict(rows[k]) for k in order]
 
+    @typed_read
     def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
         """Current reactions on a message of a live session, by author."""
         if self.message_session(message_id) is None:
@@ -440,7 +447,8 @@ class Fold:
     def _reaction(self, message_id: int, author: str) -> dict[str, Any]:
         return {"message_id": message_id, "author": author, **self._reactions[message_id][author]}
 
-    def search(self, query: str, role: str | None = None, source: str | None = None,
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
         """Active messages of live, non-hidden sessions containing every term of ``query``
         (case-insensitive substring of :func:`search_text`), by id descending, at most ``limit``."""
@@ -464,6 +472,7 @@ class Fold:
                 found.append(_copy(msg))
         return found
 
+    @typed_read
     def stats(self) -> dict[str, Any]:
         """Totals over live root sessions: no parent, a parent that is not live, or itself."""
         roots = [row for s, row in sorted(self._sessions.items())
