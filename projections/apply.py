@@ -309,7 +309,7 @@ class Applier:
             return
         self.db.execute("UPDATE sessions SET title = ?, title_source = ? WHERE id = ?", (title, source, sid))
 
-    def _ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+    def _session_ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if self._settled_live(sid):
             self.db.execute(
                 "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
@@ -434,7 +434,7 @@ def _flag_handler(flag: str, value: bool) -> Handler:
 
 HANDLERS: dict[str, Handler] = {
     "session.created": Handler(1, Applier._created),
-    "session.ended": Handler(1, Applier._ended),
+    "session.ended": Handler(1, Applier._session_ended),
     "session.reopened": Handler(1, Applier._reopened),
     "session.titled": Handler(1, Applier._retitled),
     **{kind: _flag_handler(flag, value) for kind, (flag, value) in FLAG_EVENTS.items()},

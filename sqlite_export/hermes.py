@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from eventlog.errors import DuplicateEventError, EventLogError, ValidationError
+from eventlog.log import Log
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from sqlite_export.errors import converted, not_a_database
@@ -388,7 +389,7 @@ def _eid(sid: str, *parts: Any) -> str:
 class _Importer:
     def __init__(self, store: Any, report: ImportReport, progress: Progress | None) -> None:
         self.store = store
-        self.log = store.log
+        self.log: Log = store.log
         self.report = report
         self.progress = progress
         self.done = 0

@@ -195,7 +195,7 @@ class Fold:
         row["title"], row["title_source"] = title, source
         self._titles[title] = row["id"]
 
-    def _ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+    def _session_ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         row = self._sessions.get(sid)
         if row is not None and sid not in self._ended:
             self._ended.add(sid)
@@ -503,7 +503,7 @@ def _flag_handler(flag: str, value: bool) -> Handler:
 
 HANDLERS: dict[str, Handler] = {
     "session.created": Handler(1, Fold._created),
-    "session.ended": Handler(1, Fold._ended),
+    "session.ended": Handler(1, Fold._session_ended),
     "session.reopened": Handler(1, Fold._reopened),
     "session.titled": Handler(1, Fold._retitled),
     **{kind: _flag_handler(flag, value) for kind, (flag, value) in FLAG_EVENTS.items()},

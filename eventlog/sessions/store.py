@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Protocol
 
 from eventlog.errors import (
     ConcurrencyError,
@@ -144,6 +144,16 @@ class FoldReadModel:
             return self._caught_up().stats()
 
 
+class Projections(Protocol):
+    """What SessionStore asks of the projector of the projection read model (rebuilds, health,
+    the cursor); typed here so that the session layer never imports the projections."""
+
+    def rebuild(self, which: str = "all", *, until_seq: int | None = None, as_of_ns: int | None = None,
+                out_path: str | Path | None = None, progress: Any = None) -> dict[str, Any]: ...
+    def health(self, full: bool = True) -> dict[str, Any]: ...
+    def cursor(self) -> int: ...
+
+
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
                    "user_id", "chat_id", "chat_type", "thread_id", "title", "title_source", "started_at")
 _FLAG_EVENTS = {
@@ -157,7 +167,7 @@ class SessionStore:
     """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
 
     def __init__(self, log: Log, reads: ReadModel, *, home: Path | None, profile: str,
-                 projector: Any = None, owns_log: bool = True) -> None:
+                 projector: Projections | None = None, owns_log: bool = True) -> None:
         self.log = log
         self._owns_log = owns_log
         self.home = home
@@ -204,7 +214,8 @@ class SessionStore:
         return cls(log, reads, home=h, profile=profile, projector=projector, owns_log=owns_log)
 
     @staticmethod
-    def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
+    def _open_reads(d: Path, log: Log, profile: str,
+                    options: dict[str, Any]) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
         allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
         if kind == "projection":
@@ -483,7 +494,7 @@ class SessionStore:
 
     # ------------------------------------------------------------------ projections
 
-    def _need_projector(self) -> Any:
+    def _need_projector(self) -> Projections:
         if self._projector is None:
             raise ValidationError("read_model", "this operation needs the projection read model")
         return self._projector
