@@ -48,6 +48,10 @@ def _check_for(name: str, annotation: Any, where: str) -> Check:
     counts = name in NON_NEGATIVE
 
     def check(value: Any, field: str) -> None:
+        if type(value) is wanted:  # the common case, first
+            if counts and value < 0:
+                raise ValidationError(field, f"must be 0 or more, got {value}")
+            return
         if value is None:
             if not optional:
                 raise ValidationError(field, f"must be {described}, got null")
@@ -82,22 +86,24 @@ def typed_read(fn: F) -> F:
 
     @functools.wraps(fn)
     def read(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if len(args) > len(positional):
-            raise ValidationError(
-                "arguments", f"{where} takes {len(positional)} positional argument(s), got {len(args)}",
-                hint=f"pass the others by name ({listing})")
-        for name, value in zip(positional, args):
-            if name in kwargs:
-                raise ValidationError(name, "given twice (by position and by name)")
-            kwargs[name] = value
+        if args:
+            if len(args) > len(positional):
+                raise ValidationError(
+                    "arguments", f"{where} takes {len(positional)} positional argument(s), got {len(args)}",
+                    hint=f"pass the others by name ({listing})")
+            for name, value in zip(positional, args):
+                if name in kwargs:
+                    raise ValidationError(name, "given twice (by position and by name)")
+                kwargs[name] = value
         for name, value in kwargs.items():
             check = checks.get(name)
             if check is None:
                 raise ValidationError(name, f"not a parameter of {where}", hint=f"its parameters: {listing}")
             check(value, name)
-        for name in required:
-            if name not in kwargs:
-                raise ValidationError(name, f"is required by {where}")
+        if len(kwargs) < len(checks):
+            for name in required:
+                if name not in kwargs:
+                    raise ValidationError(name, f"is required by {where}")
         return fn(self, **kwargs)
 
     return cast(F, read)
