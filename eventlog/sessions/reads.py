@@ -49,7 +49,7 @@ def _check_for(name: str, annotation: Any, where: str) -> Check:
 
     def check(value: Any, field: str) -> None:
         if type(value) is wanted:  # the common case, first
-            if counts and value < 0:
+            if counts and cast(int, value) < 0:
                 raise ValidationError(field, f"must be 0 or more, got {value}")
             return
         if value is None:
