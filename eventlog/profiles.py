@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from eventlog.errors import ProfileNameError
+from eventlog.errors import ProfileNameError, StorageError
 
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_PROFILE = "default"
@@ -47,11 +47,18 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
 
 
 def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bool = True) -> Path:
-    """The directory of ``profile`` under ``home``; created 0700 (with its parents) if ``create``."""
+    """The directory of ``profile`` under ``home``; created 0700 (with its parents) if ``create``.
+
+    Raises :class:`ProfileNameError` for a bad name (before any path is built) and
+    :class:`StorageError` (the ``OSError`` chained) when the directory cannot be created."""
     validate_profile(profile)
     d = resolve_home(home) / "profiles" / profile
     if create:
-        make_dir(d)
+        try:
+            make_dir(d)
+        except OSError as e:
+            raise StorageError(f"cannot create the profile directory {d}: {e.strerror or e}",
+                               hint="check that the home directory (--home, $EVENTLOG_HOME) is a writable directory") from e
     return d
 
 

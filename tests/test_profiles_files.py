@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.profiles import DIR_MODE, FILE_MODE, USER_FILE_MODE, atomic_write, make_dir, publish, temp_path
+from eventlog.errors import StorageError
+from eventlog.profiles import (
+    DIR_MODE,
+    FILE_MODE,
+    USER_FILE_MODE,
+    atomic_write,
+    make_dir,
+    profile_dir,
+    publish,
+    temp_path,
+)
 
 
 def test_atomic_write_creates_a_private_file_with_the_data(tmp_path: Path) -> None:
@@ -96,3 +106,17 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -> No
         n = int(lines[0])
         assert len(lines) == 1000 + n % 7 * 3000
     assert target.exists(), "no write completed in eight rounds"
+
+
+def test_a_profile_directory_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
+    """A home below a plain file: the OSError leaves as a StorageError with its cause, from the
+    profile layer and from SessionStore.open alike."""
+    from eventlog.sessions.store import SessionStore
+
+    (tmp_path / "file").write_bytes(b"")
+    home = tmp_path / "file" / "home"
+    with pytest.raises(StorageError) as info:
+        profile_dir(home, "p")
+    assert isinstance(info.value.__cause__, NotADirectoryError) and info.value.hint
+    with pytest.raises(StorageError):
+        SessionStore.open(home, "p")
