@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from eventlog.sessions.rules import COSTS, FLAGS, MAX_TIME, TOKENS
+from eventlog.sessions.rules import COSTS, FLAGS, MAX_TIME, TOKENS, as_number
 
 log = logging.getLogger("eventlog.projections")
 
@@ -58,9 +58,8 @@ class Warnings:
 def _time(v: Any) -> Any:
     if v is None:
         return None
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_TIME:
-        return float(v)
-    return _BAD
+    t = as_number(v, 0.0, MAX_TIME)  # the fold's reading of a time
+    return _BAD if t is None else t
 
 
 _BAD = object()
