@@ -5,6 +5,7 @@ one helps), 2 bad usage (click's own handling).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -296,7 +297,9 @@ def progress_bar(label: str) -> Any:
 def _iso(t: Any) -> str:
     from datetime import datetime, timezone
 
-    if not isinstance(t, (int, float)) or not 0 <= t <= 4.2e9:
+    from eventlog.sessions.rules import MAX_TIME
+
+    if not isinstance(t, (int, float)) or not 0 <= t <= MAX_TIME:
         return "unknown"
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -618,36 +621,17 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
         fp.write(text.encode("utf-8"))
 
 
-class _output:
-    """A binary output: stdout for '-', else the file written atomically (temp, fsync, rename)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.tmp: Path | None = None
-
-    def __enter__(self) -> Any:
-        if self.name == "-":
-            return sys.stdout.buffer
-        import os
-
-        target = Path(self.name)
-        self.tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        self.fp = open(self.tmp, "wb")
-        return self.fp
-
-    def __exit__(self, exc_type: Any, *rest: Any) -> None:
-        if self.tmp is None:
+@contextlib.contextmanager
+def _output(name: str) -> Iterator[Any]:
+    """A binary output: stdout for '-', else the file written atomically (profiles.atomic_write)."""
+    if name == "-":
+        try:
+            yield sys.stdout.buffer
+        finally:
             sys.stdout.flush()
-            return
-        import os
-
-        self.fp.flush()
-        os.fsync(self.fp.fileno())
-        self.fp.close()
-        if exc_type is None:
-            os.replace(self.tmp, self.name)
-        else:
-            self.tmp.unlink(missing_ok=True)
+        return
+    with profiles.atomic_write(name, mode=profiles.USER_FILE_MODE) as fp:
+        yield fp
 
 
 @main.command("import")

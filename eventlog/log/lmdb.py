@@ -51,7 +51,7 @@ from eventlog.errors import (
 from eventlog.log import codec, residency, stored
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, fsync_dir, fsync_file, make_dir, restrict_file
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -332,7 +332,7 @@ class _Environment:
         if self._writer_fd is None:
             path = self.path / "writer.lock"
             try:
-                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
             except OSError as e:
                 raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
                                    hint="check the owner and permissions of the profile's log/ directory") from e
@@ -396,7 +396,7 @@ class _Environment:
                 make_dir(tmp)
                 self._copy_into(tmp, txn)
                 restrict_file(tmp / "data.mdb")
-                _fsync(tmp / "data.mdb")
+                fsync_file(tmp / "data.mdb")  # a new file nothing has open
                 result = verify_environment(tmp)
                 expect = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
                 if not result.ok or (result.head_seq, result.head_hash) != expect:
@@ -405,12 +405,12 @@ class _Environment:
                                          "the log was left as it was",
                                          hint="run `eventlog log verify` on the log itself")
                 os.rename(tmp, self.path / gen)
-                _fsync(self.path)
+                fsync_dir(self.path)
                 link = self.path / f"{CURRENT}.tmp"
                 _unlink(link)
                 os.symlink(gen, link)
                 os.replace(link, self.path / CURRENT)
-                _fsync(self.path)
+                fsync_dir(self.path)
             finally:
                 txn.abort()
             self._retire(old_dir)
@@ -430,7 +430,7 @@ class _Environment:
                 compression.use(1, trained)
         size = max(self._env.info()["map_size"], DEFAULT_MAP_SIZE)
         dst = lmdb.open(str(target), map_size=size, max_dbs=8, subdir=True, sync=False, metasync=False, lock=False,
-                        mode=0o600, readahead=False)
+                        mode=FILE_MODE, readahead=False)
         try:
             d_events, d_ids, d_meta = (dst.open_db(n) for n in (b"events", b"ids", b"meta"))
             d_streams = dst.open_db(b"streams", dupsort=True, dupfixed=True)
@@ -498,7 +498,7 @@ class _Environment:
         for name in os.listdir(self.path):
             if GENERATION_RE.fullmatch(name) and name != keep:
                 _remove_tree(self.path / name)
-        _fsync(self.path)
+        fsync_dir(self.path)
 
     @staticmethod
     def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
@@ -526,7 +526,7 @@ class _Environment:
                 metasync=durability == "sync",
                 readonly=readonly,
                 create=not readonly,
-                mode=0o600,
+                mode=FILE_MODE,
                 readahead=False,
                 lock=True,
             )
@@ -1126,14 +1126,6 @@ def _file_size(path: Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # a new file or a folder: never a live database
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink(path: Path) -> None:
