@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from campaign import PROFILE, Child, check_log, log_dir, parse_acks, read_model, size
+from campaign import PROFILE, Child, check_log, log_dir, parse_acks, size
 from campaign.summary import note, record
 
 pytest_plugins = ["campaign.summary"]
@@ -30,7 +30,7 @@ def pct(values: list[float], q: float) -> float:
 
 def run_load(tmp_path: Path, count: int, case: str) -> None:
     home = tmp_path / "home"
-    model = read_model()
+    model = "projection"
     from eventlog.sessions.store import SessionStore
 
     SessionStore.open(home, PROFILE, read_model=model).close()

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 import pytest
-from campaign import log_dir, read_model
+from campaign import log_dir
 from campaign.summary import note, record
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -177,7 +177,7 @@ def baseline(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def reads_still_work(home: Path) -> None:
     from eventlog.sessions.store import SessionStore
 
-    with SessionStore.open(home, PROFILE, read_model=read_model()) as store:
+    with SessionStore.open(home, PROFILE, read_model="projection") as store:
         everything = store.list_sessions(archived=None, pinned=None, hidden=None, limit=None)
         store.list_sessions()
         for s in everything:
