@@ -125,3 +125,15 @@ def test_log_verify_loads_neither_the_domain_nor_sqlite(tmp_path: Path) -> None:
     assert code == 0
     assert "eventlog.log.lmdb" in modules
     assert heavy(modules, ("sqlite3", "_sqlite3", "eventlog.sessions", "projections", "sqlite_export")) == []
+
+
+def test_the_readmes_python_example_runs_and_runs_again(tmp_path: Path) -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert blocks, "the README has no Python example"
+    import os
+
+    env = dict(os.environ, EVENTLOG_HOME=str(tmp_path / "home"))
+    for _ in range(2):  # a second run in the same home must work too (no title or id clashes)
+        for code in blocks:
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+            assert r.returncode == 0, r.stderr
