@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -137,3 +138,20 @@ def test_the_readmes_python_example_runs_and_runs_again(tmp_path: Path) -> None:
         for code in blocks:
             r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
             assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("width", [60, 100])
+@pytest.mark.parametrize("argv", [["--help"], [], ["sesions"], ["expor", "x"], ["sessions", "lst"]])
+def test_lazy_loading_prints_what_an_eager_group_prints(argv: list[str], width: int) -> None:
+    from click.testing import CliRunner
+
+    assert isinstance(main, LazyGroup)
+    ctx = click.Context(main)
+    loaded = {name: main.get_command(ctx, name) for name in COMMANDS}
+    common: dict[str, Any] = dict(name="eventlog", params=main.params, help=main.help, callback=main.callback,
+                                  context_settings=main.context_settings)
+    eager = click.Group(commands={n: c for n, c in loaded.items() if c is not None}, **common)
+    fresh = LazyGroup(lazy=COMMANDS, **common)  # nothing loaded yet
+    got = [CliRunner().invoke(g, argv, prog_name="eventlog", terminal_width=width) for g in (fresh, eager)]
+    assert (got[0].exit_code, got[0].output) == (got[1].exit_code, got[1].output)
+    assert got[0].exit_code == (0 if argv == ["--help"] else 2)
