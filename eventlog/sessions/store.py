@@ -46,13 +46,15 @@ class FoldReadModel:
         self._seq = 0
         self._lock = threading.RLock()
 
-    def wait_for(self, seq: int, timeout: float | None = None) -> None:
+    def advance(self, to_seq: int | None = None, wait: float | None = None) -> int:
+        """Catch the fold up to the log head (it never waits: there is no lease to wait for)."""
         with self._lock:
-            if self._seq >= seq:
-                return
+            if self._seq >= (self._log.head()[0] if to_seq is None else to_seq):
+                return self._seq
             for env in self._log.read(self._seq + 1):
                 self._fold.apply(env)
                 self._seq = env["seq"]
+            return self._seq
 
     def close(self) -> None:
         pass
@@ -62,7 +64,7 @@ class FoldReadModel:
 
     def _caught_up(self) -> Fold:
         """The fold, with every event of the log as of now applied (call with the lock held)."""
-        self.wait_for(self._log.head()[0])
+        self.advance()
         return self._fold
 
     # ---- helpers writers check before appending ----------------------------------------------
@@ -246,14 +248,14 @@ class SessionStore:
         ``CLOSE_SETTLE_S``; they are durable in the log either way), so a process that exits
         after writing leaves nothing for the next reader to miss: a one-shot reader started
         afterwards sees them even while some other process's follower is what keeps the
-        projections current (see ``Projector.refresh``)."""
+        projections current (see ``projections.visibility``)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._projector is not None and self._last_seq:
                 try:
-                    self._reads.wait_for(self._last_seq, timeout=CLOSE_SETTLE_S)
+                    self._reads.advance(self._last_seq, wait=CLOSE_SETTLE_S)
                 except EventLogError as e:  # the next catch-up applies them
                     _log.warning(f"closing with appends not yet in the projections: {e}")
         finally:
@@ -281,7 +283,7 @@ class SessionStore:
 
     def _fresh(self) -> ReadModel:
         """The read model, caught up at least to this store's own last append."""
-        self._reads.wait_for(self._last_seq)
+        self._reads.advance(self._last_seq)
         return self._reads
 
     def _need_live_cached(self, sid: str) -> None:
@@ -439,7 +441,7 @@ class SessionStore:
         sid = self._need_live(session_id)
         while True:
             version = self.log.stream_version(sid)
-            self._reads.wait_for(self.log.head()[0])
+            self._reads.advance()
             unseen = self._reads.unseen_reactions(sid)
             if not unseen:
                 return []
@@ -532,7 +534,7 @@ class SessionStore:
     def sync(self, timeout: float | None = 10.0) -> int:
         """Wait until the read model has reached the log head as of this call; returns that seq."""
         head = self.log.head()[0]
-        self._reads.wait_for(head, timeout)
+        self._reads.advance(head, wait=timeout)
         return head
 
     @typed_read
