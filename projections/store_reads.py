@@ -82,8 +82,10 @@ class ProjectionReadModel:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        return self._reads().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        return self._reads().get_messages(session_id, include_inactive=include_inactive, limit=limit, before=before,
+            after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

@@ -414,14 +414,21 @@ class Fold:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        """The session's messages by id ascending: active only unless asked, ids > ``after``,
-        the first ``limit``."""
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        """The session's messages (active only unless asked) with ``after < id < before``, in
+        chronological order (newest first if asked). With ``limit``: the first ``limit`` of them
+        when paging forward (``after`` given, ``before`` not), else the latest ``limit``."""
         if not self.is_live(session_id):
             return []
         out = [self._messages[m] for m in sorted(self._session_messages[session_id])
-               if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)]
-        return [_copy(m) for m in (out if limit is None else out[:limit])]
+               if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)
+               and (before is None or m < before)]
+        if limit is not None:
+            out = out[:limit] if after is not None and before is None else out[len(out) - min(limit, len(out)):]
+        if newest_first:
+            out.reverse()
+        return [_copy(m) for m in out]
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

@@ -116,10 +116,11 @@ class FoldReadModel:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
         with self._lock:
             return self._caught_up().get_messages(session_id, include_inactive=include_inactive, limit=limit,
-                                                  after=after)
+                                                  before=before, after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
@@ -554,10 +555,14 @@ class SessionStore:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        """The session's messages by id: active ones unless ``include_inactive``, ids > ``after``,
-        the first ``limit``."""
-        return self._fresh().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        """The session's messages (active ones unless ``include_inactive``) with
+        ``after < id < before``, in chronological order (newest first with ``newest_first``).
+        With ``limit``: the latest ``limit`` of them — or, paging forward (``after`` given and
+        ``before`` not), the first ``limit`` after ``after``. The latest N costs O(N)."""
+        return self._fresh().get_messages(session_id, include_inactive=include_inactive, limit=limit, before=before,
+            after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
