@@ -9,14 +9,16 @@ This module sits below the log layer: everything that touches the disk may impor
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from eventlog.errors import ProfileNameError, StorageError
+from eventlog.errors import ProfileNameError, StorageError, ValidationError
 
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_PROFILE = "default"
@@ -39,11 +41,48 @@ def validate_profile(name: object) -> str:
     return name
 
 
+HOME_HINT = "give a directory (--home DIR or $EVENTLOG_HOME), or leave both unset for ~/.eventlog"
+
+
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
-    """The eventlog home: ``home``, else ``$EVENTLOG_HOME``, else ``~/.eventlog``."""
+    """The eventlog home: ``home``, else ``$EVENTLOG_HOME``, else ``~/.eventlog``.
+
+    Raises :class:`ValidationError` (field ``home``) for a value that cannot be a home: empty
+    (``''`` would mean the current directory; an empty ``$EVENTLOG_HOME`` too), holding a NUL
+    character, or naming a path whose nearest existing part is not a directory (``/dev/null``,
+    ``<file>/sub``). Touches nothing: only ``stat`` calls."""
     if home is None:
-        home = os.environ.get("EVENTLOG_HOME") or Path.home() / ".eventlog"
-    return Path(home).expanduser().absolute()
+        env = os.environ.get("EVENTLOG_HOME")
+        home = Path.home() / ".eventlog" if env is None else env
+        where = "$EVENTLOG_HOME" if env is not None else "home"
+    else:
+        where = "home"
+    try:
+        text = os.fspath(home)
+    except TypeError:
+        raise ValidationError("home", f"must be a path, got {type(home).__name__}", hint=HOME_HINT) from None
+    if isinstance(text, bytes):
+        raise ValidationError("home", "must be a str path, not bytes", hint=HOME_HINT)
+    if text == "":
+        raise ValidationError("home", f"{where} is empty", hint=HOME_HINT)
+    if "\0" in text:
+        raise ValidationError("home", f"{where} contains a NUL character", hint=HOME_HINT)
+    path = Path(text).expanduser().absolute()
+    probe = path
+    while True:
+        try:
+            st = os.stat(probe)
+        except (FileNotFoundError, NotADirectoryError):  # climb to the part that exists
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+            continue
+        except OSError as e:
+            raise ValidationError("home", f"{probe} cannot be used: {e.strerror}", hint=HOME_HINT) from None
+        if not stat.S_ISDIR(st.st_mode):
+            raise ValidationError("home", f"{probe} is not a directory", hint=HOME_HINT)
+        break
+    return path
 
 
 def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bool = True) -> Path:
@@ -80,11 +119,16 @@ def make_dir(path: Path) -> None:
 
 
 def restrict_file(path: str | os.PathLike[str]) -> None:
-    """Make an existing file 0600 (no-op if it is gone)."""
+    """Make an existing file 0600 (no-op if it is gone, or if its mode cannot be changed here:
+    a read-only file system, another owner's file; ``eventlog doctor`` reports such modes)."""
     try:
-        os.chmod(path, FILE_MODE)
+        if stat.S_IMODE(os.stat(path).st_mode) != FILE_MODE:
+            os.chmod(path, FILE_MODE)
     except FileNotFoundError:
         pass
+    except OSError as e:
+        if e.errno not in (errno.EROFS, errno.EPERM, errno.EACCES):
+            raise
 
 
 def list_profiles(home: str | os.PathLike[str] | None = None) -> list[str]:
