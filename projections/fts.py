@@ -99,13 +99,29 @@ def trigrams(terms: list[str]) -> list[str]:
     return list(seen)
 
 
+MAX_MATCH_TRIGRAMS = 48
+"""The candidates of a long query come from this many of its trigrams (any subset selects a
+superset of the matches; every term is then checked exactly): a 10 KB query stays one small
+FTS5 expression."""
+MAX_INLINE_TERMS = 32
+"""Up to this many terms are checked with one ``instr`` each; more with one function call."""
+
+
 def match_expression(terms: list[str]) -> str:
     """An FTS5 query for the candidates of ``terms`` (each of three or more characters): the
-    documents holding every distinct trigram of every term. Each trigram is a quoted string
-    (quotes doubled), a single token, so no user text can be read as an operator and no
-    phrase query (which ``detail=none`` cannot answer) is asked. Candidates still need the
-    exact ``instr`` check of every term."""
-    return " AND ".join('"' + g.replace('"', '""') + '"' for g in trigrams(terms))
+    documents holding every distinct trigram of every term (at most MAX_MATCH_TRIGRAMS of them,
+    taken from the longest terms first). Each trigram is a quoted string (quotes doubled), a
+    single token, so no user text can be read as an operator and no phrase query (which
+    ``detail=none`` cannot answer) is asked. Candidates still need the exact check of every term."""
+    grams = trigrams(sorted(terms, key=len, reverse=True))[:MAX_MATCH_TRIGRAMS]
+    return " AND ".join('"' + g.replace('"', '""') + '"' for g in grams)
+
+
+def query_too_large(e: BaseException) -> bool:
+    """True when SQLite refused a search statement for its size (not a fault of the index)."""
+    text = str(e).lower()
+    return any(t in text for t in ("expression tree is too large", "too many sql variables",
+                                   "parser stack overflow", "string or blob too big", "too many terms"))
 
 
 def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:

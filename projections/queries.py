@@ -421,21 +421,32 @@ class Reader:
         count = -1 if limit is None else _clamp(limit)
         cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
 
+        def checks(db: sqlite3.Connection, wanted: list[str]) -> tuple[list[str], list[str]]:
+            """SQL conditions (and their parameters) that ``d.text`` holds every term: one
+            ``instr`` each, or one function call for a long query (an AND of a thousand terms
+            is more than SQLite's expression depth)."""
+            if len(wanted) <= fts.MAX_INLINE_TERMS:
+                return ["instr(d.text, ?) > 0" for _ in wanted], wanted
+            db.create_function("has_terms", 1, lambda text: isinstance(text, str) and all(t in text for t in wanted))
+            return ["has_terms(d.text)"], []
+
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             f = self._fts
             if longer:
                 # The index gives candidates (all trigrams present); instr checks every term.
-                where = " AND ".join(["instr(d.text, ?) > 0" for _ in terms] + filters)
+                conds, args = checks(db, terms)
+                where = " AND ".join(conds + filters)
                 return db.execute(
                     f"SELECT {cols} FROM {f}.fts JOIN {f}.docs d ON d.id = fts.rowid "
                     f"JOIN messages m ON m.id = fts.rowid JOIN sessions s ON s.id = m.session_id "
                     f"WHERE fts MATCH ? AND {where} ORDER BY fts.rowid DESC LIMIT ?",
-                    (fts.match_expression(longer), *terms, *params, count)).fetchall()
-            where = " AND ".join(filters + ["instr(d.text, ?) > 0" for _ in shorter])
+                    (fts.match_expression(longer), *args, *params, count)).fetchall()
+            conds, args = checks(db, shorter)
+            where = " AND ".join(filters + conds)
             return db.execute(
                 f"SELECT {cols} FROM {f}.docs d JOIN messages m ON m.id = d.id "
                 f"JOIN sessions s ON s.id = m.session_id WHERE {where} ORDER BY d.id DESC LIMIT ?",
-                (*params, *shorter, count)).fetchall()
+                (*params, *args, count)).fetchall()
 
         def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             db.create_function("doc_matches", 4, lambda *a: all(t in fts.search_doc(*a) for t in terms))
@@ -451,6 +462,8 @@ class Reader:
                 try:
                     return False, indexed(db)
                 except sqlite3.DatabaseError as e:
+                    if fts.query_too_large(e):  # the query, not the index: a scan answers, nothing is degraded
+                        return False, scan(db)
                     # Whatever the index did wrong (a damaged or dropped shadow table reads as
                     # anything from "malformed" to "SQL logic error"), the scan answers instead.
                     if self._projector is not None:
