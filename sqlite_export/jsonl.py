@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from eventlog.errors import DuplicateEventError, EventLogError, IntegrityError, ValidationError
+from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, IntegrityError, ValidationError
 from eventlog.log import Log, codec
 from sqlite_export.errors import converted
 
@@ -89,8 +89,13 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
     return True
 
 
-def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None) -> ImportResult:
-    """Import exported envelopes into ``log`` (see the module docstring for the two modes)."""
+def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None,
+                 onto_other_history: bool = True) -> ImportResult:
+    """Import exported envelopes into ``log`` (see the module docstring for the two modes).
+
+    ``onto_other_history=False`` refuses the second mode (:class:`ConflictError`, nothing
+    written): appending the file's events after other history gives them new seqs and times,
+    and the final state can then differ from the exported one (what the CLI does)."""
     try:
         items = list(_parse(lines))
     except EventLogError:
@@ -112,6 +117,10 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                 progress(head + start + len(rest[start:start + CHUNK]), len(items))
         return ImportResult("verbatim", len(items), len(rest), head)
 
+    if not onto_other_history and head > 0:
+        raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
+                            hint="import into a new profile (--profile NEW); appended after other history the "
+                                 "events would get new seqs and times")
     # Another history: check every id first, so a conflict imports nothing.
     fresh: list[dict[str, Any]] = []
     present = 0
