@@ -29,9 +29,15 @@ def test_append_prints_seqs_and_tail_shows_envelopes(tmp_path: Path) -> None:
     ])
     code, out, _ = run(tmp_path, "append", input=lines)
     assert (code, out) == (0, "1\n2\n")
-    code, out, _ = run(tmp_path, "append", "--json", input=lines)
+    again = "\n".join(json.dumps(e) for e in [
+        {"type": "message.appended", "session": "s1", "data": {"role": "user", "content": "hello"}},
+        {"type": "message.appended", "session": "s1", "data": {"role": "user", "content": "hello"}, "id": "m1"},
+    ])
+    code, out, _ = run(tmp_path, "append", "--json", input=again)
     # the unnamed event gets a fresh id; the retried id m1 returns its original seq
     assert code == 0 and json.loads(out) == {"seqs": [3, 2]}
+    code, _, err = run(tmp_path, "append", input=lines)  # s1 exists: a second session.created is refused
+    assert code == 1 and "line 1.session" in err and "already exists" in err
     code, out, _ = run(tmp_path, "log", "tail", "--json")
     envs = [json.loads(x) for x in out.splitlines()]
     assert code == 0 and [e["seq"] for e in envs][:2] == [1, 2]

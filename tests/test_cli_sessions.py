@@ -34,9 +34,12 @@ def new(home: Path, *args: str) -> str:
 def test_sessions_new_list_show(home: Path) -> None:
     sid = new(home, "--source", "gateway", "--title", "Flaky test", "--model", "m1", "--cwd", "/w/pay")
     child = new(home, "--parent", sid)
-    code, out, _ = cli(home, "messages", "add", sid, "--role", "user", "--content", "why does the refund test flake?")
-    assert code == 0 and out.strip().isdigit()
-    mid = int(out)
+    code, out, _ = cli(home, "messages", "add", sid, "--role", "user", "--content", "why does the refund test flake?",
+                       "--json")
+    assert code == 0
+    mid = json.loads(out)["id"]
+    code, out, _ = cli(home, "messages", "add", sid, "--role", "user", "--content", "and again")
+    assert code == 0 and out == f"added message {mid + 1} to session {sid}\n"  # says what the number is
     code, out, _ = cli(home, "sessions", "list", "--json")
     rows = json.loads(out)
     assert code == 0 and {r["id"] for r in rows} == {sid, child}
@@ -45,7 +48,7 @@ def test_sessions_new_list_show(home: Path) -> None:
     assert all(required <= set(r) for r in rows)
     top = next(r for r in rows if r["id"] == sid)
     assert (top["title"], top["source"], top["message_count"], top["archived"], top["pinned"]) == \
-        ("Flaky test", "gateway", 1, False, False)
+        ("Flaky test", "gateway", 2, False, False)
     assert next(r for r in rows if r["id"] == child)["parent_session_id"] == sid
     code, out, _ = cli(home, "sessions", "show", sid, "--json")
     body = json.loads(out)

@@ -104,6 +104,7 @@ COMMANDS: dict[str, Lazy] = {
 
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="eventlog", message="%(prog)s %(version)s")
 @click.option("--home", type=click.Path(file_okay=False), default=None, envvar="EVENTLOG_HOME",
               help="Home directory (default: $EVENTLOG_HOME or ~/.eventlog).")
 @click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name.")
@@ -121,4 +122,8 @@ def main(ctx: click.Context, home: str | None, profile: str, log_url: str | None
         validate_profile(profile)
     except ValidationError as e:
         raise click.BadParameter(str(e), param_hint="--profile") from None
-    ctx.obj = Ctx(home, profile, log_url or None)
+    try:
+        ctx.obj = Ctx(home, profile, log_url or None)
+    except ValidationError as e:  # an empty home, a NUL, a path through a file: bad usage
+        given = home is not None and ctx.get_parameter_source("home") == click.core.ParameterSource.COMMANDLINE
+        raise click.BadParameter(str(e), param_hint="--home" if given else "$EVENTLOG_HOME") from None

@@ -32,7 +32,34 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as e:
             raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
+        _refuse_duplicate_keys(line, f"line {n}")
         yield n, obj
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _refuse_duplicate_keys(line: str | bytes, where: str) -> None:
+    """JSON parsers keep the last of two equal keys (``{"type": "a", "type": "b"}`` is "b"): an
+    input event with a repeated key at any depth is refused instead of read either way."""
+    import json
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+        return {}
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except _DuplicateKey as e:
+        raise ValidationError(where, f"the key {e.args[0]!r} appears twice in one JSON object",
+                              hint="give each key once") from None
+    except (ValueError, RecursionError):
+        pass  # orjson already accepted the line; its nesting is judged by the event's own checks
 
 
 def prepare_input(obj: Any, where: str) -> dict[str, Any]:
@@ -68,6 +95,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     """
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
+    _check_sessions(c, [n for n, _ in lines], batch)
     seqs: list[int] = []
     with c.open_log(create=True) as log:
         if each:
@@ -104,3 +132,49 @@ def _settle(c: Ctx, log: Log, seq: int) -> None:
         pass  # the next reader's catch-up or a follower applies them
     finally:
         p.close()
+
+
+def _check_sessions(c: Ctx, numbers: list[int], batch: list[dict[str, Any]]) -> None:
+    """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
+    of a session that does not exist (never created, or deleted), a ``session.created`` whose
+    id was used before or whose parent does not exist. Earlier lines of the input count. A line
+    whose ``id`` is already in the log is left to the log (an idempotent replay, or refused)."""
+    if not any(ev.get("session") is not None for ev in batch):
+        return
+    from eventlog import profiles
+
+    if c.log_url is None and not (profiles.profile_dir(c.home, c.profile, create=False) / "log").is_dir():
+        store = None  # a new profile holds no session yet
+    else:
+        store = c.open_store()
+    try:
+        created: set[str] = set()
+        deleted: set[str] = set()
+        for n, ev in zip(numbers, batch):
+            sid = ev.get("session")
+            if sid is None:
+                continue
+            if store is not None and ev.get("id") is not None and store.log.event_seq(ev["id"]) is not None:
+                continue
+
+            def live(s: str) -> bool:
+                if s in deleted:
+                    return False
+                return s in created or (store is not None and store.get_session(s) is not None)
+
+            if ev["type"] == "session.created":
+                if sid in created or (store is not None and store.log.stream_version(sid) > 0):
+                    raise ValidationError(f"line {n}.session", f"session {sid!r} already exists (or existed)",
+                                          hint="omit the session.created event, or use a new session id")
+                parent = (ev.get("data") or {}).get("parent_session_id")
+                if parent is not None and not live(parent):
+                    raise ValidationError(f"line {n}.data.parent_session_id", f"session {parent!r} does not exist")
+                created.add(sid)
+            elif not live(sid):
+                raise ValidationError(f"line {n}.session", f"session {sid!r} does not exist",
+                                      hint="create it first (a session.created event, or `eventlog sessions new`)")
+            elif ev["type"] == "session.deleted":
+                deleted.add(sid)
+    finally:
+        if store is not None:
+            store.close()

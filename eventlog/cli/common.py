@@ -73,18 +73,34 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
+NOT_FOUND_HINTS = {
+    "session": "list the sessions with `eventlog sessions list --archived` (deleted ones are gone for good)",
+    "message": "list a session's messages with `eventlog sessions show SESSION --all`",
+    "profile": "create it with `eventlog init`, or choose another with --profile (or --home)",
+}
+
+
 def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The CLI's error boundary: a library error becomes one line on stderr (its hint included)
-    and exit status 1; a closed stdout (``| head``) ends the command quietly with status 0."""
+    """The CLI's error boundary: a library error becomes one line on stderr (its hint included;
+    a "not found" gets one saying where to look) and exit status 1; so does an ``OSError`` of
+    the command's own files (an output path that cannot be written). A closed stdout (``| head``)
+    ends the command quietly with status 0."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except NotFoundError as e:
+            if not e.hint and e.kind in NOT_FOUND_HINTS:
+                e.hint = NOT_FOUND_HINTS[e.kind]
+            fail(str(e))
         except EventLogError as e:
             fail(str(e))
         except BrokenPipeError:
             sys.exit(0)
+        except OSError as e:
+            where = f" {e.filename}" if e.filename else ""
+            fail(f"cannot use{where}: {e.strerror or e}")
 
     return wrapper
 
@@ -138,3 +154,23 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
     finally:
         if bars:
             bars[0].__exit__(None, None, None)
+
+
+def output_path(name: str, option: str) -> Path:
+    """Check where a command will write ``name`` before any work: the folder must exist (nothing
+    creates missing folders) and be a directory, and ``name`` must not be a directory.
+    Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
+    read-only or special file system such as /proc): :func:`handled` turns that into one line."""
+    from eventlog.errors import ValidationError
+
+    if "\0" in name:
+        raise ValidationError(option, "contains a NUL character")
+    path = Path(name).expanduser().absolute()
+    folder = path.parent
+    if not folder.exists():
+        raise ValidationError(option, f"the folder {folder} does not exist", hint="create it first (nothing is created for you)")
+    if not folder.is_dir():
+        raise ValidationError(option, f"{folder} is not a folder")
+    if path.is_dir():
+        raise ValidationError(option, f"{path} is a folder; give a file name")
+    return path

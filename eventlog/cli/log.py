@@ -8,6 +8,8 @@ import click
 
 from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx, progress_bar
 
+INT64_MAX = 2**63 - 1
+
 
 @click.group()
 def log() -> None:
@@ -27,28 +29,33 @@ def _summary(env: dict[str, Any]) -> str:
 
 
 @log.command("tail")
-@click.option("--from", "from_seq", type=click.IntRange(min=1), default=None, help="First seq to show.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N events (default 20 without --from).")
+@click.option("--from", "from_seq", type=click.IntRange(min=1, max=INT64_MAX), default=None, help="First seq to show.")
+@click.option("--limit", type=click.IntRange(min=1, max=INT64_MAX), default=None,
+              help="Show at most N events (default 20 without --from); with --follow, N before following.")
 @click.option("--follow", is_flag=True, help="Keep printing events as they are appended (Ctrl-C stops).")
 @json_option
 @pass_ctx
 @handled
 def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_json: bool) -> None:
-    """Print the last events of the log (JSONL envelopes with --json)."""
+    """Print the last events of the log (JSONL envelopes with --json).
+
+    With --follow, like ``tail -f``: the last N events (or N from --from), then every new one.
+    """
     with c.open_log() as lg:
         head, _ = lg.head()
         if from_seq is None:
-            n = limit or 20
-            from_seq = max(1, head - n + 1)
+            from_seq = max(1, head - (limit or 20) + 1)
         shown = 0
-        source = lg.follow(from_seq) if follow else lg.read(from_seq)
         try:
-            for env in source:
+            for env in lg.read(from_seq):
                 if limit is not None and shown >= limit:
                     break
                 emit_jsonl(env) if as_json else click.echo(_summary(env))
                 shown += 1
-                if follow:
+            if follow:
+                sys.stdout.flush()
+                for env in lg.follow(max(from_seq, head + 1)):
+                    emit_jsonl(env) if as_json else click.echo(_summary(env))
                     sys.stdout.flush()
         except KeyboardInterrupt:
             pass

@@ -25,7 +25,7 @@ def messages() -> None:
 @handled
 def messages_add(c: Ctx, session_id: str, role: str, content: str | None, content_file: IO[str] | None,
                  tool_name: str | None, as_json: bool) -> None:
-    """Append a message and print its id (the seq of its event)."""
+    """Append a message and say its id (the seq of its event; --json for scripts)."""
     if content is not None and content_file is None:
         text = content
     elif content is None and content_file is not None:
@@ -34,4 +34,7 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
         raise click.UsageError("give exactly one of --content and --content-file")
     with c.open_store() as store:
         mid = store.append_message(session_id, role, text, tool_name=tool_name)
-    emit_json({"id": mid, "session_id": session_id}) if as_json else click.echo(str(mid))
+    if as_json:
+        emit_json({"id": mid, "session_id": session_id})
+    else:
+        click.echo(f"added message {mid} to session {session_id}")

@@ -8,7 +8,8 @@ from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_
 
 @click.command()
 @click.argument("query")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1, max=2**63 - 1), default=20, show_default=True,
+              help="At most N results.")
 @click.option("--role", default=None, help="Only messages with this role.")
 @click.option("--session", "session_id", default=None, help="Only messages of this session.")
 @json_option

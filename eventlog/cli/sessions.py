@@ -1,10 +1,16 @@
 """``eventlog sessions ...``: create, list, show and change sessions through SessionStore."""
 from __future__ import annotations
 
+import contextlib
+from typing import TYPE_CHECKING, Any, Iterator
+
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_ctx
-from eventlog.errors import NotFoundError
+from eventlog.errors import EventLogError, NotFoundError, TitleConflictError, ValidationError
+
+if TYPE_CHECKING:
+    from eventlog.sessions.store import SessionStore
 
 
 @click.group()
@@ -24,13 +30,41 @@ def sessions() -> None:
 def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None, model: str | None,
                  cwd: str | None, parent: str | None) -> None:
     """Create a session and print its id."""
-    with c.open_store(create=True) as store:
+    with c.open_store(create=True) as store, _options({"id": "--id", "session": "--id", "source": "--source",
+                                                        "title": "--title", "model": "--model", "cwd": "--cwd",
+                                                        "parent_session_id": "--parent"}), _titles(store):
         click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
                                         parent_session_id=parent))
 
 
+@contextlib.contextmanager
+def _options(names: dict[str, str]) -> Iterator[None]:
+    """A ValidationError about a field the user gave as an option names the option (``--id``)."""
+    try:
+        yield
+    except ValidationError as e:
+        field = e.field[5:] if e.field.startswith("data.") else e.field
+        if field in names:
+            raise ValidationError(names[field], e.problem, hint=e.hint) from None
+        raise
+
+
+@contextlib.contextmanager
+def _titles(store: SessionStore) -> Iterator[None]:
+    """A title conflict's hint names a free title (rather than a Python API)."""
+    try:
+        yield
+    except TitleConflictError as e:
+        try:
+            free = store.next_title(e.title)
+        except EventLogError:
+            free = f"{e.title} #2"
+        e.hint = f"choose another title, e.g. {free!r}"
+        raise
+
+
 @sessions.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Sessions per page.")
+@click.option("--limit", type=click.IntRange(min=1, max=2**63 - 1), default=50, show_default=True, help="Sessions per page.")
 @click.option("--source", default=None, help="Only sessions from this source.")
 @click.option("--archived", is_flag=True, help="Include archived sessions.")
 @click.option("--pinned", is_flag=True, help="Only pinned sessions.")
@@ -69,18 +103,40 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
     if as_json:
         emit_json({"session": session, "messages": messages})
         return
-    import orjson
 
     click.echo(f"{session['id']}  {session.get('title') or '(untitled)'}")
     click.echo(f"source {session.get('source') or 'cli'}  model {session.get('model') or '-'}  "
                f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
     for m in messages:
-        content = m["content"] if isinstance(m["content"], str) else orjson.dumps(m["content"]).decode()
-        click.echo(f"[{m['id']}] {iso(m['timestamp'])} {m['role']}: {(content or '')[:200]}")
+        flag = "" if m.get("active", True) else " (rewound)"
+        click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {_message_text(m)}")
 
 
-def _simple_session_command(name: str, method: str, doc: str) -> None:
-    """``eventlog sessions NAME ID``: call ``store.<method>(ID)`` and print the seq it appended."""
+def _message_text(m: dict[str, Any]) -> str:
+    """One line for a message: its text (a multimodal part list as JSON), then its tool calls
+    (``-> name(arguments)``); at most 200 characters each."""
+    import orjson
+
+    content = m.get("content")
+    text = content if isinstance(content, str) else "" if content is None else orjson.dumps(content).decode()
+    parts = [" ".join(text.split())[:200]] if text else []
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                args = fn.get("arguments")
+                args = args if isinstance(args, str) else orjson.dumps(args).decode()
+                parts.append(f"-> {fn.get('name')}({' '.join(args.split())[:200]})")
+            else:
+                parts.append(f"-> {orjson.dumps(call).decode()[:200]}")
+    if m.get("tool_name") and m.get("role") == "tool":
+        parts.insert(0, f"[{m['tool_name']}]")
+    return "  ".join(parts) if parts else "(no content)"
+
+
+def _simple_session_command(name: str, method: str, done: str, doc: str) -> None:
+    """``eventlog sessions NAME ID``: call ``store.<method>(ID)`` and say what it did."""
 
     @sessions.command(name, help=doc)
     @click.argument("session_id")
@@ -89,17 +145,18 @@ def _simple_session_command(name: str, method: str, doc: str) -> None:
     def cmd(c: Ctx, session_id: str) -> None:
         with c.open_store() as store:
             seq = getattr(store, method)(session_id)
-        click.echo(str(seq))
+        click.echo(f"{done.format(session_id)} (event seq {seq})")
 
 
-for _name, _method, _doc in [
-    ("archive", "archive", "Archive a session and its lineage."),
-    ("unarchive", "unarchive", "Unarchive a session and its lineage."),
-    ("pin", "pin", "Pin a session and its lineage."),
-    ("unpin", "unpin", "Unpin a session and its lineage."),
-    ("delete", "delete_session", "Delete a session and its descendants (a tombstone; the log keeps them)."),
+for _name, _method, _done, _doc in [
+    ("archive", "archive", "archived session {} and its lineage", "Archive a session and its lineage."),
+    ("unarchive", "unarchive", "unarchived session {} and its lineage", "Unarchive a session and its lineage."),
+    ("pin", "pin", "pinned session {} and its lineage", "Pin a session and its lineage."),
+    ("unpin", "unpin", "unpinned session {} and its lineage", "Unpin a session and its lineage."),
+    ("delete", "delete_session", "deleted session {} and its descendants (the log keeps them)",
+     "Delete a session and its descendants (a tombstone; the log keeps them)."),
 ]:
-    _simple_session_command(_name, _method, _doc)
+    _simple_session_command(_name, _method, _done, _doc)
 
 
 @sessions.command("title")
@@ -111,9 +168,10 @@ for _name, _method, _doc in [
 @handled
 def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
     """Set a session's title (titles are unique in a profile)."""
-    with c.open_store() as store:
+    with c.open_store() as store, _options({"title": "TITLE"}), _titles(store):
         seq = store.set_title(session_id, title, provenance)
-    click.echo("kept the existing higher-provenance title" if seq is None else str(seq))
+    click.echo("kept the existing higher-provenance title" if seq is None
+               else f"titled session {session_id} (event seq {seq})")
 
 
 @sessions.command("end")
@@ -123,6 +181,6 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
 @handled
 def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
     """End a session."""
-    with c.open_store() as store:
+    with c.open_store() as store, _options({"reason": "--reason"}):
         seq = store.end_session(session_id, reason)
-    click.echo("already ended" if seq is None else str(seq))
+    click.echo("already ended" if seq is None else f"ended session {session_id} (event seq {seq})")

@@ -1,15 +1,24 @@
-"""``eventlog export``, ``import`` and ``replay``: a profile's data out to files and in from them."""
+"""``eventlog export``, ``import`` and ``replay``: a profile's data out to files and in from them.
+
+Outputs are checked before any work (:func:`eventlog.cli.common.output_path`: the folder must
+exist; nothing creates missing folders) and written all or nothing, 0600 like every file of
+eventlog: exports hold private transcripts.
+"""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import sys
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx, progress_bar
-from eventlog.errors import NotFoundError, ValidationError
+from eventlog.cli.common import Ctx, emit_json, handled, json_option, output_path, pass_ctx, progress_bar
+from eventlog.errors import EventLogError, NotFoundError, StorageError, ValidationError
+
+INT64_MAX = 2**63 - 1
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def _parse_time_ns(text: str) -> int:
@@ -22,8 +31,11 @@ def _parse_time_ns(text: str) -> int:
 
 
 @click.command()
-@click.option("--until", "until_seq", type=click.IntRange(min=0), default=None, help="Last seq to include.")
-@click.option("--as-of", "as_of", default=None, help="ISO-8601 time: include events appended up to then.")
+@click.option("--until", "until_seq", type=click.IntRange(min=0, max=INT64_MAX), default=None,
+              help="Last seq to include.")
+@click.option("--as-of", "as_of", default=None,
+              help="ISO-8601 time: include events appended up to then (UTC unless it names a zone, "
+                   "e.g. 2026-12-01T09:00:00+01:00).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The state.db file to write.")
 @pass_ctx
 @handled
@@ -32,8 +44,9 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     if (until_seq is None) == (as_of is None):
         raise click.UsageError("give exactly one of --until and --as-of")
     as_of_ns = _parse_time_ns(as_of) if as_of is not None else None
-    with c.open_store() as store, progress_bar("replaying") as update:
-        res = store.snapshot(out, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
+    path = output_path(out, "--out")
+    with c.open_store() as store, progress_bar("replaying") as update, _writing(out):
+        res = store.snapshot(path, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
     click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
 
 
@@ -50,6 +63,10 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
         raise click.UsageError(f"--format {fmt} needs --session ID")
     if fmt == "sqlite" and out == "-":
         raise click.UsageError("--format sqlite needs a file name")
+    if fmt == "sqlite" and session_id is not None:
+        raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
+    if out != "-":
+        output_path(out, "OUT")
     if fmt == "jsonl":
         from sqlite_export.jsonl import export_jsonl
 
@@ -59,9 +76,7 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
         return
     with c.open_store() as store:
         if fmt == "sqlite":
-            if session_id is not None:
-                raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
-            with progress_bar("snapshot") as update:
+            with progress_bar("snapshot") as update, _writing(out):
                 info = store.snapshot(out, progress=update)
             click.echo(f"wrote {out} ({info['events']} events, up to seq {info['last_seq']})", err=True)
             return
@@ -75,11 +90,27 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
     text = (render_markdown if fmt == "md" else render_html)(session, msgs)
     with _Output(out) as fp:
         fp.write(text.encode("utf-8"))
+    where = "stdout" if out == "-" else out
+    click.echo(f"wrote the {fmt} transcript of session {session_id} ({len(msgs)} messages) to {where}", err=True)
+
+
+@contextlib.contextmanager
+def _writing(name: str) -> Iterator[None]:
+    """An OSError while writing ``name`` (a read-only or special file system) as one line naming
+    it (rather than the temporary file beside it)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise StorageError(f"cannot write {name}: {e.strerror or e}",
+                           hint="write to a folder of a regular, writable file system") from e
 
 
 @contextlib.contextmanager
 def _Output(name: str) -> Iterator[IO[bytes]]:
-    """A binary output: stdout for '-', else the file written atomically (profiles.atomic_write)."""
+    """A binary output: stdout for '-', else the file written atomically, 0600
+    (profiles.atomic_write)."""
     if name == "-":
         try:
             yield sys.stdout.buffer
@@ -88,7 +119,7 @@ def _Output(name: str) -> Iterator[IO[bytes]]:
         return
     from eventlog import profiles
 
-    with profiles.atomic_write(name, mode=profiles.USER_FILE_MODE) as fp:
+    with _writing(name), profiles.atomic_write(name, mode=profiles.FILE_MODE) as fp:
         yield fp
 
 
@@ -100,28 +131,62 @@ def _Output(name: str) -> Iterator[IO[bytes]]:
 @pass_ctx
 @handled
 def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
-    """Import FILE into the profile (created if it does not exist)."""
+    """Import FILE into the profile (created if it does not exist).
+
+    A jsonl import goes into a new or empty profile, or one whose log the file continues (same
+    seqs and hashes); into other history it is refused. A failed import into a profile it
+    created leaves no profile behind.
+    """
+    if fmt == "jsonl" and file != "-":
+        with open(file, "rb") as fp:
+            if fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
+                raise ValidationError("FILE", f"{file} is a SQLite database, not a JSONL export",
+                                      hint="to import an agent state.db, use --format hermes")
+    from eventlog import profiles
+
+    d = profiles.profile_dir(c.home, c.profile, create=False)
+    created = c.log_url is None and not d.exists()
+    try:
+        report = _import(c, fmt, file)
+    except BaseException:
+        if created:
+            _remove_if_empty(c, d)
+        raise
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
+
+
+def _import(c: Ctx, fmt: str, file: str) -> dict[str, Any]:
     if fmt == "jsonl":
         from sqlite_export.jsonl import import_jsonl
 
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
             if file == "-":
-                res = import_jsonl(lg, sys.stdin.buffer, progress=update)
+                res = import_jsonl(lg, sys.stdin.buffer, progress=update, onto_other_history=False)
             else:
                 with open(file, "rb") as fp:
-                    res = import_jsonl(lg, fp, progress=update)
-        report = res.to_dict()
-    else:
-        from sqlite_export.hermes import import_hermes
+                    res = import_jsonl(lg, fp, progress=update, onto_other_history=False)
+        return res.to_dict()
+    from sqlite_export.hermes import import_hermes
 
-        with c.open_store(create=True) as store, progress_bar("importing") as update:
-            rep = import_hermes(store, Path(file), progress=update)
-        report = rep.to_dict()
-        for w in rep.warnings[:50]:
-            click.echo(f"warning: {w}", err=True)
-        if len(rep.warnings) > 50:
-            click.echo(f"warning: ... and {len(rep.warnings) - 50} more", err=True)
-    if as_json:
-        emit_json(report)
-    else:
-        click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
+    with c.open_store(create=True) as store, progress_bar("importing") as update:
+        rep = import_hermes(store, Path(file), progress=update)
+    for w in rep.warnings[:50]:
+        click.echo(f"warning: {w}", err=True)
+    if len(rep.warnings) > 50:
+        click.echo(f"warning: ... and {len(rep.warnings) - 50} more", err=True)
+    return rep.to_dict()
+
+
+def _remove_if_empty(c: Ctx, d: Path) -> None:
+    """Remove the profile directory ``d`` a failed import created, unless some event reached its
+    log meanwhile."""
+    try:
+        with c.open_log() as lg:
+            if lg.head()[0] != 0:
+                return
+    except EventLogError:
+        pass
+    shutil.rmtree(d, ignore_errors=True)
