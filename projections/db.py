@@ -7,11 +7,12 @@ error, an ``OSError`` or a ``ValueError`` into an :class:`~eventlog.errors.Event
 """
 from __future__ import annotations
 
+import errno
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
 
-from eventlog.errors import EventLogError, ProjectionError
+from eventlog.errors import DiskFullError, EventLogError, ProjectionError
 
 BUSY_TIMEOUT_S = 5.0
 
@@ -27,11 +28,33 @@ def uri(path: Path, mode: str = "ro") -> str:
     return f"file:{quote(str(path))}?mode={mode}"
 
 
-def connect_ro(path: Path) -> sqlite3.Connection:
-    """A read-only connection (autocommit; BEGIN explicitly for a consistent multi-read)."""
+class ImmutableConnection(sqlite3.Connection):
+    """A read-only connection opened with ``immutable=1``: no locks, no ``-shm``, no ``-wal``.
+    What a reader falls back to when the file system cannot give it a ``-shm`` (read-only, or
+    full): it reads the database file as it stands, which may lag transactions still in a WAL."""
+
+
+def connect_ro(path: Path, *, fallback: bool = True) -> sqlite3.Connection:
+    """A read-only connection (autocommit; BEGIN explicitly for a consistent multi-read).
+
+    Opening a WAL database reads (and may have to create or grow) its ``-shm``: on a read-only
+    or full file system that fails. Then, with ``fallback``, the file is opened ``immutable=1``
+    instead (an :class:`ImmutableConnection`): the projections keep serving what they hold."""
     db = sqlite3.connect(uri(path), uri=True, isolation_level=None, check_same_thread=False,
                          timeout=BUSY_TIMEOUT_S)
-    return db
+    if not fallback:
+        return db
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.Error as e:
+        from projections.space import out_of_room
+
+        if not out_of_room(e, path.parent):
+            return db  # the caller meets the same error and judges it
+        db.close()
+    return sqlite3.connect(uri(path) + "&immutable=1", uri=True, isolation_level=None, check_same_thread=False,
+                           factory=ImmutableConnection)
 
 
 def connect_rw(path: Path) -> sqlite3.Connection:
@@ -42,8 +65,8 @@ def connect_rw(path: Path) -> sqlite3.Connection:
     return db
 
 
-def attach_ro(db: sqlite3.Connection, path: Path, name: str) -> None:
-    db.execute("ATTACH DATABASE ? AS " + name, (uri(path),))
+def attach_ro(db: sqlite3.Connection, path: Path, name: str, *, immutable: bool = False) -> None:
+    db.execute("ATTACH DATABASE ? AS " + name, (uri(path) + ("&immutable=1" if immutable else ""),))
 
 
 def attach_rw(db: sqlite3.Connection, path: Path, name: str) -> None:
@@ -52,10 +75,19 @@ def attach_rw(db: sqlite3.Connection, path: Path, name: str) -> None:
     db.execute(f"PRAGMA {name}.synchronous = NORMAL")
 
 
-def is_fault(e: BaseException) -> bool:
-    """True when ``e`` says a database file is damaged, missing or unusable."""
+def is_fault(e: BaseException, directory: Path | None = None) -> bool:
+    """True when ``e`` says a database file is damaged, missing or unusable. Never a full disk
+    (SQLITE_FULL), nor, given the file's ``directory``, an I/O error of a full or read-only file
+    system (:mod:`projections.space`): those wait for room, a rebuild would only die."""
     if not isinstance(e, sqlite3.DatabaseError):
         return False
+    if getattr(e, "sqlite_errorname", "").startswith("SQLITE_FULL") or "disk is full" in str(e).lower():
+        return False
+    if directory is not None:
+        from projections.space import out_of_room
+
+        if out_of_room(e, directory):
+            return False
     name = getattr(e, "sqlite_errorname", "") or ""
     if name.startswith(_FAULT_PREFIXES):
         return True
@@ -78,18 +110,19 @@ DOCTOR_HINT = "run `eventlog doctor --fix`"
 
 def converted(e: BaseException, action: str) -> EventLogError:
     """What ``e``, met while ``action`` (``"reading the projection"``), means to a caller: an
-    :class:`EventLogError` (returned as is) or a :class:`ProjectionError` saying what failed and
-    how to recover. The caller chains the cause: ``raise converted(e, action) from e``.
+    :class:`EventLogError` (returned as is), a :class:`DiskFullError` or a
+    :class:`ProjectionError` saying what failed and how to recover. The caller chains the
+    cause: ``raise converted(e, action) from e``.
 
-    ========================================  ==========================================
-    ``e``                                     hint
-    ========================================  ==========================================
-    SQLITE_FULL ("database or disk is full")  free disk space (never read as corruption)
-    SQLITE_BUSY / SQLITE_LOCKED ("locked")    another process holds the file: retry
-    any other ``sqlite3.Error``               run ``eventlog doctor --fix``
-    ``OSError``                               check permissions (with the OS's reason)
-    ``ValueError`` and anything else          run ``eventlog doctor --fix``
-    ========================================  ==========================================
+    ========================================  ===============  ==================================
+    ``e``                                     class            hint
+    ========================================  ===============  ==================================
+    SQLITE_FULL; ``OSError`` ENOSPC, EDQUOT   DiskFullError    free disk space (never corruption)
+    SQLITE_BUSY / SQLITE_LOCKED ("locked")    ProjectionError  another process holds the file
+    any other ``sqlite3.Error``               ProjectionError  run ``eventlog doctor --fix``
+    any other ``OSError``                     ProjectionError  check permissions (OS's reason)
+    ``ValueError`` and anything else          ProjectionError  run ``eventlog doctor --fix``
+    ========================================  ===============  ==================================
     """
     if isinstance(e, EventLogError):
         return e
@@ -97,11 +130,14 @@ def converted(e: BaseException, action: str) -> EventLogError:
         name = getattr(e, "sqlite_errorname", "") or ""
         text = str(e).lower()
         if name.startswith("SQLITE_FULL") or "disk is full" in text:
-            return ProjectionError(f"{action} failed: the disk is full ({e})",
-                                   hint="free some disk space and retry; the log is not affected")
+            return DiskFullError(f"{action} failed: the disk is full ({e})",
+                                 hint="free some disk space and retry; the log is not affected")
         if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in text:
             return ProjectionError(f"{action} failed: {e}", hint="another process holds the file; retry")
         return ProjectionError(f"{action} failed: {e}", hint=DOCTOR_HINT)
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFullError(f"{action} failed: no space left on device",
+                             hint="free some disk space and retry; the log is not affected")
     if isinstance(e, OSError):
         where = f" ({e.filename})" if e.filename else ""
         return ProjectionError(f"{action} failed: {e.strerror or e}{where}",

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+from eventlog.errors import EventLogError
 from projections.lease import Presence
 
 log = logging.getLogger("eventlog.projections")
@@ -64,8 +65,13 @@ class Follower:
                 if self.failures:
                     self._presence.announce()
                 self.failures = 0
-            except Exception:  # keep following; the next reader or Projector.heal() reports the fault
+            except EventLogError as e:  # keep following; the next reader or Projector.heal() reports the fault
                 self.failures += 1
                 self._presence.withdraw()  # a failing follower must not keep readers from catching up
+                if self.failures == 1 or self.failures % 100 == 0:  # one line, not one per poll
+                    log.warning("the projection follower could not catch up (attempt %d): %s", self.failures, e)
+            except Exception:  # a bug: say where
+                self.failures += 1
+                self._presence.withdraw()
                 log.exception("projection follower failed (attempt %d)", self.failures)
             self._stop.wait(poll if self.failures == 0 else min(MAX_PAUSE_S, poll * 2 ** self.failures))

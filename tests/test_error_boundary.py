@@ -33,7 +33,8 @@ MAPPED = ValidationError("limit", "must be an integer")
 
 
 @pytest.mark.parametrize("error, cls, hint", [
-    (sqlite3.OperationalError("database or disk is full"), ProjectionError, "free some disk space"),
+    (sqlite3.OperationalError("database or disk is full"), DiskFullError, "free some disk space"),
+    (OSError(errno.ENOSPC, "No space left on device"), DiskFullError, "free some disk space"),
     (sqlite3.OperationalError("database is locked"), ProjectionError, "retry"),
     (sqlite3.DatabaseError("file is not a database"), ProjectionError, "eventlog doctor --fix"),
     (sqlite3.ProgrammingError("Cannot operate on a closed database."), ProjectionError, "eventlog doctor --fix"),

@@ -1,0 +1,73 @@
+"""Room to write: a full disk or a read-only file system is never mistaken for a damaged file.
+
+SQLite says "database or disk is full" (SQLITE_FULL) when it runs out of room, but opening a
+WAL database whose ``-shm`` cannot be grown says "disk I/O error", and on a read-only file
+system "unable to open database file": read alone, each looks like a broken file, and a
+rebuild would start and die. Projection code asks here first — :func:`out_of_room` for an
+error met, :func:`cannot_write` before work that needs room — and then waits for space (the
+projections serve what they have, flagged stale) instead of rebuilding.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+
+LOW_SPACE_BYTES = 4 * 1024 * 1024
+"""Below this much free space an I/O error on a projection file is taken for a full disk."""
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int | None:
+    """Bytes an unprivileged writer may still use on ``path``'s file system (None: unknown)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def read_only(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def cannot_write(path: str | os.PathLike[str]) -> str | None:
+    """Why nothing can be written at ``path`` now (``"read-only file system"``, ``"the disk is
+    full (N bytes free)"``), or None."""
+    if read_only(path):
+        return "read-only file system"
+    free = free_bytes(path)
+    if free is not None and free < LOW_SPACE_BYTES:
+        return f"the disk is full ({free:,} bytes free)"
+    return None
+
+
+def out_of_room(e: BaseException, path: str | os.PathLike[str]) -> str | None:
+    """Why ``e``, met on a file under ``path``, is a full disk or a read-only file system rather
+    than damage (the words to report), or None when it is not."""
+    if isinstance(e, OSError):
+        if e.errno in _FULL_ERRNOS:
+            return cannot_write(path) or "no space left on device"
+        if e.errno == errno.EROFS:
+            return "read-only file system"
+        return None
+    if not isinstance(e, sqlite3.Error):
+        return None
+    name = getattr(e, "sqlite_errorname", "") or ""
+    text = str(e).lower()
+    if name.startswith("SQLITE_FULL") or "disk is full" in text:
+        return cannot_write(path) or "the disk is full"
+    if name.startswith(("SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_READONLY")) or "disk i/o error" in text \
+            or "unable to open" in text or "readonly" in text:
+        return cannot_write(path)
+    return None
+
+
+def directory_of(path: Path) -> Path:
+    """The directory whose file system holds ``path`` (``path`` itself when it is one)."""
+    return path if path.is_dir() else path.parent
