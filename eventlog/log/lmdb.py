@@ -26,6 +26,7 @@ import fcntl
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 import weakref
@@ -174,6 +175,93 @@ def lock_holder(path: Path) -> int | None:
     return None
 
 
+LOCK_MAGIC = 0xBEEFC0DE
+"""The first four bytes of a sound LMDB lock file (lock.mdb: the lock table, no data)."""
+LOCK_HINT = ("stop the processes that have this profile open, then delete {lock} (it holds no data: the next "
+             "open makes a new one); data.mdb is intact")
+
+
+def lock_file_magic(lock: Path) -> int | None:
+    """The magic number of the lock file ``lock``, read with plain file I/O. Only for a lock file
+    no environment of this process has open: closing the descriptor would cancel every fcntl
+    lock the process holds on it (LMDB keeps some). None when it cannot be read."""
+    try:
+        with open(lock, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return None
+    return int.from_bytes(head, sys.byteorder) if len(head) == 4 else 0
+
+
+def mapped_address(path: str) -> int | None:
+    """Where this process maps the start of the file ``path`` (from /proc/self/maps; Linux),
+    or None. Reads /proc only: never opens ``path``."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[2] == "00000000" and parts[5].rstrip("\n") == path:
+                    return int(parts[0].split("-")[0], 16)
+    except OSError:
+        return None
+    return None
+
+
+def posix_lock_holders(path: Path) -> list[int]:
+    """Pids of the other processes holding fcntl (POSIX) locks on ``path`` — LMDB's sign that
+    they have its environment open — from /proc/locks (Linux; else empty)."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    pids = set()
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 6 and parts[1] in ("POSIX", "OFDLCK") and parts[2] != "->":
+            dev_ino = parts[5].split(":")
+            if len(dev_ino) == 3 and dev_ino[2].isdigit() and int(dev_ino[2]) == inode and parts[4].isdigit():
+                pids.add(int(parts[4]))
+    pids.discard(os.getpid())
+    return sorted(p for p in pids if p > 0)
+
+
+_own_memory: tuple[int, int] | None = None  # (pid, descriptor of /proc/self/mem)
+
+
+def read_own_memory(addr: int, size: int) -> bytes | None:
+    """``size`` bytes of this process's memory at ``addr`` (Linux), or None when unmapped or
+    unavailable: a read of memory that cannot fault."""
+    global _own_memory
+    pid = os.getpid()
+    try:
+        if _own_memory is None or _own_memory[0] != pid:
+            _own_memory = (pid, os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC))
+        got = os.pread(_own_memory[1], size, addr)
+    except OSError:
+        return None
+    return got if len(got) == size else None
+
+
+def data_intact(env_dir: Path) -> tuple[int, str] | None:
+    """The head recorded in data.mdb, read without the lock file (``lock=False``, read-only),
+    or None when data.mdb itself cannot be read."""
+    try:
+        env = lmdb.open(str(env_dir), max_dbs=8, readonly=True, lock=False, subdir=True)
+    except lmdb.Error:
+        return None
+    try:
+        meta = env.open_db(b"meta", create=False)
+        with env.begin() as txn:
+            raw = txn.get(b"head", db=meta)
+        return (key_seq(raw[:_SEQ]), bytes(raw[_SEQ:]).hex()) if raw else (0, codec.ZERO_HASH)
+    except lmdb.Error:
+        return None
+    finally:
+        env.close()
+
+
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -245,7 +333,13 @@ class _Environment:
         # transaction would block every reader that merely opens the log. The environment
         # becomes writable at this process's first write (_ensure_writable).
         self._env_readonly = readonly or (self.env_dir / "data.mdb").exists()
-        env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
+        self._lock_map: int | None = None
+        try:
+            env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
+        except StorageError:
+            if not self._replace_garbage_lock_file():
+                raise
+            env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
         try:
             env.reader_check()
         except lmdb.Error:
@@ -285,6 +379,78 @@ class _Environment:
         self._lock_path = str(self.env_dir / "lock.mdb")
         st = os.stat(self._lock_path)
         self._lock_id = (st.st_dev, st.st_ino)
+        self._lock_map = mapped_address(os.path.realpath(self._lock_path))
+
+    # ---------------------------------------------------------------- a lock table overwritten with garbage
+
+    def _replace_garbage_lock_file(self) -> bool:
+        """At open (no environment of this process has the file open): when lock.mdb is not a
+        lock table but data.mdb is intact, replace it — alone, or raise a StorageError naming
+        the processes to stop. Returns False when the lock file is not the problem."""
+        lock = self.env_dir / "lock.mdb"
+        magic = lock_file_magic(lock)
+        if magic is None or magic == LOCK_MAGIC or data_intact(self.env_dir) is None:
+            return False
+        holders = posix_lock_holders(lock)
+        if holders:
+            who = f"process {holders[0]} has" if len(holders) == 1 else f"processes {', '.join(map(str, holders))} have"
+            raise StorageError(f"the log's lock table {lock} is damaged ({who} it open)", hint=LOCK_HINT.format(lock=lock))
+        with self._flocked_writer():
+            if lock_file_magic(lock) not in (None, LOCK_MAGIC):
+                log_warn(f"{lock} was not a lock table (overwritten?); replacing it (data.mdb is intact)")
+                _unlink(lock)
+        return True
+
+    def _lock_table_garbage(self) -> bool:
+        """True when the lock table this process has mapped no longer starts with LMDB's magic
+        (overwritten in place): locking its mutexes could hang or abort the process. Read
+        through /proc/self/mem, so a mapping another thread has just closed reads as unknown
+        (False) instead of faulting."""
+        addr = self._lock_map
+        if addr is None:
+            return False
+        head = read_own_memory(addr, 4)
+        return head is not None and int.from_bytes(head, sys.byteorder) != LOCK_MAGIC
+
+    def _recover_lock_table(self, *, flocked: bool = False) -> None:
+        """The mapped lock table is garbage: remove lock.mdb (under the writer lock — taken here
+        unless ``flocked`` — so no writer of any process is mid-commit) and reopen on a fresh
+        one; other processes rejoin it at their next read or write (see :meth:`_ensure_lock`).
+        Raises a StorageError with the right hint when that cannot be done."""
+        lock = Path(self._lock_path)
+
+        def replace() -> None:
+            if self._lock_table_garbage() and not self._lock_replaced():
+                log_warn(f"{lock} was overwritten (not a lock table any more); replacing it (data.mdb is intact)")
+                _unlink(lock)
+
+        try:
+            if flocked:
+                replace()
+            else:
+                with self._flocked_writer():
+                    replace()
+        except WriterBusyError as e:
+            raise StorageError(f"the log's lock table {lock} is damaged", hint=LOCK_HINT.format(lock=lock)) from e
+        self._ensure_lock()
+
+    @contextmanager
+    def _flocked_writer(self) -> Iterator[None]:
+        """The writer lock's flock alone (not LMDB's mutex), waiting at most ``lock_timeout``."""
+        fd = self._writer_lock_fd()
+        deadline = time.monotonic() + self.lock_timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise self._busy() from None
+                time.sleep(0.005)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def _sweep(self) -> None:
         """Clear reader slots of dead processes every READER_SWEEP_S, even while idle, so a
@@ -293,6 +459,8 @@ class _Environment:
             with self._sweep_lock:
                 if self._closed or self._forked or self._pid != os.getpid():
                     return
+                if self._lock_table_garbage():  # never lock a garbage mutex; the next read replaces it
+                    continue
                 try:
                     self._env.reader_check()
                 except lmdb.Error:
@@ -321,6 +489,8 @@ class _Environment:
                     time.sleep(delay)
                     delay = min(delay * 2, 0.01)
             try:
+                if self._lock_table_garbage():  # LMDB's write mutex lives there: never lock garbage
+                    self._recover_lock_table(flocked=True)
                 self._ensure_writable()
                 yield
             finally:
@@ -352,6 +522,7 @@ class _Environment:
             if not self._env_readonly:
                 return
             with self._sweep_lock:
+                self._lock_map = None
                 self._env.close()
                 self._env_readonly = False
                 self._attach(self._open_env(self.env_dir, *self._open_args, False))
@@ -641,6 +812,7 @@ class _Environment:
         with self._sweep_lock:
             self._closed = True
             if not self._forked and self._pid == os.getpid():
+                self._lock_map = None
                 self._env.close()
             if self._writer_fd is not None:
                 os.close(self._writer_fd)  # our own flock file, never a database file
@@ -677,6 +849,18 @@ class _Environment:
                     self._env.reader_check()
                     if attempt == 2:
                         raise storage_error(e, "cannot read the log") from e
+                except lmdb.Error:
+                    # A lock table overwritten in place reads as "Invalid argument": replace it
+                    # (no transaction of ours may be open meanwhile) and try again, once.
+                    if attempt == 2 or not self._lock_table_garbage():
+                        raise
+                    with self._rcv:
+                        self._readers -= 1
+                    try:
+                        self._recover_lock_table()
+                    finally:
+                        with self._rcv:
+                            self._readers += 1
             else:  # pragma: no cover - three resizes in a row
                 raise StorageError("the log map kept changing size while opening a read transaction")
             try:
@@ -924,6 +1108,7 @@ class _Environment:
             if moved == self.env_dir:
                 log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
             with self._sweep_lock:
+                self._lock_map = None
                 self._env.close()
                 self.env_dir = moved
                 self._attach(self._open_env(moved, *self._open_args, self._env_readonly))
