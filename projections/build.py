@@ -37,6 +37,7 @@ from projections.schema import (
     STATE_SCHEMA,
 )
 from projections.site import ZERO_HASH, Site, init_meta, write_cursor
+from projections.verified import Verified
 
 log = logging.getLogger("eventlog.projections")
 
@@ -159,6 +160,7 @@ class Builder:
         files.create_empty(path)
         conn = sql.connect_rw(path)
         events = 0
+        verified = Verified(site.log, 1, stop, ZERO_HASH)  # the verified prefix only
         try:
             bulk_pragmas(conn)
             create(conn, app_id, STATE_SCHEMA, site.ddl + (FTS_TABLES if with_fts else []))
@@ -173,7 +175,7 @@ class Builder:
                 applier.docs = []
             last: dict[str, Any] | None = None
             if stop > 0:
-                for env in site.log.read(1, stop):
+                for env in verified:
                     ts = env.get("ts")
                     if as_of_ns is not None and isinstance(ts, int) and ts > as_of_ns:
                         break
@@ -190,6 +192,8 @@ class Builder:
             applier.flush()
             if index is not None:
                 index.add(applier.docs)  # type: ignore[arg-type]
+            if kind != "replay" and as_of_ns is None and until_seq is None:
+                site.damage = verified.damage
             last_seq = last["seq"] if last else 0
             last_hash = last.get("hash") if last else ZERO_HASH
             write_cursor(conn, last_seq, last_hash)
@@ -205,7 +209,8 @@ class Builder:
         finally:
             conn.close()
         files.fsync_file(path)
-        return {"events": events, "last_seq": last_seq, "last_hash": last_hash}
+        damage = verified.damage.to_dict() if verified.damage is not None else None
+        return {"events": events, "last_seq": last_seq, "last_hash": last_hash, "damage": damage}
 
 
 class IndexBuilder:

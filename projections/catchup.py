@@ -20,6 +20,7 @@ from projections.files import Generation
 from projections.health import HEALTHY, fts_command_check, judge_meta, read_meta
 from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
 from projections.site import Broken, Site, check_writable, write_cursor
+from projections.verified import Verified
 
 DEFAULT_BATCH = 1000
 
@@ -120,8 +121,9 @@ class CatchUp:
 
     def apply(self) -> int:
         """Apply the events past state.db's cursor, up to the log head, in batches of
-        ``batch_size``. Returns how many were applied. Raises :class:`Broken` (or a SQLite
-        fault) when state.db must be rebuilt first."""
+        ``batch_size``, each checked against the chain (:mod:`projections.verified`): at a
+        damaged event it stops and sets ``site.damage``. Returns how many were applied.
+        Raises :class:`Broken` (or a SQLite fault) when state.db must be rebuilt first."""
         conn = self.writer.state()
         meta = read_meta(conn)
         status, detail = judge_meta(meta, "state", self.site.profile, self.site.view())
@@ -133,7 +135,8 @@ class CatchUp:
         applier = self.site.applier(conn)
         batch: list[dict[str, Any]] = []
         applied = 0
-        for env in self.site.log.read(last_seq + 1, stop):
+        events = Verified(self.site.log, last_seq + 1, stop, meta["last_hash"])  # stops at a damaged event
+        for env in events:
             batch.append(env)
             if len(batch) >= self.batch_size:
                 _commit_batch(conn, applier, batch)
@@ -142,6 +145,7 @@ class CatchUp:
         if batch:
             _commit_batch(conn, applier, batch)
             applied += len(batch)
+        self.site.damage = events.damage
         return applied
 
     def sync_fts(self) -> None:

@@ -135,24 +135,26 @@ class Projector:
         target = self.log.head()[0] if to_seq is None else to_seq
         deadline = time.monotonic() + max(0.0, wait)
         delay = 0.0005
-        while not self._attempt(target) and time.monotonic() < deadline:
+        # A damaged log or a full disk ends the wait at once: waiting cannot help (site.damage,
+        # site.halt; the read says why).
+        while not self._attempt(target) and time.monotonic() < deadline and not self.site.halt:
             time.sleep(delay)
             delay = min(delay * 2, 0.005)
         return Reach(target, self.site.known_seq)
 
     def _attempt(self, target: int) -> bool:
         site = self.site
-        if site.known_seq >= target:
+        if site.known_seq >= site.reachable(target):
             return True
         site.known_seq = max(site.known_seq, self.cursor())  # another thread or process may have applied it
-        if site.known_seq >= target:
+        if site.known_seq >= site.reachable(target):
             return True
         if not self._closed and self.lease.acquire(0):
             try:
                 self._healer.catch_up()
             finally:
                 self.lease.release()
-        return site.known_seq >= target
+        return site.known_seq >= site.reachable(target)
 
     def cursor(self) -> int:
         """The seq every projection in use has reached (state.db, and the FTS index unless

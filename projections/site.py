@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eventlog.log import Log
+from eventlog.log.damage import Damage
 from projections import files
 from projections.apply import Applier
 from projections.files import Generation
@@ -56,6 +57,10 @@ class Site:
       what another process applied since, never run ahead of the files.
     - ``fts_fault``: why search is degraded (answered by a scan of state.db), or None. Set by a
       failed search or FTS sync, cleared once the index is checked or rebuilt.
+    - ``damage``: the first bad seq of the log (:mod:`projections.verified`), or None. The
+      projections stop before it: every read is as of ``damage.seq - 1`` at most.
+    - ``halt``: why the projections cannot be written now (a full disk, a read-only file
+      system), or None: reads serve what they hold, flagged stale, until a catch-up succeeds.
     """
 
     ddl: list[str] = STATE_DDL
@@ -66,6 +71,12 @@ class Site:
         self.profile = profile
         self.known_seq = 0
         self.fts_fault: str | None = None
+        self.damage: Damage | None = None
+        self.halt: str | None = None
+
+    def reachable(self, target: int) -> int:
+        """The furthest the projections can get towards ``target``: short of a damaged seq."""
+        return target if self.damage is None else min(target, self.damage.seq - 1)
 
     def state_pointer(self) -> Path:
         """The symlink this process reads state.db through (``state.db`` unless a newer

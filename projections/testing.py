@@ -95,8 +95,8 @@ class Prefix:
     def get(self, seq: int) -> dict[str, Any] | None:
         return self.log.get(seq) if seq <= self.until else None
 
-    def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[dict[str, Any]]:
-        yield from self.log.read(from_seq, self.until if to_seq is None else min(to_seq, self.until))
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
+        yield from self.log.read(from_seq, self.until if to_seq is None else min(to_seq, self.until), raw=raw)
 
 
 def diff(a: dict[Any, Any], b: dict[Any, Any]) -> list[str]:

@@ -12,39 +12,69 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
 
 from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, IntegrityError, ValidationError
 from eventlog.log import Log, codec
+from eventlog.log.damage import Damage, Verified
 from sqlite_export.errors import converted
 
 CHUNK = 2000
 Progress = Callable[[int, int], None]
 
 
-def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None,
-                 progress: Progress | None = None) -> int:
-    """Write the log (or one session's events) to ``out``; returns the number of events."""
+@overload
+def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progress: Progress | None = None,
+                 verified: Literal[False] = False) -> int: ...
+
+
+@overload
+def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progress: Progress | None = None,
+                 verified: Literal[True]) -> tuple[int, Damage | None]: ...
+
+
+def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progress: Progress | None = None,
+                 verified: bool = False) -> int | tuple[int, Damage | None]:
+    """Write the log (or one session's events) to ``out``; returns the number of events.
+
+    ``verified``: check the whole log's chain as it is written and stop before the first
+    event that fails (a salvageable prefix); returns ``(events written, the damage or None)``.
+    A session's events are written when the whole log verifies."""
     total = log.head()[0]
     n = 0
+    damage: Damage | None = None
     try:
-        if session is None:
+        if session is None and verified:
+            checked = Verified(log, 1, total)
+            for seq, raw, _env in checked:
+                out.write(raw + b"\n")
+                n += 1
+                if progress and n % CHUNK == 0:
+                    progress(seq, total)
+            damage = checked.damage
+        elif session is None:
             for seq, raw in log.read(1, raw=True):
                 out.write(bytes(raw) + b"\n")
                 n += 1
                 if progress and n % CHUNK == 0:
                     progress(seq, total)
         else:
-            for env in log.read_session(session):
-                out.write(codec.canonical(env) + b"\n")
-                n += 1
+            if verified:
+                checked = Verified(log, 1, total)
+                for _ in checked:
+                    pass
+                damage = checked.damage
+            if damage is None:
+                for env in log.read_session(session):
+                    out.write(codec.canonical(env) + b"\n")
+                    n += 1
     except EventLogError:
         raise
     except (OSError, ValueError) as e:  # the output failed (disk full, closed, a broken pipe)
         raise converted(e, "writing the export") from e
     if progress:
         progress(total, total)
-    return n
+    return (n, damage) if verified else n
 
 
 @dataclass

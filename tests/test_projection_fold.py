@@ -139,8 +139,8 @@ class CrashingLog:
     def get(self, seq: int) -> Any:
         return self._log.get(seq)
 
-    def read(self, from_seq: int = 1, to_seq: int | None = None) -> Any:
-        for i, env in enumerate(self._log.read(from_seq, to_seq)):
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Any:
+        for i, env in enumerate(self._log.read(from_seq, to_seq, raw=raw)):
             if i >= self.crash_after:
                 raise KeyboardInterrupt("simulated crash")
             yield env

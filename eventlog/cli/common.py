@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -174,3 +175,65 @@ def output_path(name: str, option: str) -> Path:
     if path.is_dir():
         raise ValidationError(option, f"{path} is a folder; give a file name")
     return path
+
+
+def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a read from ``store``'s projections cannot promise, for its output: ``degraded``
+    and ``first_bad_seq`` when the log is damaged (the projections stop before that seq),
+    ``stale`` when the projections cannot be updated now (a full disk). Empty when all is well.
+    Printed as warnings on stderr (:func:`warn_flags`) and added to a read's JSON object."""
+    try:
+        h = health if health is not None else store.health(full=False)
+    except EventLogError:
+        return {}
+    flags: dict[str, Any] = {}
+    damage = h.get("damage")
+    if damage:
+        flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"])
+    if h.get("halt"):
+        flags.update(stale=True, stale_reason=h["halt"])
+    return flags
+
+
+def warn_flags(flags: dict[str, Any]) -> None:
+    """One warning line on stderr per flag of :func:`read_flags`."""
+    if "first_bad_seq" in flags:
+        click.echo(f"warning: the log is damaged at seq {flags['first_bad_seq']} ({flags['damage_reason']}): "
+                   "reads show only what was verified before it and appends are refused "
+                   "(hint: run `eventlog doctor`)", err=True)
+    if flags.get("stale"):
+        click.echo(f"warning: the projections cannot be updated ({flags['stale_reason']}): recent events may be "
+                   "missing (hint: free some disk space)", err=True)
+
+
+def json_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The keys a read's JSON object gains from :func:`read_flags` (``degraded``,
+    ``first_bad_seq``, ``stale``): none when all is well."""
+    return {k: flags[k] for k in ("degraded", "first_bad_seq", "stale") if k in flags}
+
+
+REPORTED = "eventlog_cli_reported"
+"""A log record carrying this attribute (``extra={REPORTED: True}``) is said by the command's
+own output (:func:`warn_flags`), so the CLI does not print it twice."""
+
+
+class _WarningLines(logging.Handler):
+    """The library's warnings, each as one ``warning: ...`` line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, REPORTED, False):
+            return
+        try:
+            click.echo(f"warning: {printable(record.getMessage())}", err=True)
+        except Exception:  # a logging handler must never raise
+            self.handleError(record)
+
+
+def setup_logging() -> None:
+    """Show the library's warnings (a projection rebuilt, a lock file replaced) as one line
+    each, never with a traceback; idempotent."""
+    root = logging.getLogger("eventlog")
+    if not any(isinstance(h, _WarningLines) for h in root.handlers):
+        handler = _WarningLines(logging.WARNING)
+        root.addHandler(handler)
+        root.propagate = False

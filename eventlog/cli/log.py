@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 import click
@@ -9,6 +10,7 @@ import click
 from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx, progress_bar
 
 INT64_MAX = 2**63 - 1
+FOLLOW_POLL_S = 0.02
 
 
 @click.group()
@@ -40,23 +42,42 @@ def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_j
     """Print the last events of the log (JSONL envelopes with --json).
 
     With --follow, like ``tail -f``: the last N events (or N from --from), then every new one.
+    Every event shown is checked against the chain first: at a damaged one the command stops
+    with an error naming its seq (exit 1), after the events before it.
     """
+    from eventlog.log.damage import Verified
+
+    def show(env: dict[str, Any]) -> None:
+        emit_jsonl(env) if as_json else click.echo(_summary(env))
+
     with c.open_log() as lg:
         head, _ = lg.head()
         if from_seq is None:
             from_seq = max(1, head - (limit or 20) + 1)
         shown = 0
         try:
-            for env in lg.read(from_seq):
+            events = Verified(lg, from_seq, head)
+            for _seq, _raw, env in events:
                 if limit is not None and shown >= limit:
                     break
-                emit_jsonl(env) if as_json else click.echo(_summary(env))
+                show(env)
                 shown += 1
-            if follow:
+            else:
+                if events.damage is not None:
+                    raise events.damage.error_reading()
+            if not follow:
+                return
+            nxt, prev = head + 1, None  # None: the hash of event head is read (and checked) first
+            while True:
                 sys.stdout.flush()
-                for env in lg.follow(max(from_seq, head + 1)):
-                    emit_jsonl(env) if as_json else click.echo(_summary(env))
+                events = Verified(lg, nxt, None, prev)
+                for seq, _raw, env in events:
+                    show(env)
+                    nxt, prev = seq + 1, env["hash"]
+                if events.damage is not None:
                     sys.stdout.flush()
+                    raise events.damage.error_reading()
+                time.sleep(FOLLOW_POLL_S)
         except KeyboardInterrupt:
             pass
 
@@ -66,9 +87,19 @@ def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_j
 @pass_ctx
 @handled
 def log_verify(c: Ctx, as_json: bool) -> None:
-    """Recompute the hash chain; exit 1 naming the first bad seq if it is broken."""
+    """Recompute the hash chain; exit 1 naming the first bad seq if it is broken.
+
+    A broken chain is recorded for every process (appends are refused, reads say where the
+    projections stop); a chain that verifies again (a restored log) clears that record.
+    """
+    from eventlog.log import damage
+
     with c.open_log() as lg:
         res = lg.verify()
+        if res.ok:
+            damage.clear(lg)  # restored: appends are accepted again
+        elif res.first_bad_seq is not None:
+            damage.record(lg, damage.Damage(res.first_bad_seq, res.reason or "fails the chain check"))
     if as_json:
         emit_json(res.to_dict())
     elif res.ok:

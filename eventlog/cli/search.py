@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_ctx
+from eventlog.cli.common import Ctx, emit_json, handled, iso, json_flags, json_option, pass_ctx, read_flags, warn_flags
 
 
 @click.command()
@@ -19,10 +19,14 @@ def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | N
     """Full-text search over messages (any text is accepted as a query)."""
     with c.open_store() as store:
         res = store.search(query, role=role, session_id=session_id, limit=limit)
+        flags = read_flags(store)
+    warn_flags(flags)
+    if flags:
+        res = {**res, **json_flags(flags), "degraded": res["degraded"] or bool(flags.get("degraded"))}
     if as_json:
         emit_json(res)
         return
-    if res["degraded"]:
+    if res["degraded"] and not flags.get("degraded"):
         click.echo("warning: the search index is degraded; results come from a slower scan "
                    "(hint: eventlog rebuild --projection fts)", err=True)
     for r in res["results"]:

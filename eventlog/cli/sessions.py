@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_ctx
+from eventlog.cli.common import Ctx, emit_json, handled, iso, json_flags, json_option, pass_ctx, read_flags, warn_flags
 from eventlog.errors import EventLogError, NotFoundError, TitleConflictError, ValidationError
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned
     with c.open_store() as store:
         rows = store.list_sessions(source=source, archived=None if archived else False,
                                    pinned=True if pinned else None, workspace=workspace, limit=limit)
+        warn_flags(read_flags(store))
     if as_json:
         emit_json(rows)
         return
@@ -100,8 +101,10 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
         if session is None:
             raise NotFoundError("session", session_id)
         messages = store.get_messages(session_id, include_inactive=include_inactive)
+        flags = read_flags(store)
+    warn_flags(flags)
     if as_json:
-        emit_json({"session": session, "messages": messages})
+        emit_json({"session": session, "messages": messages, **json_flags(flags)})
         return
 
     click.echo(f"{session['id']}  {session.get('title') or '(untitled)'}")

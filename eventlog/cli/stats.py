@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
+from eventlog.cli.common import Ctx, emit_json, handled, json_flags, json_option, pass_ctx, read_flags, warn_flags
 
 
 @click.command()
@@ -16,7 +16,12 @@ def stats(c: Ctx, as_json: bool) -> None:
         body = store.stats()
         head, head_hash = store.log.head()
         body["log"] = {"head_seq": head, "head_hash": head_hash, "size_bytes": store.log.size_bytes()}
-        body["projection"] = {"lag": store.projection_lag(), "degraded": bool(store.health(full=False)["fts"]["degraded"])}
+        health = store.health(full=False)
+        flags = read_flags(store, health)
+        body["projection"] = {"lag": store.projection_lag(),
+                              "degraded": bool(health["fts"]["degraded"]) or bool(flags.get("degraded")),
+                              **{k: v for k, v in json_flags(flags).items() if k != "degraded"}}
+    warn_flags(flags)
     if as_json:
         emit_json(body)
         return

@@ -71,8 +71,10 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
         from sqlite_export.jsonl import export_jsonl
 
         with c.open_log() as lg, _Output(out) as fp, progress_bar("exporting") as update:
-            n = export_jsonl(lg, fp, session=session_id, progress=update)
+            n, damage = export_jsonl(lg, fp, session=session_id, progress=update, verified=True)
         click.echo(f"exported {n} events", err=True)
+        if damage is not None:
+            raise damage.error_reading()
         return
     with c.open_store() as store:
         if fmt == "sqlite":

@@ -50,6 +50,7 @@ from eventlog.errors import (
     WriterBusyError,
 )
 from eventlog.log import codec, residency, stored
+from eventlog.log import damage as log_damage
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import FILE_MODE, fsync_dir, fsync_file, make_dir, restrict_file
@@ -916,6 +917,7 @@ class _Environment:
         items = prepare_batch(events, expected_version)
         if not items:
             return []
+        log_damage.refuse_if_damaged(self, "append refused")  # a known broken chain takes no more events
         payloads = [self.compression.compress(it.data_bytes) for it in items] if self.format == FORMAT_2 else None
         req = _Request(items, payloads, expected_version)
         with self._mu:
@@ -1160,6 +1162,7 @@ class _Environment:
         self._check()
         if not raws:
             return 0
+        log_damage.refuse_if_damaged(self, "import refused")
         # LMDB's write lock serializes this transaction with group-commit leaders.
         try:
             with self._writing(), self._env.begin(write=True) as txn:

@@ -1,0 +1,235 @@
+"""A damaged log, once found, is known to every process: the damage marker.
+
+The chain is checked by ``verify`` (every event) and by the projections as they read (each
+event they apply, see ``projections.verified``). What they find — the first seq whose bytes,
+order or presence do not match — is recorded in ``damaged.json`` beside the log's files, never
+inside the log (no repair ever writes the log). While the marker names a seq that is still
+bad, appends refuse with :class:`~eventlog.errors.IntegrityError` (new events on a broken
+chain would only hide it), every read says the projections stop before that seq, and
+``doctor`` reports it. The marker is removed once the chain at that seq checks out again (the
+log restored from a backup): by the next append, ``log verify`` or ``doctor``.
+
+Only logs with a local directory (LMDB) keep a marker; for the others the projections still
+stop at the bad seq and say so, in the process that found it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from eventlog.errors import IntegrityError
+from eventlog.log import codec
+
+MARKER = "damaged.json"
+REPAIR_HINT = ("the events before it are intact: restore the profile's log/ from a backup, or copy its "
+               "verified prefix into a new profile (`eventlog export` stops at the damage; "
+               "`eventlog --profile NEW import FILE`)")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """The first seq of a log that fails the chain check, and why."""
+
+    seq: int
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def error_reading(self) -> IntegrityError:
+        """The error a reader that met this damage raises (after what came before it)."""
+        return IntegrityError(f"the log is damaged at seq {self.seq}: {self.reason}",
+                              hint="run `eventlog log verify`; " + REPAIR_HINT)
+
+    def error(self, action: str = "") -> IntegrityError:
+        """The error an append (``action``) on this log raises."""
+        what = f"{action}: " if action else ""
+        return IntegrityError(f"{what}the log is damaged at seq {self.seq} ({self.reason}); nothing was written",
+                              hint=REPAIR_HINT)
+
+
+def check_event(raw: bytes | None, seq: int, prev: str) -> tuple[dict[str, Any] | None, str | None]:
+    """``(envelope, None)`` when the stored bytes ``raw`` (canonical, as ``read(raw=True)``
+    gives them) are event ``seq`` chained after ``prev``; else ``(envelope or None, reason)``.
+    The same judgement as ``verify``'s, without re-encoding the envelope twice."""
+    if raw is None:
+        return None, f"event {seq} is missing"
+    try:
+        env = codec.decode(raw)
+    except ValueError as e:
+        return None, f"stored bytes are not a JSON object ({e})"
+    if env.get("seq") != seq:
+        return env, f"event carries seq {env.get('seq')!r}, expected {seq}"
+    if env.get("prev") != prev:
+        return env, "prev does not match the hash of the previous event"
+    claimed = env.get("hash")
+    try:
+        if codec.canonical(env) != bytes(raw):
+            return env, "stored bytes are not the canonical encoding of the event"
+    except orjson.JSONEncodeError as e:
+        return env, f"event does not re-encode ({e})"
+    if not isinstance(claimed, str):
+        return env, "hash is missing"
+    # Canonical bytes sort "hash" right after "data": the hashed body is the event without it.
+    token = b',"hash":"' + claimed.encode() + b'"'
+    at = raw.rfind(token)
+    if at < 0:
+        return env, "hash does not match the event's bytes"
+    try:
+        actual = hashlib.sha256(bytes.fromhex(prev) + raw[:at] + raw[at + len(token):]).hexdigest()
+    except ValueError:
+        return env, "prev is not a hex sha256"
+    if actual != claimed:
+        return env, "hash does not match the event's bytes"
+    return env, None
+
+
+class Verified:
+    """The stored events ``from_seq..to_seq`` of ``log`` (``(seq, canonical bytes, envelope)``),
+    each checked against the chain as it is read: its seq follows the previous one (a deleted
+    event is a gap), its bytes decode and are canonical, its ``prev`` is the previous event's
+    hash and its hash is recomputed from its bytes. Iteration stops at the first event that
+    fails; then :attr:`damage` says where and why, and (``record``) the damage is recorded for
+    every process. ``to_seq``: the log head as of the first read when None. ``prev``: the hash
+    of event ``from_seq - 1`` (read from the log when None)."""
+
+    def __init__(self, log: Any, from_seq: int = 1, to_seq: int | None = None, prev: str | None = None, *,
+                 record: bool = True) -> None:
+        self.log = log
+        self.from_seq = max(1, from_seq)
+        self.to_seq = to_seq
+        self.prev = prev
+        self.record = record
+        self.damage: Damage | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+        from eventlog.errors import EventLogError
+
+        to_seq = self.log.head()[0] if self.to_seq is None else self.to_seq
+        expect = self.from_seq
+        if expect > to_seq:
+            return
+        try:
+            prev = self.prev if self.prev is not None else self._hash_before(expect)
+            if prev is None:
+                self._stop(expect - 1, f"event {expect - 1} is missing or damaged")
+                return
+            for seq, raw in self.log.read(expect, to_seq, raw=True):
+                raw = bytes(raw)
+                if seq != expect:
+                    self._stop(expect, f"event {expect} is missing (next stored seq is {seq})")
+                    return
+                env, reason = check_event(raw, seq, prev)
+                if reason is not None or env is None:
+                    self._stop(seq, reason or "unreadable event")
+                    return
+                prev = env["hash"]
+                expect += 1
+                yield seq, raw, env
+        except EventLogError as e:  # a backend that refuses to hand out a damaged event
+            self._stop(expect, str(e))
+            return
+        if expect <= to_seq:
+            self._stop(expect, f"event {expect} is missing (the log's head is {to_seq})")
+
+    def _hash_before(self, seq: int) -> str | None:
+        if seq <= 1:
+            return codec.ZERO_HASH
+        found = list(self.log.read(seq - 1, seq - 1, raw=True))
+        if not found or found[0][0] != seq - 1:
+            return None
+        try:
+            h = codec.decode(found[0][1]).get("hash")
+        except ValueError:
+            return None
+        return h if isinstance(h, str) else None
+
+    def _stop(self, seq: int, reason: str) -> None:
+        self.damage = Damage(seq, reason)
+        if self.record:
+            record(self.log, self.damage)
+
+
+def marker_path(log: Any) -> Path | None:
+    path = getattr(log, "path", None)
+    return Path(path) / MARKER if path is not None else None
+
+
+def recorded(log: Any) -> Damage | None:
+    """The damage recorded for ``log`` (a :class:`Log` with a local ``path``, or that path)."""
+    marker = Path(log) / MARKER if isinstance(log, (str, os.PathLike)) else marker_path(log)
+    if marker is None:
+        return None
+    try:
+        raw = marker.read_bytes()
+    except OSError:
+        return None
+    try:
+        obj = orjson.loads(raw)
+        return Damage(int(obj["seq"]), str(obj["reason"]))
+    except (ValueError, KeyError, TypeError):
+        return Damage(0, "the damage marker itself is unreadable")
+
+
+def record(log: Any, damage: Damage) -> None:
+    """Record ``damage`` for ``log`` (an earlier seq wins; nothing happens without a local path,
+    or when the directory cannot be written — the finder still reports it)."""
+    marker = marker_path(log)
+    if marker is None:
+        return
+    old = recorded(log)
+    if old is not None and 0 < old.seq <= damage.seq:
+        return
+    from eventlog.profiles import atomic_write
+
+    try:
+        with atomic_write(marker) as fp:
+            fp.write(orjson.dumps(damage.to_dict()))
+    except OSError:
+        pass
+
+
+def clear(log: Any) -> None:
+    marker = marker_path(log)
+    if marker is not None:
+        try:
+            os.unlink(marker)
+        except OSError:
+            pass
+
+
+def still_damaged(log: Any, damage: Damage) -> bool:
+    """Whether the recorded damage is still there: event ``seq`` checked against event
+    ``seq - 1`` (two reads). A marker naming no seq is kept (``verify`` decides)."""
+    if damage.seq < 1:
+        return True
+    prev = codec.ZERO_HASH
+    if damage.seq > 1:
+        before = list(log.read(damage.seq - 1, damage.seq - 1, raw=True))
+        if not before:
+            return True
+        try:
+            prev = codec.decode(before[0][1])["hash"]
+        except (ValueError, KeyError):
+            return True
+    found = list(log.read(damage.seq, damage.seq, raw=True))
+    if not found or found[0][0] != damage.seq:
+        return bool(damage.seq <= log.head()[0])
+    _, reason = check_event(bytes(found[0][1]), damage.seq, str(prev))
+    return reason is not None
+
+
+def refuse_if_damaged(log: Any, action: str) -> None:
+    """Raise the recorded damage's :class:`IntegrityError` if it is still there; forget it if
+    the chain at that seq checks out again."""
+    damage = recorded(log)
+    if damage is None:
+        return
+    if still_damaged(log, damage):
+        raise damage.error(action)
+    clear(log)
