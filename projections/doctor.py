@@ -1,28 +1,41 @@
-"""``eventlog doctor``: check the log, the projections, the lease and the file permissions.
+"""``eventlog doctor``: check the log, the projections, the lease, the disk and the file permissions.
 
 Without ``fix`` nothing is changed: the projections are inspected through read-only
 connections *before* anything could heal them, so the report shows what was found. With
 ``fix`` every projection problem is repaired by rebuilding (never by writing the log), and
-permissions are tightened; the report is then taken again.
+permissions are tightened; the report is then taken again. ``deep`` adds :mod:`projections.deep`:
+the projections compared row by row with the fold of the log (``fix`` then rebuilds them when
+they differ).
+
+A damaged log is reported with its first bad seq and recorded for every process
+(:mod:`eventlog.log.damage`: appends refuse, reads say they stop before it); a log that
+verifies again (restored from a backup) has its record removed.
 """
 from __future__ import annotations
 
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from eventlog.log import Log
+from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
 from eventlog.profiles import FILE_MODE as PRIVATE_FILE
+from projections import space
 from projections.health import HEALTHY
 from projections.projector import Projector
+
+Progress = Callable[[int, int], None]
 
 
 def permission_problems(profile_dir: Path) -> list[str]:
     """Paths under the profile that are more open than 0700 (dirs) / 0600 (files)."""
     paths = [profile_dir]
     for root, dirs, names in os.walk(profile_dir):
+        # A directory standing where a pointer belongs, or one set aside, is not eventlog's:
+        # it is reported as such, its contents are not judged.
+        dirs[:] = [d for d in dirs if not (root == str(profile_dir) and _stray(d))]
         paths.extend(Path(root) / n for n in [*dirs, *names])
     problems = []
     for p in paths:
@@ -38,6 +51,10 @@ def permission_problems(profile_dir: Path) -> list[str]:
     return problems
 
 
+def _stray(name: str) -> bool:
+    return name in ("state.db", "fts.db") or ".db.displaced." in name
+
+
 def lease_state(projector: Projector) -> dict[str, Any]:
     path = projector.lease.path
     if projector.lease.acquire(0):
@@ -46,23 +63,63 @@ def lease_state(projector: Projector) -> dict[str, Any]:
     return {"ok": True, "path": str(path), "held_by_other": True}
 
 
-def examine(profile_dir: Path, log: Log, profile: str) -> dict[str, Any]:
-    """The doctor's report; changes nothing."""
+def disk_state(profile_dir: Path) -> dict[str, Any]:
+    """Room to write in the profile: ``{"ok", "free_bytes", "read_only", "detail"}``."""
+    why = space.cannot_write(profile_dir)
+    return {"ok": why is None, "free_bytes": space.free_bytes(profile_dir), "read_only": space.read_only(profile_dir),
+            "detail": why or ""}
+
+
+def displaced(profile_dir: Path) -> list[str]:
+    """Directories a repair set aside (they stood where a projection pointer belongs)."""
+    try:
+        return sorted(n for n in os.listdir(profile_dir) if ".db.displaced." in n)
+    except OSError:
+        return []
+
+
+def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
+            progress: Progress | None = None) -> dict[str, Any]:
+    """The doctor's report; changes nothing (but records or clears the log's damage marker)."""
     res = log.verify()
+    if res.ok:
+        log_damage.clear(log)
+    elif res.first_bad_seq is not None:
+        log_damage.record(log, log_damage.Damage(res.first_bad_seq, res.reason or "fails the chain check"))
     with Projector(profile_dir, log, profile) as projector:
         health = projector.health(full=True)
         lease = lease_state(projector)
+        deep_report = _deep(projector, progress) if deep else None
     perms = permission_problems(profile_dir)
+    disk = disk_state(profile_dir)
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
                 "first_bad_seq": res.first_bad_seq, "reason": res.reason},
         "state": _part(health["state"]),
         "fts": {**_part(health["fts"]), "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,
-        "permissions": {"ok": not perms, "problems": perms},
+        "disk": disk,
+        "permissions": {"ok": not perms, "problems": perms, "displaced": displaced(profile_dir)},
     }
-    report["ok"] = bool(res.ok and report["state"]["ok"] and report["fts"]["ok"] and not perms)
+    if not res.ok and res.first_bad_seq is not None:
+        report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: the projections stop before it and "
+                                   "appends are refused")
+        report["log"]["hint"] = log_damage.REPAIR_HINT
+    if deep_report is not None:
+        report["deep"] = deep_report
+    report["ok"] = bool(res.ok and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
+                        and (deep_report is None or deep_report["ok"]))
     return report
+
+
+def _deep(projector: Projector, progress: Progress | None) -> dict[str, Any]:
+    from projections.deep import deep_check
+
+    reader = projector.reader()
+    try:
+        return deep_check(projector.log, reader, progress)
+    finally:
+        reader.close()
 
 
 def _part(h: dict[str, Any]) -> dict[str, Any]:
@@ -70,15 +127,25 @@ def _part(h: dict[str, Any]) -> dict[str, Any]:
             "last_seq": h.get("last_seq"), "log_head": h.get("log_head")}
 
 
-def repair(profile_dir: Path, log: Log, profile: str) -> list[str]:
-    """Rebuild what is broken and tighten permissions. Never writes the log. Returns what it did."""
+def repair(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
+           progress: Progress | None = None) -> list[str]:
+    """Rebuild what is broken (``deep``: also what differs from the log) and tighten
+    permissions. Never writes the log. Returns what it did."""
     done = []
     with Projector(profile_dir, log, profile) as projector:
         before = projector.health(full=True)
+        aside = set(displaced(profile_dir))
         projector.heal(full=True)
         for kind in ("state", "fts"):
             if before[kind]["status"] not in HEALTHY:
                 done.append(f"rebuilt {kind} ({before[kind]['status']})")
+        done += [f"set aside {name} (it stood where a projection pointer belongs)"
+                 for name in sorted(set(displaced(profile_dir)) - aside)]
+        if deep:
+            found = _deep(projector, progress)
+            if not found["ok"] and found["first_difference"] is not None:
+                projector.rebuild("all")
+                done.append(f"rebuilt state and fts ({found['detail']})")
     for problem in permission_problems(profile_dir):
         p = Path(problem.split(" is ")[0])
         os.chmod(p, PRIVATE_DIR if p.is_dir() else PRIVATE_FILE)

@@ -13,23 +13,32 @@ run under the projector lease. :meth:`Healer.health` only reads.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any, Callable
 
 from eventlog.errors import LeaseError, ProjectionError
+from eventlog.log import damage as log_damage
 from projections import db as sql
-from projections import files
+from projections import files, space
 from projections.build import Builder
 from projections.catchup import CatchUp, Writer
-from projections.health import HEALTHY, fts_command_check, inspect
+from projections.health import HEALTHY, WAITING, fts_command_check, inspect
 from projections.site import SCHEMAS, Broken, Site, report
 
 log = logging.getLogger("eventlog.projections")
 
+REPORTED = {"eventlog_cli_reported": True}
+"""Marks a log record a read's own output states too (the CLI prints it once)."""
 REPAIR_LEASE_WAIT = 2.0  # a background FTS repair gives up if the lease stays busy; the next search retries
 Locked = Callable[[float | None], AbstractContextManager[None]]
+
+
+class _NoRoom(Exception):
+    """No room to rebuild (the file system is full or read-only); the reason is the message."""
 
 
 class Healer:
@@ -50,21 +59,28 @@ class Healer:
     # ---- read-only ------------------------------------------------------------------------------
 
     def health(self, full: bool = True) -> dict[str, Any]:
-        """``{"ok": bool, "state": {...}, "fts": {...}}`` where each part has ``status`` (see
-        :mod:`projections.health`), ``detail``, ``file``, ``generation``, ``last_seq``,
-        ``log_head``; ``fts["degraded"]`` tells whether search runs on the fallback scan.
-        Reads only: never rebuilds, never takes a write lock."""
+        """``{"ok": bool, "state": {...}, "fts": {...}, "damage", "halt"}`` where each part has
+        ``status`` (see :mod:`projections.health`), ``detail``, ``file``, ``generation``,
+        ``last_seq``, ``log_head``; ``fts["degraded"]`` tells whether search runs on the
+        fallback scan. ``damage``: the log's first bad seq known to this process or recorded
+        (``{"seq", "reason"}``; the projections stop before it), ``halt``: why they cannot be
+        written now (a full disk). Reads only: never rebuilds, never takes a write lock."""
         site = self.site
         view = site.view()
         state = inspect(site.state_pointer(), "state", profile=site.profile, log=view, full=full)
         state_seq = state["last_seq"] if state["status"] in HEALTHY else None
         ftsh = inspect(site.fts_pointer(), "fts", profile=site.profile, log=view, full=full, state_seq=state_seq)
+        if ftsh["status"] not in HEALTHY + WAITING and state["status"] in HEALTHY and not site.fts_fault:
+            # Learnt here, so this process's searches scan until the index is rebuilt alone.
+            site.fts_fault = f"{ftsh['status']}: {ftsh['detail']}"
         fault = site.fts_fault
         ftsh["degraded"] = bool(fault) or ftsh["status"] not in HEALTHY
         if fault and ftsh["status"] in HEALTHY:
             ftsh["detail"] = f"search failed in this process: {fault}"
+        damage = site.damage or log_damage.recorded(site.log)
         return {"ok": state["status"] in HEALTHY and ftsh["status"] in HEALTHY and not fault,
-                "state": state, "fts": ftsh}
+                "state": state, "fts": ftsh, "damage": damage.to_dict() if damage is not None else None,
+                "halt": site.halt}
 
     def collect_superseded(self) -> list[str]:
         """After a hot update: remove the private pointers (and their files) of older program
@@ -81,37 +97,94 @@ class Healer:
         """Catch up (:class:`projections.catchup.CatchUp`), rebuilding what it finds broken:
         state.db (with the index too when there is none), or the index alone. Then publish the
         cursor as ``site.known_seq`` — only now, with the index in step too, so a thread that
-        sees it can search. Returns the number of events applied to state.db."""
+        sees it can search. Returns the number of events applied to state.db.
+
+        A full disk or a read-only file system is never taken for damage: nothing is rebuilt,
+        ``site.halt`` says why, and the projections serve what they hold until a later
+        catch-up finds room. Events past a damaged one are never applied (``site.damage``)."""
+        site = self.site
+        if space.read_only(site.dir):
+            return self._halt("read-only file system")
+        damage = site.damage
+        try:
+            applied = self._catch_up()
+        except _NoRoom as e:
+            return self._halt(str(e))
+        except Exception as e:
+            why = space.out_of_room(e, site.dir)
+            if why is None:
+                raise
+            return self._halt(why, e)
+        if site.halt is not None:
+            log.warning("the projections are written again (%s is over)", site.halt)
+            site.halt = None
+        if site.damage is not None and site.damage != damage:
+            log.error("the log is damaged at seq %d (%s): the projections stop before it",
+                      site.damage.seq, site.damage.reason, extra=REPORTED)
+        return applied
+
+    def _halt(self, why: str, error: BaseException | None = None) -> int:
+        """Stop writing the projections for now (no room): the next catch-up tries again."""
+        if self.site.halt != why:
+            log.warning("the projections cannot be written (%s)%s; reads serve what they hold",
+                        why, f": {error}" if error is not None else "", extra=REPORTED)
+        self.site.halt = why
+        self.writer.close()
+        return 0
+
+    def _catch_up(self) -> int:
         applied = 0
         for attempt in (1, 2):
             try:
                 applied = self.catchup.apply()
                 break
             except (Broken, sqlite3.DatabaseError) as e:
-                if isinstance(e, sqlite3.DatabaseError) and not sql.is_fault(e):
+                self._no_room(e)
+                if isinstance(e, sqlite3.DatabaseError) and not sql.is_fault(e, self.site.dir):
                     raise
                 if attempt == 2:
                     raise ProjectionError(f"state.db is still unusable after a rebuild: {e}") from e
+                self._room_to_rebuild()
                 report("state", {"status": getattr(e, "status", "corrupt"), "detail": str(e)})
                 self.writer.close()
+                self._clear_way()
                 self.builder.rebuild_state(with_fts=files.read_pointer(self.site.fts_pointer()) is None)
         try:
             self.catchup.sync_fts()
         except (Broken, sqlite3.DatabaseError) as e:
+            self._no_room(e)
+            self._room_to_rebuild()
             # The index is derived: rebuilding it alone is always safe, whatever SQLite said.
             report("fts", {"status": getattr(e, "status", "corrupt"), "detail": str(e)})
             self.site.fts_fault = str(e)
             self.writer.detach_fts()
+            self._clear_way()
             self.builder.rebuild_fts()
         self.site.known_seq = self.catchup.cursor()
         return applied
 
     def repair(self, full: bool) -> None:
         """Inspect both files (``full``: integrity checks too), rebuild what is not healthy,
-        then catch up."""
+        then catch up. Nothing is rebuilt while the file system is full or read-only
+        (``site.halt`` says so)."""
+        site = self.site
+        why = space.cannot_write(site.dir)
+        if why is not None:
+            self._halt(why)
+            return
+        try:
+            self._repair(full)
+        except Exception as e:
+            why = space.out_of_room(e, site.dir)
+            if why is None:
+                raise
+            self._halt(why, e)
+
+    def _repair(self, full: bool) -> None:
         site = self.site
         view = site.view()
         state = inspect(site.state_pointer(), "state", profile=site.profile, log=view, full=full)
+        self._clear_way()
         if state["status"] not in HEALTHY:
             report("state", state)
             ftsh = inspect(site.fts_pointer(), "fts", profile=site.profile, log=view)
@@ -132,6 +205,28 @@ class Healer:
             self.writer.close()
             self.builder.rebuild_fts()
         self.catch_up()
+
+    def _no_room(self, e: BaseException) -> None:
+        """Raise :class:`_NoRoom` when ``e`` (or the error behind a :class:`Broken`) is a full
+        disk or a read-only file system, not damage."""
+        for error in (e, e.__cause__):
+            why = space.out_of_room(error, self.site.dir) if error is not None else None
+            if why is not None:
+                raise _NoRoom(why) from e
+
+    def _room_to_rebuild(self) -> None:
+        """Raise :class:`_NoRoom` when a rebuild could only start and die (a full disk)."""
+        why = space.cannot_write(self.site.dir)
+        if why is not None:
+            raise _NoRoom(why)
+
+    def _clear_way(self) -> None:
+        """A directory standing where a pointer belongs (``state.db/``, ``fts.db/``) is set aside
+        before a rebuild swaps the pointer in: removed when empty, else renamed
+        ``<name>.displaced.<n>`` (never deleted; ``eventlog doctor`` lists it)."""
+        for pointer in (self.site.state_pointer(), self.site.fts_pointer()):
+            if os.path.isdir(pointer) and not os.path.islink(pointer):
+                set_aside(pointer)
 
     def _fts_command_check(self) -> str | None:
         g = files.read_pointer(self.site.fts_pointer())
@@ -182,3 +277,22 @@ class Healer:
             repairer = self._repairer
         if repairer is not None:
             repairer.join()
+
+
+def set_aside(path: Path) -> str:
+    """Remove the empty directory ``path``, or rename it ``<name>.displaced.<n>`` (0700); returns
+    what became of it."""
+    try:
+        os.rmdir(path)
+        log.warning("removed the empty directory %s that stood where a projection pointer belongs", path)
+        return "removed"
+    except OSError:
+        pass
+    n = 1
+    while os.path.lexists(path.with_name(f"{path.name}.displaced.{n}")):
+        n += 1
+    aside = path.with_name(f"{path.name}.displaced.{n}")
+    os.rename(path, aside)
+    os.chmod(aside, files.DIR_MODE)
+    log.warning("moved the directory %s that stood where a projection pointer belongs to %s", path, aside.name)
+    return f"moved to {aside.name}"

@@ -6,23 +6,31 @@ refuses it, or an integrity check fails), ``foreign`` (not an eventlog projectio
 of this profile, or of this log: the cursor hash differs from the log's hash at that seq),
 ``old_schema`` (written by an older version), ``ahead`` (cursor past the log head, or an FTS
 index past its state.db), ``stale`` (behind the log; catching up fixes it), ``ok``.
+``no_room``: the file could not even be read because the file system is full or read-only —
+never rebuilt for it (see :mod:`projections.space`).
 ``newer_schema`` is reported for a file of a newer program version (never rebuilt by us).
 """
 from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from eventlog.errors import EventLogError
 from eventlog.log import Log
 from projections import db as sql
-from projections import files
+from projections import files, space
 from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
 
 HEALTHY = ("ok", "stale")
-_RANK = ["missing", "unreadable", "corrupt", "foreign", "old_schema", "newer_schema", "ahead", "stale", "ok"]
+WAITING = ("no_room",)
+"""Not healthy, and not to be rebuilt: the file system is full or read-only (a rebuild would
+die); reads serve what the file holds, and the projections resume once there is room."""
+_RANK = ["missing", "unreadable", "corrupt", "foreign", "no_room", "old_schema", "newer_schema", "ahead", "stale",
+         "ok"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +48,10 @@ class LogView:
         def hash_at(s: int) -> str | None:
             if s == seq:
                 return str(h)
-            env = log.get(s)
+            try:
+                env = log.get(s)
+            except EventLogError:  # a damaged event has no hash to compare with
+                return None
             found = env.get("hash") if isinstance(env, dict) else None
             return found if isinstance(found, str) else None
 
@@ -97,7 +108,8 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
     if not os.path.lexists(pointer):
         return done("missing", "no projection file")
     if not os.path.islink(pointer):
-        return done("foreign", f"{pointer.name} is a plain file, not a generation pointer")
+        what = "a directory" if os.path.isdir(pointer) else "a plain file"
+        return done("foreign", f"{pointer.name} is {what}, not a generation pointer")
     g = files.read_pointer(pointer)
     if g is None:
         return done("foreign", f"{pointer.name} names {os.readlink(pointer)!r}, not a generation file")
@@ -108,9 +120,13 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done("missing", f"{g.name} does not exist")
     except OSError as e:
         return done("unreadable", f"{g.name}: {e.strerror}")
+    if stat.S_ISDIR(st.st_mode):
+        return done("foreign", f"{g.name} is a directory, not a database file")
     if st.st_size == 0:
         return done("missing", f"{g.name} is empty")
-    if st.st_mode & 0o600 != 0o600 or not os.access(g.path, os.R_OK | os.W_OK):
+    # On a read-only file system nothing is writable, and nothing needs to be: it is read as it stands.
+    want = os.R_OK if space.read_only(pointer.parent) else os.R_OK | os.W_OK
+    if st.st_mode & 0o600 != 0o600 or not os.access(g.path, want):
         return done("unreadable", f"{g.name} is not readable and writable by its owner "
                                   f"(mode {st.st_mode & 0o777:o})")
     if g.schema < schema:
@@ -120,7 +136,7 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
     try:
         conn = sql.connect_ro(g.path)
     except sqlite3.Error as e:
-        return done(sql.status_of(e), f"cannot open {g.name}: {e}")
+        return done(_status(e, pointer.parent), f"cannot open {g.name}: {e}")
     try:
         found_id = conn.execute("PRAGMA application_id").fetchone()[0]
         if found_id != app_id:
@@ -134,26 +150,36 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         if status in HEALTHY and kind == "fts" and state_seq is not None and isinstance(meta.get("last_seq"), int):
             if meta["last_seq"] > state_seq:
                 status, detail = "ahead", f"index at seq {meta['last_seq']}, state.db at {state_seq}"
+        if status in HEALTHY and kind == "fts":
+            problem = fts_counts(conn, exact=full)
+            if problem:
+                return done("corrupt", problem)
         if full and status in HEALTHY + ("ahead",):
-            problem = integrity(conn, kind)
+            problem = integrity(conn, kind, path=g.path)
             if problem:
                 return done("corrupt", problem)
         return done(status, detail)
     except sqlite3.DatabaseError as e:
-        return done(sql.status_of(e), f"{g.name}: {e}")
+        return done(_status(e, pointer.parent), f"{g.name}: {e}")
     finally:
         conn.close()
 
 
-def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str | None:
-    """A read-only deep check; returns what is wrong, or None."""
+def _status(e: BaseException, directory: Path) -> str:
+    """The status a SQLite error reads as; ``no_room`` for a full disk or a read-only file system."""
+    return "no_room" if space.out_of_room(e, directory) else sql.status_of(e)
+
+
+def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main", *, path: Path | None = None) -> str | None:
+    """A read-only deep check; returns what is wrong, or None. For the FTS index at ``path``
+    this includes FTS5's own index-against-content check, run on a private in-memory copy
+    (the command writes, and only the lease holder may write the live file)."""
     rows = conn.execute(f"PRAGMA {schema}.integrity_check(20)").fetchall()
     if [r[0] for r in rows] != ["ok"]:
         return "integrity_check: " + "; ".join(str(r[0]) for r in rows[:5])
     if kind == "fts":
         # Reading every entry of the index visits every index page; SQLite's integrity_check
-        # does not look inside FTS5 tables (and the 'integrity-check' command needs a write
-        # transaction, which only the lease holder may open).
+        # does not look inside FTS5 tables.
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_probe USING fts5vocab({schema}, fts, instance)")
         try:
             conn.execute("SELECT count(*) FROM temp.fts_probe").fetchone()
@@ -163,6 +189,63 @@ def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str 
                 return f"fts index holds {indexed} documents, docs table {docs}"
         finally:
             conn.execute("DROP TABLE IF EXISTS temp.fts_probe")
+        if path is not None and schema == "main":
+            return fts_copy_check(conn, path)
+    return None
+
+
+COPY_CHECK_MAX_BYTES = 256 * 1024 * 1024
+"""FTS5's own check runs on an in-memory copy of index files up to this size."""
+
+
+def fts_copy_check(conn: sqlite3.Connection, path: Path) -> str | None:
+    """FTS5's 'integrity-check' (every index entry against the documents) on an in-memory copy
+    of the index ``conn`` reads: finds pages overwritten with bytes FTS5 still parses, which a
+    search would answer from silently. Skipped for files over COPY_CHECK_MAX_BYTES."""
+    try:
+        if os.path.getsize(path) > COPY_CHECK_MAX_BYTES:
+            return None
+    except OSError:
+        return None
+    copy = sqlite3.connect(":memory:")
+    try:
+        conn.backup(copy)
+        return fts_command_check(copy)
+    except sqlite3.DatabaseError as e:
+        return f"fts integrity-check: {e}"
+    finally:
+        copy.close()
+
+
+def averaged_rows(conn: sqlite3.Connection, schema: str = "main") -> int:
+    """How many documents the FTS5 index holds, from its averages record (one row read)."""
+    row = conn.execute(f"SELECT block FROM {schema}.fts_data WHERE id = 1").fetchone()
+    block = bytes(row[0]) if row and row[0] else b""
+    value = 0
+    for i, byte in enumerate(block[:9]):  # a SQLite varint: 7 bits a byte, the ninth byte whole
+        if i == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return value
+
+
+def fts_counts(conn: sqlite3.Connection, schema: str = "main", *, exact: bool = False) -> str | None:
+    """Do the index and its documents agree in number? Cheap (two rows read, every open): an
+    emptied index over documents, or an index over an emptied docs table. ``exact`` counts the
+    documents (one pass over the docs table's smallest index): half of either side gone."""
+    indexed = averaged_rows(conn, schema)
+    if exact:
+        docs = conn.execute(f"SELECT count(*) FROM {schema}.docs").fetchone()[0]
+        if docs != indexed:
+            return f"the index holds {indexed} documents, the docs table {docs}"
+        return None
+    any_doc = conn.execute(f"SELECT 1 FROM {schema}.docs LIMIT 1").fetchone() is not None
+    if any_doc and indexed == 0:
+        return "the index is empty but the docs table is not"
+    if indexed and not any_doc:
+        return f"the index holds {indexed} documents but the docs table is empty"
     return None
 
 

@@ -17,14 +17,14 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from eventlog.errors import EventLogError, ProjectionError, ValidationError
+from eventlog.errors import DiskFullError, EventLogError, ProjectionError, ValidationError
 from eventlog.sessions.reads import typed_read
 from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
-from projections import files, fts
+from projections import files, fts, space
 from projections.apply import lineage_of, load_int
 from projections.files import Generation
-from projections.health import HEALTHY, LogView, judge_meta, read_meta
+from projections.health import HEALTHY, LogView, fts_counts, judge_meta, read_meta
 from projections.rows import (
     MESSAGE_COLS,
     REACTION_COLS,
@@ -84,6 +84,7 @@ class Reader:
         self._fts: str | None = None  # schema name of the FTS tables, None when unusable
         self.warnings = Warnings()
         self.last_search_degraded = False
+        self._counted = False
 
     @classmethod
     def open_file(cls, path: str | Path) -> "Reader":
@@ -125,6 +126,8 @@ class Reader:
             return self._db
         p = self._projector
         g = files.read_pointer(p.state_pointer())
+        if isinstance(self._db, sql.ImmutableConnection) and space.cannot_write(p.dir) is None:
+            self.close()  # there is room again: read through the WAL as usual
         if self._db is None or g != self._state_gen:
             self._open_state(g)
         assert self._db is not None
@@ -175,12 +178,17 @@ class Reader:
         if fg is None or not fg.path.exists():
             return
         try:
-            sql.attach_ro(self._db, fg.path, "f")
+            sql.attach_ro(self._db, fg.path, "f", immutable=isinstance(self._db, sql.ImmutableConnection))
         except sqlite3.DatabaseError:
             return
         try:
             if self._db.execute("PRAGMA f.application_id").fetchone()[0] == FTS_APP_ID:
                 self._fts = "f"
+                self._counted = False
+                # Cheap counts on every open: an emptied index is found by reads, not only by doctor.
+                problem = fts_counts(self._db, "f")
+                if problem and self._projector is not None:
+                    self._projector.report_fts_fault(problem)
                 return
         except sqlite3.DatabaseError:
             pass
@@ -211,13 +219,29 @@ class Reader:
                 except EventLogError:
                     raise
                 except sqlite3.DatabaseError as e:
-                    if attempt == 1 and sql.is_fault(e) and self._projector is not None:
+                    directory = self._projector.dir if self._projector is not None else None
+                    if attempt == 1 and sql.is_fault(e, directory) and self._projector is not None:
                         heal = True
                         continue
+                    why = space.out_of_room(e, directory) if directory is not None else None
+                    if why is not None:
+                        raise DiskFullError(f"{action} failed: {why} ({e})",
+                                            hint="free some disk space; the log is not affected") from e
                     raise sql.converted(e, action) from e
                 except (sqlite3.Error, OSError, ValueError) as e:
                     raise sql.converted(e, action) from e
             raise AssertionError("unreachable")
+
+    @property
+    def fts_schema(self) -> str | None:
+        """The schema name the FTS tables are attached as (None while the index is unusable);
+        meaningful inside :meth:`run_read`."""
+        return self._fts
+
+    def run_read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` in one read transaction, under this reader's error boundary
+        (for checks that read tables directly: ``doctor --deep``)."""
+        return self._run(fn)
 
     def cursors(self) -> tuple[int, int | None]:
         """(state.db cursor, FTS cursor or None when the index is unusable)."""
@@ -458,6 +482,16 @@ class Reader:
         def run(db: sqlite3.Connection) -> tuple[bool, list[tuple[Any, ...]]]:
             if self._fts is None and self._projector is not None:
                 self._projector.report_fts_fault("the FTS index is missing or unreadable")
+            if self._fts is not None and not self._counted and self._projector is not None:
+                # Once per index generation: the documents counted against the index (half of
+                # either side gone would otherwise make search silently wrong).
+                self._counted = True
+                try:
+                    problem = fts_counts(db, self._fts, exact=True)
+                except sqlite3.DatabaseError as e:
+                    problem = str(e)
+                if problem:
+                    self._projector.report_fts_fault(problem)
             if self._fts is not None and not self._degraded():
                 try:
                     return False, indexed(db)

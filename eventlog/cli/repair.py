@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx, progress_bar
+from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx, progress_bar, read_flags, warn_flags
 
 
 @click.command()
@@ -15,44 +15,82 @@ from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx, 
 @handled
 def rebuild(c: Ctx, which: str) -> None:
     """Rebuild projections from the log into new files and swap them in (the log is not written)."""
+    from eventlog.errors import StorageError
+    from projections import space
+    from projections.db import converted
+
+    d = c.profile_dir(create=False)
+    why = space.cannot_write(d)
+    if why is not None:
+        raise StorageError(f"cannot rebuild the projections of {d}: {why}",
+                           hint="free some disk space (or make the file system writable) and retry")
     with c.open_store() as store, progress_bar(f"rebuilding {which}") as update:
-        res = store.rebuild(which, progress=update)
+        try:
+            res = store.rebuild(which, progress=update)
+        except (OSError, ValueError) as e:
+            raise converted(e, "rebuilding the projections") from e
+        except Exception as e:
+            if type(e).__module__ != "sqlite3":
+                raise
+            raise converted(e, "rebuilding the projections") from e
+        flags = read_flags(store)
     click.echo(f"rebuilt {which}: {res['events']} events in {res['seconds']:.2f} s "
                f"({res['events_per_s']:,.0f} events/s)")
+    warn_flags(flags)
 
 
 @click.command()
 @click.option("--fix", is_flag=True, help="Repair every projection problem by rebuilding (never writes the log).")
+@click.option("--deep", is_flag=True,
+              help="Also recompute the read models from the log and compare them with state.db and the FTS index.")
 @json_option
 @pass_ctx
 @handled
-def doctor(c: Ctx, fix: bool, as_json: bool) -> None:
+def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
     """Check the log, state.db, the FTS index, cursors, the lease and file permissions.
 
     Without --fix nothing is changed; exits 1 if anything is wrong. With --fix, exits 0 only if
-    everything is ok afterwards.
+    everything is ok afterwards. --deep compares every session's rows (and the index's
+    documents) with the reference fold of the log, naming the first that differs; with --fix
+    what differs is rebuilt.
     """
     from projections.doctor import examine, repair
 
     d = c.profile_dir(create=False)
     actions: list[str] = []
-    with c.open_log() as lg:
+    with c.open_log() as lg, progress_bar("checking") as update:
         if fix:
-            actions = repair(d, lg, c.profile)
-        report = examine(d, lg, c.profile)
+            actions = repair(d, lg, c.profile, deep=deep, progress=update)
+        report = examine(d, lg, c.profile, deep=deep, progress=update)
     if fix:
         report["fixed"] = actions
     if as_json:
         emit_json(report)
     else:
-        for part in ("log", "state", "fts", "permissions"):
-            item = report[part]
+        for part in ("log", "state", "fts", "disk", "permissions", "deep"):
+            item = report.get(part)
+            if item is None:
+                continue
             status = item.get("status", "ok" if item["ok"] else "broken")
-            detail = item.get("detail") or item.get("reason") or "; ".join(item.get("problems", [])) or ""
+            if part == "log" and not item["ok"]:
+                detail = f"{item.get('detail', '')} ({item.get('reason')})"
+            else:
+                detail = item.get("detail") or item.get("reason") or "; ".join(item.get("problems", [])) or ""
+            if part == "deep" and item["ok"]:
+                detail = f"matches the log up to seq {item['compared_seq']}"
             click.echo(f"{part:<12} {status:<11} {detail}")
+        for name in report["permissions"].get("displaced", []):
+            click.echo(f"note: {name} was set aside (it stood where a projection pointer belongs); remove it "
+                       "once you have looked")
         for a in actions:
             click.echo(f"fixed: {a}")
     if not report["ok"]:
         if not as_json:
-            click.echo("error: problems found" + ("" if fix else " (hint: run `eventlog doctor --fix`)"), err=True)
+            if not report["log"]["ok"]:
+                hint = report["log"].get("hint")
+            elif not report["disk"]["ok"]:
+                hint = "free some disk space (or make the file system writable); nothing is rebuilt until then"
+            else:
+                hint = None if fix else "run `eventlog doctor --fix`"
+            click.echo("error: problems found" + (f" (hint: {hint})" if hint else ""), err=True)
         sys.exit(1)
