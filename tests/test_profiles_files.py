@@ -109,14 +109,22 @@ def test_a_writer_killed_at_any_moment_leaves_a_whole_file(tmp_path: Path) -> No
 
 
 def test_a_profile_directory_that_cannot_be_made_is_a_storage_error(tmp_path: Path) -> None:
-    """A home below a plain file: the OSError leaves as a StorageError with its cause, from the
-    profile layer and from SessionStore.open alike."""
+    """A home below a plain file cannot be a home: refused by name before anything is made
+    (ValidationError, field ``home``). A directory the file system will not make (under /proc):
+    the OSError leaves as a StorageError with its cause, from the profile layer and from
+    SessionStore.open alike."""
+    from eventlog.errors import ValidationError
     from eventlog.sessions.store import SessionStore
 
     (tmp_path / "file").write_bytes(b"")
     home = tmp_path / "file" / "home"
+    for call in (lambda: profile_dir(home, "p"), lambda: SessionStore.open(home, "p")):
+        with pytest.raises(ValidationError) as refused:
+            call()
+        assert refused.value.field == "home" and "is not a directory" in str(refused.value)
+    unmakeable = Path("/proc/eventlog-no-such-dir/home")
     with pytest.raises(StorageError) as info:
-        profile_dir(home, "p")
-    assert isinstance(info.value.__cause__, NotADirectoryError) and info.value.hint
+        profile_dir(unmakeable, "p")
+    assert isinstance(info.value.__cause__, OSError) and info.value.hint
     with pytest.raises(StorageError):
-        SessionStore.open(home, "p")
+        SessionStore.open(unmakeable, "p")

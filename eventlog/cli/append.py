@@ -95,9 +95,9 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     """
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
-    _check_sessions(c, [n for n, _ in lines], batch)
     seqs: list[int] = []
     with c.open_log(create=True) as log:
+        _check_sessions(c, log, [n for n, _ in lines], batch)
         if each:
             for ev in batch:
                 got = log.append([ev])
@@ -134,19 +134,14 @@ def _settle(c: Ctx, log: Log, seq: int) -> None:
         p.close()
 
 
-def _check_sessions(c: Ctx, numbers: list[int], batch: list[dict[str, Any]]) -> None:
+def _check_sessions(c: Ctx, log: Log, numbers: list[int], batch: list[dict[str, Any]]) -> None:
     """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
     of a session that does not exist (never created, or deleted), a ``session.created`` whose
     id was used before or whose parent does not exist. Earlier lines of the input count. A line
     whose ``id`` is already in the log is left to the log (an idempotent replay, or refused)."""
     if not any(ev.get("session") is not None for ev in batch):
         return
-    from eventlog import profiles
-
-    if c.log_url is None and not (profiles.profile_dir(c.home, c.profile, create=False) / "log").is_dir():
-        store = None  # a new profile holds no session yet
-    else:
-        store = c.open_store()
+    store = c.open_store() if log.head()[0] > 0 else None  # an empty log holds no session yet
     try:
         created: set[str] = set()
         deleted: set[str] = set()

@@ -1,0 +1,357 @@
+"""What a new user (or an attacker) meets in the first hour, through the real console script:
+huge numbers, outputs into missing or special folders, hostile homes, duplicate JSON keys,
+events of sessions that do not exist, exports under umask 000, a 10 KB search query, imports
+into the wrong place, ``log tail --follow --limit 1``, ``--version``, and the wording of
+answers and errors. Every failure is one line on stderr (``error: ...`` exit 1, or click's
+usage error exit 2), never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.errors import ValidationError
+from eventlog.sessions.store import SessionStore
+
+EXE = str(Path(sys.executable).with_name("eventlog"))
+PROFILE = "p"
+
+
+def run(home: Path | None, *args: str, input: str | None = None, env: dict[str, str] | None = None,
+        profile: str = PROFILE, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [EXE, *(["--home", str(home)] if home is not None else []), "--profile", profile, *args]
+    pre = (lambda: os.umask(umask)) if umask is not None else None  # noqa: E731
+    return subprocess.run(argv, input=input, capture_output=True, text=True, timeout=60,
+                          env=env or dict(os.environ), preexec_fn=pre)
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], code: int = 1) -> str:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+    if code == 1:
+        assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    else:
+        assert r.stderr.splitlines()[-1].startswith("Error: "), r.stderr
+    return r.stderr
+
+
+@pytest.fixture(scope="module")
+def profile_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A profile with a session ``s1`` of three messages (one a tool call with no text, one
+    rewound) and a session ``s2``."""
+    home = tmp_path_factory.mktemp("home")
+    with SessionStore.open(home, PROFILE, follower=False) as store:
+        store.create_session("s1", title="first")
+        store.append_message("s1", "user", "gateway latency question")
+        store.append_message("s1", "assistant", None, tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"cmd": "uptime"}'}}])
+        late = store.append_message("s1", "user", "never mind")
+        store.rewind("s1", late)
+        store.create_session("s2")
+    return home
+
+
+# ------------------------------------------------------------------ numbers and paths
+
+@pytest.mark.parametrize("args", [
+    ["log", "tail", "--from", "18446744073709551616"],
+    ["log", "tail", "--limit", "99999999999999999999999"],
+    ["replay", "--until", "99999999999999999999999", "--out", "x.db"],
+    ["sessions", "list", "--limit", str(2**64)],
+    ["search", "x", "--limit", str(2**63)],
+])
+def test_huge_numbers_are_usage_errors(profile_home: Path, args: list[str]) -> None:
+    one_line_error(run(profile_home, *args), code=2)
+
+
+def test_the_largest_seq_is_a_valid_start(profile_home: Path) -> None:
+    r = run(profile_home, "log", "tail", "--from", str(2**63 - 1))
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["export", "{missing}/x.jsonl"],
+    ["export", "--format", "sqlite", "{missing}/x.db"],
+    ["export", "--format", "md", "--session", "s1", "{missing}/x.md"],
+    ["replay", "--until", "3", "--out", "{missing}/x.db"],
+])
+def test_outputs_into_a_missing_folder_are_refused_and_no_folder_is_made(profile_home: Path, tmp_path: Path,
+                                                                          args: list[str]) -> None:
+    missing = tmp_path / "missing"
+    err = one_line_error(run(profile_home, *[a.format(missing=missing) for a in args]))
+    assert f"the folder {missing} does not exist" in err
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("out", ["/proc/eventlog-x", "{file}/x"])
+@pytest.mark.parametrize("fmt", ["jsonl", "sqlite", "md", "replay"])
+def test_outputs_to_special_places_fail_in_one_line_naming_them(profile_home: Path, tmp_path: Path, out: str,
+                                                                fmt: str) -> None:
+    a_file = tmp_path / "plain"
+    a_file.write_text("")
+    target = out.format(file=a_file)
+    if fmt == "replay":
+        args = ["replay", "--until", "2", "--out", target]
+    else:
+        args = ["export", "--format", fmt, *(["--session", "s1"] if fmt == "md" else []), target]
+    err = one_line_error(run(profile_home, *args))
+    assert str(Path(target).parent if out.startswith("{file}") else target) in err
+    assert not list(Path("/proc").glob(".eventlog-x*"))
+
+
+def test_exports_are_0600_under_umask_000(profile_home: Path, tmp_path: Path) -> None:
+    outs = {"jsonl": tmp_path / "a.jsonl", "sqlite": tmp_path / "a.db", "md": tmp_path / "a.md",
+            "html": tmp_path / "a.html"}
+    for fmt, out in outs.items():
+        r = run(profile_home, "export", "--format", fmt, *(["--session", "s1"] if fmt in ("md", "html") else []),
+                str(out), umask=0)
+        assert r.returncode == 0, r.stderr
+    r = run(profile_home, "replay", "--until", "2", "--out", str(tmp_path / "r.db"), umask=0)
+    assert r.returncode == 0, r.stderr
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in tmp_path.iterdir() if p.name != "plain"}
+    assert set(modes.values()) == {"0o600"}, modes
+
+
+def test_a_transcript_export_says_what_it_wrote(profile_home: Path, tmp_path: Path) -> None:
+    r = run(profile_home, "export", "--format", "md", "--session", "s1", str(tmp_path / "t.md"))
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr == f"wrote the md transcript of session s1 (2 messages) to {tmp_path / 't.md'}\n"
+
+
+# ------------------------------------------------------------------ homes
+
+def test_an_empty_home_is_an_error_both_ways(profile_home: Path, tmp_path: Path) -> None:
+    env = dict(os.environ)
+    env.pop("EVENTLOG_HOME", None)
+    before = set(os.listdir(tmp_path))
+    for args, environ in ((["--home", ""], env), ([], dict(env, EVENTLOG_HOME=""))):
+        r = subprocess.run([EXE, *args, "init"], capture_output=True, text=True, cwd=tmp_path, env=environ, timeout=60)
+        err = one_line_error(r, code=2)
+        assert "is empty" in err
+    assert set(os.listdir(tmp_path)) == before, "nothing was written into the current directory"
+
+
+@pytest.mark.parametrize("home", ["/dev/null", "{file}/sub", "{file}"])
+def test_a_home_through_a_file_is_a_usage_error(tmp_path: Path, home: str) -> None:
+    a_file = tmp_path / "plain"
+    a_file.write_text("")
+    h = home.format(file=a_file)
+    for args in (["init"], ["sessions", "list"], ["log", "verify"]):
+        err = one_line_error(run(Path(h), *args), code=2)
+        assert "is not a directory" in err or "is a file" in err  # ours, or click's for the path itself
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(h, PROFILE)
+    assert info.value.field == "home"
+
+
+@pytest.mark.parametrize("home", ["", "a\x00b", b"/tmp/x"])
+def test_sessionstore_open_refuses_a_hostile_home_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          home: Any) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(home, PROFILE)
+    assert info.value.field == "home"
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_empty_eventlog_home_is_refused_by_sessionstore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVENTLOG_HOME", "")
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(profile=PROFILE)
+    assert info.value.field == "home" and "EVENTLOG_HOME" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture
+def read_only_home(profile_home: Path, tmp_path: Path) -> Any:
+    """``profile_home`` seen through a read-only bind mount (root with CAP_SYS_ADMIN), else skip."""
+    where = tmp_path / "ro"
+    where.mkdir()
+    r = subprocess.run(["mount", "--bind", "-o", "ro", str(profile_home), str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount read-only here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], capture_output=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_read_only_home_answers_or_fails_in_one_line(read_only_home: Path) -> None:
+    r = run(read_only_home, "log", "verify")
+    assert r.returncode == 0 and r.stdout.startswith("ok: "), r.stderr
+    for args in (["sessions", "list"], ["sessions", "show", "s1"], ["search", "gateway"], ["stats"], ["doctor"],
+                 ["messages", "add", "s1", "--role", "user", "--content", "x"], ["rebuild"]):
+        r = run(read_only_home, *args)
+        assert "Traceback" not in r.stderr, (args, r.stderr)
+        if r.returncode != 0:
+            one_line_error(r)
+    r = run(read_only_home, "messages", "add", "s1", "--role", "user", "--content", "x")
+    assert r.returncode == 1 and "read-only" in r.stderr.lower(), r.stderr
+    r = run(read_only_home, "init", profile="new")
+    assert "read-only" in one_line_error(r).lower()
+
+
+# ------------------------------------------------------------------ append input
+
+def test_duplicate_keys_are_refused_and_nothing_is_appended(profile_home: Path) -> None:
+    before = run(profile_home, "log", "verify", "--json")
+    line = '{"type": "message.appended", "type": "session.deleted", "session": "s2", "data": {}}'
+    err = one_line_error(run(profile_home, "append", input=line))
+    assert "'type' appears twice" in err
+    nested = '{"type": "message.appended", "session": "s2", "data": {"role": "user", "content": "a", "content": "b"}}'
+    assert "'content' appears twice" in one_line_error(run(profile_home, "append", input=nested))
+    assert run(profile_home, "log", "verify", "--json").stdout == before.stdout
+    assert run(profile_home, "sessions", "show", "s2").returncode == 0
+
+
+def test_events_of_sessions_that_do_not_exist_are_refused(profile_home: Path, tmp_path: Path) -> None:
+    before = run(profile_home, "log", "verify", "--json").stdout
+    cases = [
+        ('{"type": "message.appended", "session": "nope", "data": {"role": "user", "content": "x"}}', "'nope' does not exist"),
+        ('{"type": "session.pinned", "session": "nope", "data": {}}', "'nope' does not exist"),
+        ('{"type": "session.created", "session": "s1", "data": {}}', "'s1' already exists"),
+        ('{"type": "session.created", "session": "s9", "data": {"parent_session_id": "nope"}}', "'nope' does not exist"),
+        ('{"type": "session.deleted", "session": "s2", "data": {}}\n'
+         '{"type": "message.appended", "session": "s2", "data": {"role": "user", "content": "x"}}', "'s2' does not exist"),
+    ]
+    for text, why in cases:
+        assert why in one_line_error(run(profile_home, "append", input=text)), text
+    assert run(profile_home, "log", "verify", "--json").stdout == before
+    # in one input: a session created by an earlier line exists for the later ones
+    fresh = tmp_path / "fresh"
+    r = run(fresh, "append", input='{"type": "session.created", "session": "n1", "data": {}}\n'
+                                   '{"type": "message.appended", "session": "n1", "data": {"role": "user", "content": "x"}}')
+    assert (r.returncode, r.stdout) == (0, "1\n2\n"), r.stderr
+    r = run(fresh, "append", input='{"type": "message.appended", "session": "n0", "data": {"role": "user"}}', profile="q")
+    one_line_error(r)
+
+
+# ------------------------------------------------------------------ search
+
+def test_a_10kb_query_never_calls_a_healthy_index_degraded(profile_home: Path) -> None:
+    words = [f"gateway{i} latency{i % 7}" for i in range(850)]
+    query = " ".join(words)
+    assert len(query) > 10_000 and len(query.split()) == 1700
+    r = run(profile_home, "search", query, "--json")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert json.loads(r.stdout) == {"degraded": False, "results": []}
+    r = run(profile_home, "search", "gateway " * 1700, "--json")  # 1,700 terms that all match
+    body = json.loads(r.stdout)
+    assert not body["degraded"] and [x["message_id"] for x in body["results"]] == [2]
+    assert run(profile_home, "doctor").returncode == 0
+
+
+# ------------------------------------------------------------------ import
+
+def test_import_jsonl_into_other_history_is_refused(profile_home: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    assert run(other, "append", input='{"type": "session.created", "session": "x1", "data": {}}').returncode == 0
+    export = tmp_path / "e.jsonl"
+    assert run(profile_home, "export", str(export)).returncode == 0
+    before = run(other, "log", "verify", "--json").stdout
+    err = one_line_error(run(other, "import", str(export)))
+    assert "not the start of this export" in err and "--profile NEW" in err
+    assert run(other, "log", "verify", "--json").stdout == before
+    r = run(other, "import", str(export), profile="new")  # a new profile takes it verbatim
+    assert r.returncode == 0 and "mode=verbatim" in r.stdout
+
+
+def test_a_failed_import_leaves_no_profile_and_a_sqlite_file_names_the_right_format(profile_home: Path,
+                                                                                    tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"type": "x", "data": {}, "id": "a"}\nnot json\n')
+    one_line_error(run(home, "import", str(junk), profile="made"))
+    assert not (home / "profiles" / "made").exists()
+    db = tmp_path / "state.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.close()
+    err = one_line_error(run(home, "import", str(db), profile="made"))
+    assert "--format hermes" in err
+    assert not (home / "profiles" / "made").exists()
+    r = run(home, "import", "--format", "hermes", str(db), profile="made")
+    assert "Traceback" not in r.stderr
+    if r.returncode != 0:
+        one_line_error(r)
+        assert not (home / "profiles" / "made").exists()
+
+
+# ------------------------------------------------------------------ small ones
+
+def test_log_tail_follow_limit_1_shows_the_last_event_then_every_new_one(profile_home: Path, tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    assert run(home, "append", input='{"type": "session.created", "session": "f1", "data": {}}').returncode == 0
+    proc = subprocess.Popen([EXE, "--home", str(home), "--profile", PROFILE, "log", "tail", "--follow", "--limit", "1",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["seq"] == 1
+        for n in (1, 2):
+            run(home, "append", input='{"type": "message.appended", "session": "f1", '
+                                      f'"data": {{"role": "user", "content": "m{n}"}}}}')
+            line = proc.stdout.readline()
+            assert json.loads(line)["data"]["content"] == f"m{n}", line
+        assert proc.poll() is None, "still following"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(10)
+    assert code == 0 and "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+def test_version() -> None:
+    r = subprocess.run([EXE, "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("eventlog ") and r.stdout.split()[1][0].isdigit()
+
+
+def test_not_found_errors_say_where_to_look(profile_home: Path, tmp_path: Path) -> None:
+    assert "eventlog sessions list" in one_line_error(run(profile_home, "sessions", "show", "nope"))
+    assert "eventlog sessions list" in one_line_error(run(profile_home, "sessions", "pin", "nope"))
+    assert "eventlog init" in one_line_error(run(tmp_path / "empty", "sessions", "list"))
+
+
+def test_an_id_error_names_the_option(profile_home: Path) -> None:
+    err = one_line_error(run(profile_home, "sessions", "new", "--id", "has space"))
+    assert err.startswith("error: invalid --id: ")
+
+
+def test_a_title_conflict_hint_names_a_free_title_not_a_python_api(profile_home: Path) -> None:
+    err = one_line_error(run(profile_home, "sessions", "new", "--title", "first"))
+    assert "'first #2'" in err and "SessionStore" not in err
+
+
+def test_write_commands_say_what_the_number_is(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    sid = run(home, "sessions", "new", "--id", "w1").stdout.strip()
+    assert sid == "w1"
+    assert run(home, "messages", "add", "w1", "--role", "user", "--content", "x").stdout == "added message 2 to session w1\n"
+    assert run(home, "sessions", "pin", "w1").stdout == "pinned session w1 and its lineage (event seq 3)\n"
+    assert run(home, "sessions", "title", "w1", "T").stdout == "titled session w1 (event seq 4)\n"
+    assert run(home, "sessions", "end", "w1").stdout == "ended session w1 (event seq 5)\n"
+    assert run(home, "sessions", "end", "w1").stdout == "already ended\n"
+    r = run(home, "sessions", "delete", "w1")
+    assert r.stdout == "deleted session w1 and its descendants (the log keeps them) (event seq 6)\n"
+
+
+def test_sessions_show_prints_tool_calls_and_marks_rewound_messages(profile_home: Path) -> None:
+    out = run(profile_home, "sessions", "show", "s1").stdout
+    assert "assistant: -> terminal({\"cmd\": \"uptime\"})" in out and "null" not in out
+    assert "never mind" not in out
+    out = run(profile_home, "sessions", "show", "s1", "--all").stdout
+    rewound = [line for line in out.splitlines() if "never mind" in line]
+    assert len(rewound) == 1 and "(rewound)" in rewound[0]
+    assert all("(rewound)" not in line for line in out.splitlines() if "gateway" in line)
+
+
+def test_replay_as_of_says_its_zone_in_the_help() -> None:
+    r = subprocess.run([EXE, "replay", "--help"], capture_output=True, text=True, timeout=60)
+    assert "UTC unless it names a zone" in " ".join(r.stdout.split())
