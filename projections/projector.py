@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from eventlog.errors import LeaseError, ProjectionError
 from eventlog.log import Log
+from eventlog.profiles import flock_holder
 from projections import files
 from projections.build import Builder, Progress
 from projections.catchup import DEFAULT_BATCH, CatchUp, Writer
@@ -238,6 +239,10 @@ class Projector:
 
     def stop_follower(self) -> None:
         self._follower.stop()
+
+    def lease_holder(self) -> int | None:
+        """The pid of the process holding the projector lease, if any (Linux; else None)."""
+        return flock_holder(self.lease.path.parent) if not self.lease.held else os.getpid()
 
     @property
     def following(self) -> bool:

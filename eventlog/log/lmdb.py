@@ -51,7 +51,7 @@ from eventlog.errors import (
 from eventlog.log import codec, residency, stored
 from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import FILE_MODE, fsync_dir, fsync_file, make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, flock_holder, fsync_dir, fsync_file, make_dir, restrict_file
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -154,24 +154,6 @@ def generation_dir(log_dir: Path) -> Path:
         raise StorageError(f"{log_dir / CURRENT} points at {target!r}, not a log generation",
                            hint="restore the profile's log/ directory from a backup")
     return log_dir / target
-
-
-def lock_holder(path: Path) -> int | None:
-    """The pid holding an exclusive flock on ``path``, from /proc/locks (Linux; else None)."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
-            dev_ino = parts[5].split(":")
-            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
-                return int(parts[4]) if parts[4].isdigit() else None
-    return None
 
 
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
@@ -339,7 +321,7 @@ class _Environment:
         return self._writer_fd
 
     def _busy(self) -> WriterBusyError:
-        holder = lock_holder(self.path / "writer.lock")
+        holder = flock_holder(self.path / "writer.lock")
         return WriterBusyError(self.path, holder, self.lock_timeout)
 
     def _ensure_writable(self) -> None:

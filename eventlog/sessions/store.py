@@ -10,6 +10,7 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -17,12 +18,13 @@ from pathlib import Path
 from typing import Any, Iterable, Protocol
 
 from eventlog.errors import (
+    ClosedError,
     ConcurrencyError,
     ConflictError,
-    EventLogError,
     NotFoundError,
     TitleConflictError,
     ValidationError,
+    process_state,
 )
 from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.codec import new_id
@@ -33,8 +35,6 @@ from eventlog.sessions.fold import Fold, content_text
 from eventlog.sessions.reads import ReadModel, typed_read
 
 _log = logging.getLogger("eventlog.sessions")
-CLOSE_SETTLE_S = 5.0
-"""How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
 
 
 class FoldReadModel:
@@ -156,6 +156,9 @@ class Projections(Protocol):
                 out_path: str | Path | None = None, progress: Any = None) -> dict[str, Any]: ...
     def health(self, full: bool = True) -> dict[str, Any]: ...
     def cursor(self) -> int: ...
+    def start_follower(self) -> None: ...
+    def stop_follower(self) -> None: ...
+    def lease_holder(self) -> int | None: ...
 
 
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
@@ -167,19 +170,83 @@ _FLAG_EVENTS = {
 }
 
 
-class SessionStore:
-    """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
+class _Shared:
+    """What every :class:`SessionStore` handle of one profile opened in this process shares: the
+    log, the read model (its projector, its follower). Reference-counted; the last handle to
+    close it closes them."""
 
-    def __init__(self, log: Log, reads: ReadModel, *, home: Path | None, profile: str,
-                 projector: Projections | None = None, owns_log: bool = True) -> None:
+    def __init__(self, key: tuple[str, str, str], log: Log, owns_log: bool, reads: ReadModel,
+                 projector: Projections | None) -> None:
+        self.key = key
         self.log = log
-        self._owns_log = owns_log
+        self.owns_log = owns_log
+        self.reads = reads
+        self.projector = projector
+        self.refs = 0
+        self.followers = 0  # handles that asked for a follower: it runs while any is open
+        self.last_seq = 0  # the last append of any handle: reads see every handle's writes
+        self._seq_lock = threading.Lock()
+
+    def appended(self, seq: int) -> None:
+        with self._seq_lock:
+            if seq > self.last_seq:
+                self.last_seq = seq
+
+    def want_follower(self) -> None:
+        self.followers += 1
+        if self.followers == 1 and self.projector is not None:
+            self.projector.start_follower()
+
+    def drop_follower(self) -> None:
+        self.followers -= 1
+        if self.followers == 0 and self.projector is not None:
+            self.projector.stop_follower()
+
+    def close(self) -> None:
+        try:
+            self.reads.close()
+        finally:
+            if self.owns_log:
+                self.log.close()
+
+
+_shared: dict[tuple[str, str, str], _Shared] = {}
+_shared_lock = threading.Lock()
+_opening: dict[tuple[str, str, str], threading.Lock] = {}
+
+
+def _close_all_at_exit() -> None:
+    """At interpreter exit, stop every follower and close what is still open, so that no
+    background thread meets a half torn-down interpreter (and prints a traceback)."""
+    with _shared_lock:
+        cores = list(_shared.values())
+        _shared.clear()
+    for core in cores:
+        try:
+            core.close()
+        except Exception:  # exiting anyway: nothing is lost (the log is durable), say it once
+            _log.warning("closing %s at exit failed", core.key[0], exc_info=False)
+
+
+atexit.register(_close_all_at_exit)
+
+
+class SessionStore:
+    """Sessions of one profile. Open with :meth:`open`; use as a context manager.
+
+    Any number of stores may be open on one profile in one process (two libraries in one
+    runtime, many threads): they share one log, one projector and one follower; each closes on
+    its own, and a store used after its own ``close()`` raises :class:`ClosedError`.
+    """
+
+    def __init__(self, core: _Shared, *, home: Path | None, profile: str, follower: bool = False) -> None:
+        self._core = core
+        self.log = core.log
         self.home = home
         self.profile = profile
-        self._reads = reads
-        self._projector = projector
-        self._last_seq = 0
-        self._seq_lock = threading.Lock()
+        self._reads = core.reads
+        self._projector = core.projector
+        self._follower = follower
         self._live: set[str] = set()
         self._deleted: set[str] = set()
         self._closed = False
@@ -199,40 +266,73 @@ class SessionStore:
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
         ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
-        lease; with False, reads catch up first instead).
+        lease; with False, each read brings the projections up to the log first).
+        Opening a profile already open in this process is cheap: the stores share one log and
+        one projector (a stronger ``durability`` than the open one raises ValidationError).
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
         if log is None:
             log = os.environ.get(LOG_URL_ENV) or None
+        if log is not None and not isinstance(log, (Log, str, os.PathLike)):
+            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
+        kind = options.get("read_model", "projection")
+        follower = bool(options.get("follower", True)) if kind == "projection" else False
+        key = (os.path.realpath(d), "lmdb" if log is None else (f"object:{id(log)}" if isinstance(log, Log)
+                                                               else str(log)), str(kind))
+        with _shared_lock:
+            opening = _opening.setdefault(key, threading.Lock())
+        with opening:  # one open per profile at a time; other profiles open in parallel
+            with _shared_lock:
+                core = _shared.get(key)
+            if core is None:
+                core = cls._open_core(key, d, profile, log, dict(options))
+                with _shared_lock:
+                    _shared[key] = core
+            else:
+                cls._check_options(core, options)
+            core.refs += 1
+            if follower:
+                core.want_follower()
+        return cls(core, home=h, profile=profile, follower=follower)
+
+    @staticmethod
+    def _check_options(core: _Shared, options: dict[str, Any]) -> None:
+        allowed = {"durability", "map_size", "read_model", "follower", "batch_size", "check"}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValidationError(unknown[0], "unknown SessionStore.open option")
+        wanted = options.get("durability", "sync")
+        if wanted == "sync" and getattr(core.log, "durability", "sync") not in ("sync", "memory"):
+            raise ValidationError("durability", "this profile is already open in this process with durability "
+                                  f"{core.log.durability!r}; close those stores to open it with 'sync'")
+
+    @classmethod
+    def _open_core(cls, key: tuple[str, str, str], d: Path, profile: str, log: Log | str | os.PathLike[str] | None,
+                   options: dict[str, Any]) -> _Shared:
         owns_log = not isinstance(log, Log)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
+        options.pop("follower", None)  # the core starts no follower: handles ask for one
         if log is None:
             from eventlog.log.lmdb import EventLog
 
             log = EventLog.open(d / "log", durability=durability, profile=profile, **map_size)
-        elif isinstance(log, (str, os.PathLike)):
-            log = open_log(log, profile=profile, durability=durability, **map_size)
         elif not isinstance(log, Log):
-            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
+            log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
             reads, projector = cls._open_reads(d, log, profile, options)
         except BaseException:
             if owns_log:
                 log.close()
             raise
-        return cls(log, reads, home=h, profile=profile, projector=projector, owns_log=owns_log)
+        return _Shared(key, log, owns_log, reads, projector)
 
     @staticmethod
     def _open_reads(d: Path, log: Log, profile: str,
                     options: dict[str, Any]) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
-        allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
-        if kind == "projection":
-            # A long-lived store keeps the projections current for every process (bounded lag
-            # without a daemon); one-shot tools pass follower=False and catch up on read.
-            options.setdefault("follower", True)
+        allowed = {"batch_size", "check"} if kind == "projection" else set()
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
@@ -245,26 +345,22 @@ class SessionStore:
         return open_read_model(d, log, profile, **options)
 
     def close(self) -> None:
-        """Close the store. Its own appends are in the projections first (waiting at most
-        ``CLOSE_SETTLE_S``; they are durable in the log either way), so a process that exits
-        after writing leaves nothing for the next reader to miss: a one-shot reader started
-        afterwards sees them even while some other process's follower is what keeps the
-        projections current (see ``projections.visibility``)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._projector is not None and self._last_seq:
-                try:
-                    self._reads.advance(self._last_seq, wait=CLOSE_SETTLE_S)
-                except EventLogError as e:  # the next catch-up applies them
-                    _log.warning(f"closing with appends not yet in the projections: {e}")
-        finally:
-            try:
-                self._reads.close()
-            finally:
-                if self._owns_log:
-                    self.log.close()
+        """Close this store (idempotent). Its appends are durable in the log already; the next
+        read, here or in any process, brings the projections up to them. The shared log and
+        projector close with the last store of the profile in this process."""
+        with _shared_lock:
+            if self._closed:
+                return
+            self._closed = True
+            core = self._core
+            core.refs -= 1
+            last = core.refs == 0
+            if last and _shared.get(core.key) is core:
+                del _shared[core.key]
+        if self._follower:
+            core.drop_follower()
+        if last:
+            core.close()
 
     def __enter__(self) -> "SessionStore":
         return self
@@ -272,19 +368,39 @@ class SessionStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError("this SessionStore is closed", hint="open the profile again")
+
+    def read_status(self) -> dict[str, Any]:
+        """How fresh this thread's last read was: ``{"stale", "projected_seq", "log_seq",
+        "lease_holder", "lease_holder_state"}``. ``stale`` is True when the projections did not
+        reach the log head (as of that read) because another process held the projector lease
+        past the read's wait — a stopped or hung process, named by its pid when known."""
+        self._check()
+        reach = getattr(self._reads, "last_reach", lambda: None)()
+        stale = bool(reach is not None and reach.stale)
+        holder = state = None
+        if stale and self._projector is not None:
+            holder = self._projector.lease_holder()
+            state = process_state(holder)
+        return {"stale": stale, "projected_seq": None if reach is None else reach.cursor,
+                "log_seq": None if reach is None else reach.target, "lease_holder": holder,
+                "lease_holder_state": state}
+
     # ------------------------------------------------------------------ plumbing
 
     def _append(self, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+        self._check()
         seqs = self.log.append(events, expected_version=expected_version)
         top = max(seqs)
-        with self._seq_lock:
-            if top > self._last_seq:
-                self._last_seq = top
+        self._core.appended(top)
         return seqs
 
     def _fresh(self) -> ReadModel:
         """The read model, caught up at least to this store's own last append."""
-        self._reads.advance(self._last_seq)
+        self._check()
+        self._reads.advance(self._core.last_seq)
         return self._reads
 
     def _need_live_cached(self, sid: str) -> None:
@@ -308,9 +424,29 @@ class SessionStore:
 
     def _need_live(self, session_id: Any) -> str:
         sid = ev.validate_session_id(session_id)
-        if not self._fresh().is_live(sid):
+        if not self._fresh().is_live(sid) and not (self._stale() and self._live_in_log(sid)):
             raise NotFoundError("session", sid)
         return sid
+
+    def _stale(self) -> bool:
+        reach = getattr(self._reads, "last_reach", lambda: None)()
+        return bool(reach is not None and reach.stale)
+
+    def _live_in_log(self, sid: str, depth: int = 0) -> bool:
+        """Whether ``sid`` is live by the log itself (its stream, and its ancestors' for a
+        deletion's cascade): the check a writer falls back to when the projections are stale."""
+        created = deleted = False
+        parent = None
+        for env in self.log.read_session(sid):
+            if env.get("type") == "session.created":
+                created = True
+                data = env.get("data")
+                parent = data.get("parent_session_id") if isinstance(data, dict) else None
+            elif env.get("type") == "session.deleted":
+                deleted = True
+        if not created or deleted:
+            return False
+        return not isinstance(parent, str) or depth > 64 or self._live_in_log(parent, depth + 1)
 
     def _event(self, etype: str, session: str, data: dict[str, Any]) -> dict[str, Any]:
         return ev.make_event(etype, session, data)
