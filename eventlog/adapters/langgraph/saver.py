@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import sqlite3
 import threading
@@ -175,7 +176,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             "AND checkpoint_id = ? ORDER BY task_path, task_id, idx", (tid, ns, cid)).fetchall()
         return CheckpointTuple(
             config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}},
-            checkpoint={**checkpoint, "channel_values": values},
+            checkpoint={**checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
             metadata=self.serde.loads_typed((mtype, mdata)),
             parent_config=({"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
@@ -266,11 +267,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         store = self._open()
         sid = self._session(store, tid)
         self._append(store, [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}])
-        if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), list):
+        if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
             self._mirror_messages(store, sid, values["messages"])
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    def _mirror_messages(self, store: SessionStore, sid: str, messages: list[Any]) -> None:
+    def _mirror_messages(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> None:
         seen = self._mirrored.get(sid)
         if seen is None:
             with self._reads(store) as conn:
@@ -311,7 +312,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": _text(conf["checkpoint_id"]),
             "task_id": _text(task_id), "task_path": _text(task_path), "writes": rows}}])
 
-    def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> list[str]:
+    def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
         with self._reads(store) as conn:
             return [r[0] for r in conn.execute(sql, params)]
 
@@ -351,7 +352,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         threads = self._threads_with(
             store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE run_id IN (SELECT value FROM json_each(?))",
             (orjson.dumps(runs).decode(),))
-        events = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
+        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
                    "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
         if events:
             self._append(store, events)
@@ -386,7 +387,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         known = self._threads_with(
             store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE thread_id IN (SELECT value FROM json_each(?))",
             (orjson.dumps(tids).decode(),))
-        events = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
+        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
                    "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
         if events:
             self._append(store, events)
