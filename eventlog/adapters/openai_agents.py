@@ -37,7 +37,6 @@ is the same in every context scope).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
@@ -126,15 +125,6 @@ def message_to_item(message: dict[str, Any]) -> dict[str, Any] | None:
     return item
 
 
-def _latest_n_supported(store: SessionStore) -> bool:
-    """True once ``get_messages(limit=N)`` means the latest N (issue 13); until then we slice."""
-    try:
-        params = inspect.signature(type(store).get_messages).parameters
-    except (TypeError, ValueError):
-        return False
-    return "newest_first" in params or "before" in params
-
-
 async def _settled(work: Awaitable[_T]) -> _T:
     """Await a mutation to its end even when the caller is cancelled meanwhile, then re-raise the
     cancellation: the caller never sees a cancelled call whose outcome is still open."""
@@ -150,6 +140,23 @@ async def _settled(work: Awaitable[_T]) -> _T:
             job.exception()  # retrieved, so the loop does not report it as never retrieved
         raise cancelled
     return job.result()
+
+
+class _History:
+    """This object's copy of the session's active messages as of a stream version: (message id,
+    the item as JSON bytes or None for a message this adapter did not write)."""
+
+    __slots__ = ("version", "ids", "items")
+
+    def __init__(self, version: int, ids: list[int], items: list[bytes | None]) -> None:
+        self.version = version
+        self.ids = ids
+        self.items = items
+
+
+def _encoded(message: dict[str, Any]) -> bytes | None:
+    item = message_to_item(message)
+    return None if item is None else orjson.dumps(item)
 
 
 class EventlogSession:
@@ -182,6 +189,8 @@ class EventlogSession:
         self._created = False
         self._closed = False
         self._lock = threading.Lock()
+        self._history: _History | None = None
+        self._history_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -206,15 +215,47 @@ class EventlogSession:
                 pass  # created meanwhile by another task or process (or deleted: the append says so)
         self._created = True
 
-    def _active(self, store: SessionStore, limit: int | None) -> list[dict[str, Any]]:
-        """The latest ``limit`` active messages (all when None), oldest first."""
-        if limit is None:
-            return store.get_messages(self.key)
-        if limit <= 0:
-            return []
-        if _latest_n_supported(store):
-            return store.get_messages(self.key, limit=limit)
-        return store.get_messages(self.key)[-limit:]
+    def _refresh(self, store: SessionStore) -> _History:
+        """The session's active messages, as of at least the stream version read on entry.
+
+        Reads are incremental: the stream version (one LMDB lookup) says whether anything
+        changed since the last call; if so, only the messages after the last known one are
+        read, and the session's active message count proves that none of the known ones was
+        rewound meanwhile (else everything is read again). Caller holds ``_history_lock``.
+        """
+        version = store.version(self.key)
+        h = self._history
+        if h is not None and h.version == version:
+            return h
+        if version == 0:
+            h = _History(0, [], [])
+        else:
+            store.sync()  # the projections hold at least what the version counted, other writers' included
+            h = None
+            if self._history is not None:
+                known = self._history
+                fresh = store.get_messages(self.key, after=known.ids[-1]) if known.ids else store.get_messages(self.key)
+                info = store.get_session(self.key)
+                if info is not None and info.get("message_count") == len(known.ids) + len(fresh):
+                    h = _History(version, known.ids + [m["id"] for m in fresh],
+                                 known.items + [_encoded(m) for m in fresh])
+            if h is None:
+                msgs = store.get_messages(self.key)
+                h = _History(version, [m["id"] for m in msgs], [_encoded(m) for m in msgs])
+        self._history = h
+        return h
+
+    def _after_own_write(self, store: SessionStore, before: _History | None, ids: list[int],
+                         items: list[bytes | None]) -> None:
+        """Bring the history along with this object's own write when nothing else wrote in between:
+        the stream then grew by exactly the events this write added."""
+        with self._history_lock:
+            h = self._history
+            if h is None or h is not before:
+                return
+            if store.version(self.key) == h.version + len(ids):
+                self._history = _History(h.version + len(ids), h.ids + ids, h.items + items)
+            # else someone else wrote too: the next read refreshes from the store
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.to_thread(fn, *args)
@@ -233,8 +274,16 @@ class EventlogSession:
         store = self._open()
         if limit == 0:
             return []
-        items = [message_to_item(m) for m in self._active(store, limit)]
-        return [i for i in items if i is not None]
+        with self._history_lock:
+            items = self._refresh(store).items
+        out: list[Any] = []
+        for raw in reversed(items):  # the latest `limit` of this adapter's items
+            if raw is not None:
+                out.append(orjson.loads(raw))
+                if limit is not None and len(out) >= limit:
+                    break
+        out.reverse()
+        return out
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
         """Append ``items`` in order, as one atomic batch."""
@@ -250,11 +299,19 @@ class EventlogSession:
     def _add_items(self, messages: list[dict[str, Any]]) -> None:
         store = self._open()
         self._ensure_session(store)
+        before = self._history
         try:
-            store.append_messages(self.key, messages)
+            ids = store.append_messages(self.key, messages)
         except ValidationError as e:
             field = e.field.replace("messages[", "items[", 1)
             raise type(e)(field, e.problem) from None
+        try:
+            encoded = [_encoded(m) for m in messages]
+        except (TypeError, orjson.JSONEncodeError):  # text the store cleaned (lone surrogates): read it back
+            with self._history_lock:
+                self._history = None
+            return
+        self._after_own_write(store, before, ids, encoded)
 
     async def pop_item(self, *, wrapper: Any = None) -> Any | None:
         """Remove the latest item from the history (a rewind: the log keeps it) and return it;
@@ -264,18 +321,18 @@ class EventlogSession:
     def _pop_item(self) -> Any | None:
         store = self._open()
         while True:
-            version = store.version(self.key)
-            if version == 0:
-                return None
-            store.sync()  # read at least what the version counted, other processes' appends included
-            latest = self._active(store, 1)
-            if not latest:
-                return None
-            try:
-                store.rewind(self.key, latest[-1]["id"], expected_version=version)
-            except ConcurrencyError:
-                continue  # the session moved on (an add or another pop): look again
-            return message_to_item(latest[-1])
+            with self._history_lock:
+                h = self._refresh(store)
+                # The latest of this adapter's items; messages other writers put after it go too.
+                at = next((i for i in range(len(h.items) - 1, -1, -1) if h.items[i] is not None), None)
+                if at is None:
+                    return None
+                try:
+                    store.rewind(self.key, h.ids[at], expected_version=h.version)
+                except ConcurrencyError:
+                    continue  # the session moved on (an add or another pop): look again
+                self._history = _History(h.version + 1, h.ids[:at], h.items[:at])
+                return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Remove every item from the history (a rewind from the first one; the log keeps them)."""
@@ -284,18 +341,16 @@ class EventlogSession:
     def _clear(self) -> None:
         store = self._open()
         while True:
-            version = store.version(self.key)
-            if version == 0:
+            with self._history_lock:
+                h = self._refresh(store)
+                if not h.ids:
+                    return
+                try:
+                    store.rewind(self.key, h.ids[0], expected_version=h.version)
+                except ConcurrencyError:
+                    continue
+                self._history = _History(h.version + 1, [], [])
                 return
-            store.sync()
-            first = store.get_messages(self.key)[:1]
-            if not first:
-                return
-            try:
-                store.rewind(self.key, first[0]["id"], expected_version=version)
-            except ConcurrencyError:
-                continue
-            return
 
     # ------------------------------------------------------------------ lifecycle
 
