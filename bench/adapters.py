@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", default=None, choices=CONTENDERS)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--tmpdir", default=None, help="parent of the contenders' directories (a real disk)")
+    ap.add_argument("--keep", action="store_true", help="keep the contenders' directories")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "adapters.json"))
     args = ap.parse_args(argv)
     if args.one:
@@ -196,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--limit", str(args.limit)]
         print(f"running {name} ...", file=sys.stderr, flush=True)
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+        if not args.keep:
+            shutil.rmtree(d, ignore_errors=True)
         if done.returncode != 0:
             results[name] = {"name": name, "error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
             continue

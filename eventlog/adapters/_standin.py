@@ -58,14 +58,31 @@ class _Attached:
         self.store = store
         self.types = {t.name: t for e in extensions for t in e.event_types}
         self.models = {m.name: m for e in extensions for m in e.read_models}
-        self.conns: dict[str, sqlite3.Connection] = {}
+        self.conns: dict[str, sqlite3.Connection] = {}  # the catch-up (writer) connection per model
+        self.readers: list[sqlite3.Connection] = []
+        self.local = threading.local()  # one read connection per thread and model
         self.lock = threading.RLock()
+
+    def reader(self, name: str, path: Path) -> sqlite3.Connection:
+        conns = getattr(self.local, "conns", None)
+        if conns is None:
+            conns = self.local.conns = {}
+        conn = conns.get(name)
+        if conn is None:
+            conn = conns[name] = _connect(path)
+            with self.lock:
+                self.readers.append(conn)
+        return conn
 
     def close(self) -> None:
         with self.lock:
-            for conn in self.conns.values():
-                conn.close()
+            for conn in [*self.conns.values(), *self.readers]:
+                try:
+                    conn.close()
+                except sqlite3.ProgrammingError:
+                    pass
             self.conns.clear()
+            self.readers.clear()
 
 
 _attached: dict[int, _Attached] = {}
@@ -93,10 +110,21 @@ def _get(store: Any) -> _Attached:
 
 
 def append_events(store: Any, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+    """Validate and append a batch of extension events (and session-catalogue events, checked
+    by the catalogue, e.g. an adapter's ``message.appended`` in the same atomic batch)."""
+    from eventlog.sessions import events as catalogue
+
     a = _get(store)
     batch = []
     for i, e in enumerate(events):
         et = a.types.get(e.get("type"))  # type: ignore[arg-type]
+        if et is None and e.get("type") in catalogue.CURRENT_VERSIONS:
+            try:
+                session: Any = e.get("session")
+                batch.append(catalogue.make_event(e["type"], session, e.get("data")))
+            except ValidationError as err:
+                raise ValidationError(f"events[{i}].{err.field}", err.problem) from None
+            continue
         if et is None:
             raise ValidationError(f"events[{i}].type", "not an event type of a registered extension")
         data = e.get("data") or {}
@@ -113,7 +141,7 @@ def append_events(store: Any, events: list[dict[str, Any]], expected_version: in
         batch.append(out)
     if not batch:
         return []
-    seqs: list[int] = store.log.append(batch, expected_version=expected_version)
+    seqs: list[int] = store._append(batch, expected_version=expected_version)  # read-your-writes bookkeeping
     return seqs
 
 
@@ -160,6 +188,8 @@ def catch_up(a: _Attached, model: ReadModel, conn: sqlite3.Connection) -> int:
     """Apply the log's new events to ``model``'s tables; returns how many were applied."""
     log = a.store.log
     head = log.head()[0]
+    if _meta(conn, "seq") == head and _meta(conn, "version") == model.version:
+        return 0  # current (a tampered or replaced log is caught by the next catch-up that has work)
     conn.execute("BEGIN IMMEDIATE")
     try:
         seq, h = _meta(conn, "seq"), _meta(conn, "hash")
@@ -197,16 +227,18 @@ def read_model(store: Any, name: str) -> Iterator[sqlite3.Connection]:
     model = a.models.get(name)
     if model is None:
         raise ValidationError("name", f"no read model {name!r} is registered")
+    path = profile_dir(store.home, store.profile) / f"ext-{name}.db"
     with a.lock:
         conn = a.conns.get(name)
         if conn is None:
-            conn = a.conns[name] = _connect(profile_dir(store.home, store.profile) / f"ext-{name}.db")
+            conn = a.conns[name] = _connect(path)
         catch_up(a, model, conn)
-        conn.execute("BEGIN")  # one snapshot for the caller's queries
-        try:
-            yield conn
-        finally:
-            conn.execute("COMMIT")
+    reader = a.reader(name, path)
+    reader.execute("BEGIN")  # one snapshot for the caller's queries, at least as new as the catch-up
+    try:
+        yield reader
+    finally:
+        reader.execute("COMMIT")
 
 
 def rebuild(store: Any, name: str) -> None:

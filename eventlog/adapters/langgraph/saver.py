@@ -26,7 +26,7 @@ from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import model
 from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
-from eventlog.sessions.events import clean_text
+from eventlog.sessions.events import clean_text, make_event
 from eventlog.sessions.store import SessionStore
 
 SOURCE = "langgraph"
@@ -103,6 +103,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
         self._mirrored: dict[str, set[str]] = {}
+        self._one_batch = True
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -266,35 +267,47 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 data[key] = value
         store = self._open()
         sid = self._session(store, tid)
-        self._append(store, [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}])
+        events = [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
+        mirror: builtins.list[dict[str, Any]] = []
         if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
-            self._mirror_messages(store, sid, values["messages"])
+            mirror = self._unmirrored(store, sid, values["messages"])
+        if mirror and self._one_batch:
+            try:  # the checkpoint and its new messages in one atomic batch: one commit, one sync
+                self._append(store, events + [{"type": "message.appended", "session": sid, "data": m} for m in mirror])
+            except ValidationError as e:
+                if not e.field.endswith(".type"):
+                    raise
+                self._one_batch = False  # this store takes session events only through its own methods
+        if not mirror or not self._one_batch:
+            self._append(store, events)
+            if mirror:
+                store.append_messages(sid, mirror)
+        if mirror:
+            self._mirrored[sid].update(m["display_metadata"]["langgraph_id"] for m in mirror)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
-    def _mirror_messages(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> None:
+    def _unmirrored(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> builtins.list[dict[str, Any]]:
+        """The messages of a checkpoint not yet in the thread's session, as valid message fields
+        (one that does not validate is left out: the checkpoint itself keeps it)."""
         seen = self._mirrored.get(sid)
         if seen is None:
             with self._reads(store) as conn:
                 seen = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages WHERE session_id = ?",
                                                    (sid,))}
             self._mirrored[sid] = seen
-        fresh = []
+        out: builtins.list[dict[str, Any]] = []
+        taken: set[str] = set()
         for m in messages:
             fields = message_fields(m)
-            if fields is not None and fields["display_metadata"]["langgraph_id"] not in seen:
-                fresh.append(fields)
-        if not fresh:
-            return
-        try:
-            store.append_messages(sid, fresh)
-        except ValidationError:
-            # One odd message must not cost the checkpoint (already stored): mirror what validates.
-            for fields in fresh:
-                try:
-                    store.append_messages(sid, [fields])
-                except ValidationError:
-                    continue
-        seen.update(f["display_metadata"]["langgraph_id"] for f in fresh)
+            key = None if fields is None else fields["display_metadata"]["langgraph_id"]
+            if fields is None or key in seen or key in taken:
+                continue
+            try:
+                out.append(make_event("message.appended", sid, fields)["data"])
+            except ValidationError:
+                continue
+            taken.add(str(key))
+        return out
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
