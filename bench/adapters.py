@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -170,6 +171,38 @@ def run_one(name: str, turns: int, sessions: int, limit: int | None, d: str) -> 
     return res
 
 
+def _spawn(name: str, args: Any) -> dict[str, Any]:
+    d = tempfile.mkdtemp(prefix=name.replace(".", "_") + "-", dir=args.tmpdir)
+    cmd = [sys.executable, "-m", "bench.adapters", "--one", name, "--turns", str(args.turns),
+           "--sessions", str(args.sessions), "--dir", d]
+    if args.limit is not None:
+        cmd += ["--limit", str(args.limit)]
+    print(f"running {name} ...", file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    if not args.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    if done.returncode != 0:
+        return {"name": name, "error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure, the median over the rounds (an error in any round is reported as such)."""
+    bad = [r for r in rs if "error" in r]
+    if bad or not rs:
+        return bad[0] if bad else {"error": ["no run"]}
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    out = dict(rs[0])
+    out["turns_per_s"] = med([r["turns_per_s"] for r in rs])
+    for side in ("write", "read"):
+        out[side] = {k: med([r[side][k] for r in rs]) for k in ("p50", "p99")}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.adapters")
     ap.add_argument("--turns", type=int, default=1000)
@@ -179,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", default=None, choices=CONTENDERS)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--tmpdir", default=None, help="parent of the contenders' directories (a real disk)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each contender, pairs interleaved; medians")
     ap.add_argument("--keep", action="store_true", help="keep the contenders' directories")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "adapters.json"))
     args = ap.parse_args(argv)
@@ -189,21 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(res), file=out)
         return 0
     names = [n for n in CONTENDERS if not args.only or any(n.startswith(p.strip()) for p in args.only.split(","))]
-    results: dict[str, Any] = {}
-    for name in names:
-        d = tempfile.mkdtemp(prefix=name.replace(".", "_") + "-", dir=args.tmpdir)
-        cmd = [sys.executable, "-m", "bench.adapters", "--one", name, "--turns", str(args.turns),
-               "--sessions", str(args.sessions), "--dir", d]
-        if args.limit is not None:
-            cmd += ["--limit", str(args.limit)]
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-        if not args.keep:
-            shutil.rmtree(d, ignore_errors=True)
-        if done.returncode != 0:
-            results[name] = {"name": name, "error": done.stderr.strip().splitlines()[-1:] or ["failed"]}
-            continue
-        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+    runs: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for r in range(args.rounds):
+        # Pairs side by side, the order alternating by round: the machine's drift hits both.
+        pairs = sorted({n.replace(".eventlog.", ".X.").replace(".sqlite.", ".X.") for n in names})
+        for pair in pairs:
+            members = [n for n in (pair.replace(".X.", ".eventlog."), pair.replace(".X.", ".sqlite.")) if n in runs]
+            for name in (members if r % 2 == 0 else members[::-1]):
+                runs[name].append(_spawn(name, args))
+    results = {name: _median(rs) for name, rs in runs.items()}
     rows = []
     for name, r in results.items():
         if "error" in r:
@@ -211,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rows.append([name, r["turns"], round(r["turns_per_s"], 1), r["write"]["p50"], r["write"]["p99"],
                      r["read"]["p50"], r["read"]["p99"]])
+    print(f"medians of {args.rounds} round(s), pairs interleaved")
     print(render_table(["contender", "turns", "turns/s", "write p50 ms", "write p99 ms", "read p50 ms", "read p99 ms"],
                        rows))
     for fw in ("oa", "lg"):
@@ -222,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"read p99 {r99:.2f}x (eventlog/sqlite; throughput >= 1 and p99 <= 1 meet the target)")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
-        json.dump({"turns": args.turns, "sessions": args.sessions, "limit": args.limit, "results": results}, f, indent=1)
+        json.dump({"turns": args.turns, "sessions": args.sessions, "limit": args.limit, "rounds": args.rounds,
+                   "results": results, "runs": runs}, f, indent=1)
     return 0
 
 

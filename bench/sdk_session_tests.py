@@ -79,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             f.write(PLUGIN)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([deps, ROOT]))
         done = subprocess.run([sys.executable, "-m", "pytest", "-p", "eventlog_sdk_plugin", "-p", "asyncio", *FILES,
-                               "-q", "-rfE", "--no-header", "-o", "addopts=", "-p", "no:cacheprovider"],
+                               "-q", "-rfE", "--tb=line", "--no-header", "-o", "addopts=", "-p", "no:cacheprovider"],
                               cwd=src, env=env, capture_output=True, text=True)
         print(done.stdout[-20000:])
+        print(done.stderr[-3000:], file=sys.stderr)
         failed = re.findall(r"^(?:FAILED|ERROR) \S+::(\S+)", done.stdout, re.M)
         internal = [t for t in failed if SQLITE_INTERNAL.search(t)]
         generic = [t for t in failed if not SQLITE_INTERNAL.search(t)]
