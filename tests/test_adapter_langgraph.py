@@ -286,3 +286,17 @@ def test_unique_thread_per_test_run_isolated(saver: EventlogSaver) -> None:
     saver.put(cfg(a), checkpoint({"x": "a"}, {"x": 1}), {"step": 0}, {"x": 1})
     assert saver.get_tuple(cfg(b)) is None
     assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [a]
+
+
+def test_a_fork_from_an_older_checkpoint_leaves_the_original_branch_intact(saver: EventlogSaver) -> None:
+    graph = _chat_graph(saver)
+    config = {"configurable": {"thread_id": "fork"}}
+    graph.invoke({"messages": [("user", "one")]}, config)
+    first = graph.get_state(config).config
+    graph.invoke({"messages": [("user", "two")]}, config)
+    latest = graph.get_state(config)
+    graph.invoke({"messages": [("user", "branch")]}, first)  # a new branch from the first turn
+    assert [m.content for m in graph.get_state(latest.config).values["messages"]] == [
+        "one", "echo: one", "two", "echo: two"]
+    assert [m.content for m in graph.get_state(config).values["messages"]] == [
+        "one", "echo: one", "branch", "echo: branch"]

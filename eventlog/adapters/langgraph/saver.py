@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
+import secrets
 import sqlite3
 import threading
 from typing import Any, AsyncIterator, Iterator, Sequence
@@ -104,6 +105,18 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._sessions: set[str] = set()
         self._mirrored: dict[str, set[str]] = {}
         self._one_batch = True
+
+    def get_next_version(self, current: Any, channel: Any) -> str:
+        """A channel's next version: the counter, zero-padded so versions order as strings, and a
+        random tail so two branches of one thread (a fork from an older checkpoint) never share
+        a version, which would make them share the channel's stored value."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".", 1)[0])
+        return f"{n + 1:032d}.{secrets.token_hex(8)}"
 
     # ------------------------------------------------------------------ lifecycle
 
