@@ -37,3 +37,18 @@ def test_readme_example_runs(tmp_path: Path, index: int) -> None:
     search = subprocess.run([*cli, "--home", str(tmp_path), "search", "hello", "--json"], capture_output=True,
                             text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert search.returncode == 0 and '"results"' in search.stdout and "hello" in search.stdout.lower(), search.stderr
+
+
+def test_the_core_imports_no_framework_and_no_adapter() -> None:
+    import ast
+
+    frameworks = ("agents", "langgraph", "langchain_core", "langchain")
+    bad = []
+    for layer in ("eventlog/log", "eventlog/sessions", "eventlog/cli", "projections", "sqlite_export"):
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+                bad += [f"{path.relative_to(ROOT)} imports {n}" for n in names
+                        if n.split(".")[0] in frameworks or n.startswith("eventlog.adapters")]
+    assert bad == []

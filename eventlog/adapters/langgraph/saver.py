@@ -300,8 +300,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _unmirrored(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> builtins.list[dict[str, Any]]:
-        """The messages of a checkpoint not yet in the thread's session, as valid message fields
-        (one that does not validate is left out: the checkpoint itself keeps it)."""
+        """The checkpoint's messages after the newest one already in the thread's session, as valid
+        message fields in order (one that does not validate is left out: the checkpoint keeps it)."""
         seen = self._mirrored.get(sid)
         if seen is None:
             with self._reads(store) as conn:
@@ -310,16 +310,22 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             self._mirrored[sid] = seen
         out: builtins.list[dict[str, Any]] = []
         taken: set[str] = set()
-        for m in messages:
+        # From the newest back to the newest one already mirrored: a turn adds at its end.
+        for m in reversed(messages):
             fields = message_fields(m)
-            key = None if fields is None else fields["display_metadata"]["langgraph_id"]
-            if fields is None or key in seen or key in taken:
+            if fields is None:
+                continue
+            key = fields["display_metadata"]["langgraph_id"]
+            if key in seen:
+                break
+            if key in taken:
                 continue
             try:
                 out.append(make_event("message.appended", sid, fields)["data"])
             except ValidationError:
                 continue
-            taken.add(str(key))
+            taken.add(key)
+        out.reverse()
         return out
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
