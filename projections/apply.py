@@ -13,31 +13,40 @@ are bit-identical to the fold's whatever the batch sizes.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
-from eventlog.sessions import events
+from eventlog.sessions.events import CURRENT_VERSIONS, Handler, check_handlers, upcast
 from eventlog.sessions.fold import content_text
-from projections.schema import COSTS, TOKENS
+from eventlog.sessions.rules import (
+    COSTS,
+    CREATED_TEXT,
+    FLAG_EVENTS,
+    FLAGS,
+    INHERITED,
+    INT64_MAX,
+    MAX_COST,
+    MAX_TIME,
+    META_TEXT,
+    TOKENS,
+    as_int,
+    as_number,
+    as_str,
+    as_time,
+    event_time,
+    json_text,
+    lineage,
+    lineage_root,
+    outranked,
+    title_claim,
+)
+from eventlog.sessions.rules import descendants as _descendants
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-MAX_TIME = 4.2e9
-MAX_COST = 1e15
-FLAGS = {"archived": ("archived", 1), "unarchived": ("archived", 0),
-         "pinned": ("pinned", 1), "unpinned": ("pinned", 0),
-         "hidden": ("hidden", 1), "unhidden": ("hidden", 0)}
-_CREATED_TEXT = ("source", "model", "cwd", "git_repo_root", "git_branch", "parent_session_id",
-                 "user_id", "chat_id", "chat_type", "thread_id")
-_INHERITED = ("cwd", "git_repo_root", "git_branch")
-_META_TEXT = ("model", "cwd", "git_repo_root", "git_branch", "source")
 
-
-def upcaster() -> Any:
+def upcaster() -> Callable[[dict[str, Any]], dict[str, Any]]:
     """``eventlog.sessions.events.upcast``, skipped for envelopes already at the current version (it
     would only copy them; the applier never changes an envelope)."""
-    from eventlog.sessions.events import CURRENT_VERSIONS, upcast
-
     current = CURRENT_VERSIONS
 
     def up(env: dict[str, Any]) -> dict[str, Any]:
@@ -47,38 +56,6 @@ def upcaster() -> Any:
         return upcast(env)
 
     return up
-
-
-# ---- coercion of event values: the fold's rules (a value of the wrong type is unknown) ------
-
-def as_str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def as_int(v: Any, low: int = INT64_MIN) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool) and low <= v <= INT64_MAX:
-        return v
-    return None
-
-
-def as_number(v: Any, low: float, high: float) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high:
-        return float(v)
-    return None
-
-
-def as_time(v: Any, default: float | None) -> float | None:
-    return default if v is None else as_number(v, 0.0, MAX_TIME)
-
-
-def as_json(v: Any, *kinds: type) -> str | None:
-    """The stored form of a JSON list/object: its orjson text, or None."""
-    if not isinstance(v, kinds):
-        return None
-    try:
-        return orjson.dumps(v).decode()
-    except TypeError:
-        return None
 
 
 def store_int(v: int) -> int | str:
@@ -110,8 +87,8 @@ _MESSAGE_COLS = ("id", "session_id", "role", "content", "content_json", "tool_ca
                  "reasoning_details", "display_kind", "display_metadata", "active", "n_tool_calls")
 _INSERT_MESSAGE = (f"INSERT INTO messages ({', '.join(_MESSAGE_COLS)}) "
                    f"VALUES ({', '.join('?' * len(_MESSAGE_COLS))})")
-_SESSION_INSERT_COLS = ("id", *_CREATED_TEXT, "model_config", "started_at", "last_activity_at",
-                        "archived", "pinned", "hidden", "profile_name", "created_seq")
+_SESSION_INSERT_COLS = ("id", *CREATED_TEXT, "model_config", "started_at", "last_activity_at",
+                        *FLAGS, "profile_name", "created_seq")
 _INSERT_SESSION = (f"INSERT INTO sessions ({', '.join(_SESSION_INSERT_COLS)}) "
                    f"VALUES ({', '.join('?' * len(_SESSION_INSERT_COLS))})")
 
@@ -142,7 +119,9 @@ class Applier:
         self.flush()
 
     def apply(self, envelope: dict[str, Any]) -> None:
-        """Fold one envelope (the caller's transaction must be open). Never raises on odd data."""
+        """Fold one envelope through :data:`HANDLERS` (the caller's transaction must be open).
+        Types this program does not know are skipped, as the fold skips them. Never raises on
+        odd data."""
         if not isinstance(envelope, dict):
             return
         env = self.upcast(envelope)
@@ -155,48 +134,13 @@ class Applier:
         if type(sid) is not str or type(kind) is not str:
             if not isinstance(sid, str) or not isinstance(kind, str):
                 return
+        handler = HANDLERS.get(kind)
+        if handler is None:
+            return
         data = env.get("data")
         if type(data) is not dict:
             data = data if isinstance(data, dict) else {}
-        ts = as_int(env.get("ts"), 0)
-        now = None if ts is None else as_number(ts / 1e9, 0.0, MAX_TIME)
-        if kind == "message.appended":
-            self._appended(sid, seq, data, now)
-            return
-        if kind == "usage.recorded":
-            self._usage_recorded(sid, data)
-            return
-        self.flush()
-        if kind == "session.created":
-            self._created(sid, seq, data, now)
-            return
-        if not self._live(sid):
-            return
-        prefix, _, action = kind.partition(".")
-        if prefix == "session" and action in FLAGS:
-            flag, value = FLAGS[action]
-            members = self._lineage(sid)
-            self.db.executemany(f"UPDATE sessions SET {flag} = ? WHERE id = ?", [(value, m) for m in members])
-        elif kind == "session.titled":
-            self._titled(sid, data.get("title"), data.get("source"))
-        elif kind == "session.ended":
-            self.db.execute(
-                "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
-                (as_time(data.get("ended_at"), now), as_str(data.get("reason")), sid))
-        elif kind == "session.reopened":
-            self.db.execute("UPDATE sessions SET ended = 0, ended_at = NULL, end_reason = NULL WHERE id = ?", (sid,))
-        elif kind == "session.meta_updated":
-            self._meta_updated(sid, data)
-        elif kind == "session.deleted":
-            self._deleted(sid, seq)
-        elif kind == "messages.rewound":
-            self._rewound(sid, data.get("message_id"))
-        elif kind in ("message.reaction_set", "message.reaction_removed"):
-            self._reaction(sid, seq, kind, data)
-        elif kind == "reactions.seen":
-            up_to = as_int(data.get("up_to"))
-            if up_to is not None:
-                self.db.execute("UPDATE reactions SET seen = 1 WHERE session_id = ? AND set_seq <= ?", (sid, up_to))
+        handler.apply(self, sid, seq, data, event_time(env.get("ts")))
 
     def flush(self, *, keep_cache: bool = False) -> None:
         """Write the buffered rows of the hot path to the tables. The cached rows are then
@@ -250,12 +194,12 @@ class Applier:
         raw = content = g("content")
         content_json = 0
         if content is not None and type(content) is not str:
-            content = as_json(content, list, dict)
+            content = json_text(content, list, dict)
             content_json = 0 if content is None else 1
         calls = g("tool_calls")
         calls_text, n_calls = None, 0
         if calls is not None:
-            calls_text = as_json(calls, list)
+            calls_text = json_text(calls, list)
             if calls_text is not None:
                 n_calls = len(calls)
         stamp = g("timestamp")
@@ -265,10 +209,10 @@ class Applier:
             tokens = as_int(tokens, 0)
         details = g("reasoning_details")
         if details is not None:
-            details = as_json(details, list, dict)
+            details = json_text(details, list, dict)
         display = g("display_metadata")
         if display is not None:
-            display = as_json(display, dict)
+            display = json_text(display, dict)
         if self.docs is not None:
             text = content_text(raw) if content_json else (content or "")
             calls_part = calls_text if calls_text is not None and n_calls else ""
@@ -281,7 +225,7 @@ class Applier:
             c[2] = stamp
         self._dirty.add(sid)
 
-    def _usage_recorded(self, sid: str, data: dict[str, Any]) -> None:
+    def _usage_recorded(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         c = self._load(sid)
         if c is None:
             return
@@ -310,52 +254,77 @@ class Applier:
         self._dirty.add(sid)
         self._usage_dirty.add((sid, ukey))
 
-    # ---- session events ---------------------------------------------------------------------
+    # ---- session events: each flushes the hot path's buffers first ----------------------------
+
+    def _settled_live(self, sid: str) -> bool:
+        """Flush the buffered rows, then say whether ``sid`` is a live session."""
+        self.flush()
+        return self._live(sid)
 
     def _live(self, sid: str) -> bool:
         return self.db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
 
     def _created(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        self.flush()
         if self._live(sid) or self.db.execute("SELECT 1 FROM tombstones WHERE id = ?", (sid,)).fetchone():
             return
-        row = {key: as_str(data.get(key)) for key in _CREATED_TEXT}
+        row = {key: as_str(data.get(key)) for key in CREATED_TEXT}
         flags = (0, 0, 0)
         parent = row["parent_session_id"]
         if parent is not None:
             p = self.db.execute(
-                f"SELECT {', '.join(_INHERITED)} FROM sessions WHERE id = ?", (parent,)).fetchone()
+                f"SELECT {', '.join(INHERITED)} FROM sessions WHERE id = ?", (parent,)).fetchone()
             if p is not None:
-                for key, value in zip(_INHERITED, p):
+                for key, value in zip(INHERITED, p):
                     if row[key] is None:
                         row[key] = value
-                flags = self.db.execute("SELECT archived, pinned, hidden FROM sessions WHERE id = ?",
+                flags = self.db.execute(f"SELECT {', '.join(FLAGS)} FROM sessions WHERE id = ?",
                                         (self._root(parent),)).fetchone()
         started = as_time(data.get("started_at"), now)
         self.db.execute(_INSERT_SESSION, (
-            sid, *(row[k] for k in _CREATED_TEXT), as_json(data.get("model_config"), dict),
+            sid, *(row[k] for k in CREATED_TEXT), json_text(data.get("model_config"), dict),
             started, started, *flags, self.profile_name, seq))
         if "title" in data:
             self._titled(sid, data.get("title"), data.get("title_source"))
 
+    def _flagged(self, sid: str, flag: str, value: bool) -> None:
+        if self._settled_live(sid):
+            self.db.executemany(f"UPDATE sessions SET {flag} = ? WHERE id = ?",
+                                [(int(value), m) for m in self._lineage(sid)])
+
+    def _retitled(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._settled_live(sid):
+            self._titled(sid, data.get("title"), data.get("source"))
+
     def _titled(self, sid: str, title: Any, source: Any) -> None:
-        source = "user" if source is None else source
-        if not isinstance(title, str) or not isinstance(source, str) or source not in events.TITLE_RANK:
+        claim = title_claim(title, source)
+        if claim is None:
             return
-        title = events.normalize_title(title)
-        if not title:
-            return
+        title, source = claim
         holder = self.db.execute("SELECT id FROM sessions WHERE title = ? LIMIT 1", (title,)).fetchone()
         if holder is not None and holder[0] != sid:
             return
         current = self.db.execute("SELECT title_source FROM sessions WHERE id = ?", (sid,)).fetchone()[0]
-        if current in events.TITLE_RANK and events.TITLE_RANK[current] > events.TITLE_RANK[source]:
+        if outranked(current, source):
             return
         self.db.execute("UPDATE sessions SET title = ?, title_source = ? WHERE id = ?", (title, source, sid))
 
-    def _meta_updated(self, sid: str, data: dict[str, Any]) -> None:
-        sets: list[tuple[str, Any]] = [(k, as_str(data[k])) for k in _META_TEXT if k in data]
+    def _session_ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._settled_live(sid):
+            self.db.execute(
+                "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
+                (as_time(data.get("ended_at"), now), as_str(data.get("reason")), sid))
+
+    def _reopened(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._settled_live(sid):
+            self.db.execute("UPDATE sessions SET ended = 0, ended_at = NULL, end_reason = NULL WHERE id = ?", (sid,))
+
+    def _meta_updated(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if not self._settled_live(sid):
+            return
+        sets: list[tuple[str, Any]] = [(k, as_str(data[k])) for k in META_TEXT if k in data]
         if "model_config" in data:
-            sets.append(("model_config", as_json(data["model_config"], dict)))
+            sets.append(("model_config", json_text(data["model_config"], dict)))
         if "tool_names" in data:
             names = data["tool_names"]
             value = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
@@ -364,19 +333,20 @@ class Applier:
             self.db.execute(f"UPDATE sessions SET {', '.join(k + ' = ?' for k, _ in sets)} WHERE id = ?",
                             (*(v for _, v in sets), sid))
 
-    def _deleted(self, sid: str, seq: int) -> None:
-        members = self._descendants(sid)
+    def _deleted(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if not self._settled_live(sid):
+            return
         db = self.db
-        for m in members:
+        for m in [sid, *_descendants(sid, self._children)]:
             db.execute("DELETE FROM reactions WHERE session_id = ?", (m,))
             db.execute("DELETE FROM usage WHERE session_id = ?", (m,))
             db.execute("DELETE FROM messages WHERE session_id = ?", (m,))
             db.execute("DELETE FROM sessions WHERE id = ?", (m,))
             db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (m, seq))
 
-    def _rewound(self, sid: str, message_id: Any) -> None:
-        mid = as_int(message_id)
-        if mid is None:
+    def _rewound(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        mid = as_int(data.get("message_id"))
+        if not self._settled_live(sid) or mid is None:
             return
         target = self.db.execute("SELECT active FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
         if target is None or not target[0]:
@@ -388,16 +358,24 @@ class Applier:
         self.db.execute("UPDATE sessions SET message_count = message_count - ?, "
                         "tool_call_count = tool_call_count - ? WHERE id = ?", (n, calls, sid))
 
-    def _reaction(self, sid: str, seq: int, kind: str, data: dict[str, Any]) -> None:
+    def _reaction_set(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._settled_live(sid):
+            self._react(sid, seq, data, as_str(data.get("emoji")), setting=True)
+
+    def _reaction_removed(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if self._settled_live(sid):
+            self._react(sid, seq, data, None, setting=False)
+
+    def _react(self, sid: str, seq: int, data: dict[str, Any], emoji: str | None, *, setting: bool) -> None:
         mid = as_int(data.get("message_id"))
-        author, emoji = as_str(data.get("author")), as_str(data.get("emoji"))
+        author = as_str(data.get("author"))
         if mid is None or author is None:
             return
         if self.db.execute("SELECT 1 FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone() is None:
             return
         current = self.db.execute("SELECT emoji FROM reactions WHERE message_id = ? AND author = ?",
                                   (mid, author)).fetchone()
-        if kind == "message.reaction_set":
+        if setting:
             if emoji is None:
                 return
             if current is not None and current[0] == emoji:
@@ -408,25 +386,69 @@ class Applier:
         elif current is not None:
             self.db.execute("DELETE FROM reactions WHERE message_id = ? AND author = ?", (mid, author))
 
-    # ---- lineage ------------------------------------------------------------------------------
+    def _reactions_seen(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        up_to = as_int(data.get("up_to"))
+        if self._settled_live(sid) and up_to is not None:
+            self.db.execute("UPDATE reactions SET seen = 1 WHERE session_id = ? AND set_seq <= ?", (sid, up_to))
+
+    # ---- lineage (the walk is rules.lineage; links are looked up among live sessions) ------------
+
+    def _parent(self, sid: str) -> str | None:
+        return live_parent(self.db, sid)
+
+    def _children(self, sid: str) -> list[str]:
+        return live_children(self.db, sid)
 
     def _root(self, sid: str) -> str:
-        seen = {sid}
-        while True:
-            row = self.db.execute(
-                "SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id WHERE s.id = ?",
-                (sid,)).fetchone()
-            if row is None or row[0] in seen:
-                return sid
-            sid = row[0]
-            seen.add(sid)
-
-    def _descendants(self, sid: str) -> list[str]:
-        """``sid`` and every live session reachable from it through child links."""
-        rows = self.db.execute(
-            "WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN d "
-            "ON s.parent_session_id = d.id WHERE s.id != s.parent_session_id) SELECT id FROM d", (sid,))
-        return [r[0] for r in rows]
+        return lineage_root(sid, self._parent)
 
     def _lineage(self, sid: str) -> list[str]:
-        return self._descendants(self._root(sid))
+        return lineage(sid, self._parent, self._children)
+
+
+def live_parent(db: sqlite3.Connection, sid: str) -> str | None:
+    """The live parent of a session in ``db``'s state tables, or None."""
+    row = db.execute("SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id WHERE s.id = ?",
+                     (sid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def live_children(db: sqlite3.Connection, sid: str) -> list[str]:
+    """The live sessions whose parent is ``sid`` (a session naming itself excluded)."""
+    return [r[0] for r in db.execute("SELECT id FROM sessions WHERE parent_session_id = ? AND id != ?", (sid, sid))]
+
+
+def lineage_of(db: sqlite3.Connection, sid: str) -> list[str]:
+    """:func:`eventlog.sessions.rules.lineage` over ``db``'s state tables ([] for a session that is not live)."""
+    if db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
+        return []
+    return lineage(sid, lambda s: live_parent(db, s), lambda s: live_children(db, s))
+
+
+def _flag_handler(flag: str, value: bool) -> Handler:
+    def apply(applier: Applier, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        applier._flagged(sid, flag, value)
+
+    return Handler(1, apply)
+
+
+HANDLERS: dict[str, Handler] = {
+    "session.created": Handler(1, Applier._created),
+    "session.ended": Handler(1, Applier._session_ended),
+    "session.reopened": Handler(1, Applier._reopened),
+    "session.titled": Handler(1, Applier._retitled),
+    **{kind: _flag_handler(flag, value) for kind, (flag, value) in FLAG_EVENTS.items()},
+    "session.meta_updated": Handler(1, Applier._meta_updated),
+    "session.deleted": Handler(1, Applier._deleted),
+    "message.appended": Handler(2, Applier._appended),
+    "message.reaction_set": Handler(1, Applier._reaction_set),
+    "message.reaction_removed": Handler(1, Applier._reaction_removed),
+    "reactions.seen": Handler(1, Applier._reactions_seen),
+    "messages.rewound": Handler(1, Applier._rewound),
+    "usage.recorded": Handler(1, Applier._usage_recorded),
+}
+"""The applier's dispatch table, the SQL twin of :data:`eventlog.sessions.fold.HANDLERS` (a plain
+mapping: a new type adds an entry to both, or the missing side fails at import).
+``message.appended`` and ``usage.recorded`` buffer their rows (see the module docstring); every
+other handler flushes first."""
+check_handlers("the projections' applier (projections.apply.HANDLERS)", HANDLERS)

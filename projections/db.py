@@ -1,13 +1,17 @@
-"""Opening projection files with SQLite, and telling a damaged file from a bug.
+"""Opening projection files with SQLite, telling a damaged file from a bug, and turning driver
+errors into eventlog errors.
 
 Writers (the lease holder only) open read-write; everyone else opens ``mode=ro`` and never
-takes a write lock.
+takes a write lock. :func:`converted` is the one place the projections turn an ``sqlite3``
+error, an ``OSError`` or a ``ValueError`` into an :class:`~eventlog.errors.EventLogError`.
 """
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
+
+from eventlog.errors import EventLogError, ProjectionError
 
 BUSY_TIMEOUT_S = 5.0
 
@@ -67,3 +71,39 @@ def status_of(e: BaseException) -> str:
             or "unable to open" in text:
         return "unreadable"
     return "corrupt"
+
+
+DOCTOR_HINT = "run `eventlog doctor --fix`"
+
+
+def converted(e: BaseException, action: str) -> EventLogError:
+    """What ``e``, met while ``action`` (``"reading the projection"``), means to a caller: an
+    :class:`EventLogError` (returned as is) or a :class:`ProjectionError` saying what failed and
+    how to recover. The caller chains the cause: ``raise converted(e, action) from e``.
+
+    ========================================  ==========================================
+    ``e``                                     hint
+    ========================================  ==========================================
+    SQLITE_FULL ("database or disk is full")  free disk space (never read as corruption)
+    SQLITE_BUSY / SQLITE_LOCKED ("locked")    another process holds the file: retry
+    any other ``sqlite3.Error``               run ``eventlog doctor --fix``
+    ``OSError``                               check permissions (with the OS's reason)
+    ``ValueError`` and anything else          run ``eventlog doctor --fix``
+    ========================================  ==========================================
+    """
+    if isinstance(e, EventLogError):
+        return e
+    if isinstance(e, sqlite3.Error):
+        name = getattr(e, "sqlite_errorname", "") or ""
+        text = str(e).lower()
+        if name.startswith("SQLITE_FULL") or "disk is full" in text:
+            return ProjectionError(f"{action} failed: the disk is full ({e})",
+                                   hint="free some disk space and retry; the log is not affected")
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in text:
+            return ProjectionError(f"{action} failed: {e}", hint="another process holds the file; retry")
+        return ProjectionError(f"{action} failed: {e}", hint=DOCTOR_HINT)
+    if isinstance(e, OSError):
+        where = f" ({e.filename})" if e.filename else ""
+        return ProjectionError(f"{action} failed: {e.strerror or e}{where}",
+                               hint="check that the profile directory and its files belong to this user")
+    return ProjectionError(f"{action} failed: {e}", hint=DOCTOR_HINT)

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from eventlog.log import Log
+from eventlog.profiles import DIR_MODE as PRIVATE_DIR
+from eventlog.profiles import FILE_MODE as PRIVATE_FILE
 from projections.health import HEALTHY
 from projections.projector import Projector
-
-PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 
 
 def permission_problems(profile_dir: Path) -> list[str]:

@@ -24,10 +24,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventlog.profiles import make_dir  # noqa: F401  (the one place private directories are made)
+# The one place private directories are made and files written atomically (re-exported here).
+from eventlog.profiles import DIR_MODE as DIR_MODE
+from eventlog.profiles import FILE_MODE as FILE_MODE
+from eventlog.profiles import atomic_write
+from eventlog.profiles import fsync_dir as fsync_dir
+from eventlog.profiles import fsync_file as fsync_file
+from eventlog.profiles import make_dir as make_dir
+from eventlog.profiles import publish as publish
+from eventlog.profiles import temp_path as temp_path
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
 KINDS = ("state", "fts")
 _GEN_RE = re.compile(r"(state|fts)\.([0-9]+)\.v([0-9]+)\.db")
 SIDECARS = ("", "-wal", "-shm", "-journal")
@@ -116,14 +122,8 @@ def next_generation(directory: Path, kind: str, schema: int) -> Generation:
         if g is not None:
             top = max(top, g.gen)
     gen = top + 1
-    tmp = directory / f".{kind}.generation.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        os.write(fd, f"{gen}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, counter)
+    with atomic_write(counter) as fp:
+        fp.write(f"{gen}\n".encode())
     return Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
 
 
@@ -144,33 +144,15 @@ def create_empty(path: Path) -> None:
     os.close(fd)
 
 
-def fsync_file(path: Path) -> None:
-    """fsync a finished file that no connection of this process has open."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def swap_pointer(pointer: Path, target: Generation) -> None:
     """Make ``pointer`` name ``target`` atomically and durably."""
-    tmp = pointer.parent / f".{pointer.name}.{os.getpid()}.tmp"
+    tmp = temp_path(pointer)
     try:
         os.unlink(tmp)
     except FileNotFoundError:
         pass
     os.symlink(target.name, tmp)
-    os.replace(tmp, pointer)
-    fsync_dir(pointer.parent)
+    publish(tmp, pointer)
 
 
 def referenced(directory: Path, kind: str) -> set[str]:

@@ -478,7 +478,7 @@ class Projector:
                           progress: Progress | None) -> dict[str, Any]:
         out_path = out_path.absolute()
         files.make_dir(out_path.parent)
-        tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.tmp")
+        tmp = files.temp_path(out_path)
         try:
             built = self._build_state_file(tmp, REPLAY_APP_ID, "replay", until_seq, as_of_ns, progress,
                                            with_fts=True, wal=False)
@@ -487,8 +487,7 @@ class Projector:
                     os.unlink(f"{out_path}{suffix}")
                 except FileNotFoundError:
                     pass
-            os.replace(tmp, out_path)
-            files.fsync_dir(out_path.parent)
+            files.publish(tmp, out_path)
         except BaseException:
             files.remove_file(tmp)
             raise

@@ -17,11 +17,12 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from eventlog.errors import ProjectionError
-from eventlog.sessions.events import normalize_title
+from eventlog.errors import EventLogError, ProjectionError, ValidationError
+from eventlog.sessions.reads import typed_read
+from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
 from projections import files, fts
-from projections.apply import load_int
+from projections.apply import lineage_of, load_int
 from projections.files import Generation
 from projections.health import HEALTHY, LogView, judge_meta, read_meta
 from projections.rows import (
@@ -35,13 +36,14 @@ from projections.rows import (
     session_dict,
     usage_dict,
 )
-from projections.schema import COSTS, FTS_APP_ID, REPLAY_APP_ID, STATE_APP_ID, TOKENS
+from projections.schema import FTS_APP_ID, REPLAY_APP_ID, STATE_APP_ID
 
 T = TypeVar("T")
 _S = ", ".join(f"s.{c}" for c in SESSION_COLS)
 _M = ", ".join(f"m.{c}" for c in MESSAGE_COLS)
 _U = ", ".join(USAGE_COLS)
 _R = ", ".join(REACTION_COLS)
+_SOURCE = f"coalesce(s.source, '{DEFAULT_SOURCE}')"
 
 
 def _encodable(*values: Any) -> bool:
@@ -59,11 +61,11 @@ def _encodable(*values: Any) -> bool:
 def _clamp(v: int) -> int:
     """An int argument brought into SQLite's 64-bit range (same answers: no stored id is
     outside it)."""
-    return max(-(2**63), min(int(v), 2**63 - 1))
+    return max(INT64_MIN, min(int(v), INT64_MAX))
 
 
 def _int64(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+    return as_int(v) is not None
 
 
 class Reader:
@@ -72,7 +74,7 @@ class Reader:
 
     def __init__(self, projector: Any = None, *, path: str | Path | None = None) -> None:
         if (projector is None) == (path is None):
-            raise ValueError("give a projector or a path")
+            raise ValidationError("path", "give a projector or a path (not both)")
         self._projector = projector
         self._path = Path(path).absolute() if path is not None else None
         self._lock = threading.RLock()
@@ -115,9 +117,9 @@ class Reader:
                     if app not in (REPLAY_APP_ID, STATE_APP_ID):
                         raise ProjectionError(f"{self._path} is not an eventlog projection file")
                     has_fts = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone()
-                except sqlite3.DatabaseError as e:
+                except BaseException:
                     db.close()
-                    raise ProjectionError(f"{self._path} cannot be read: {e}") from e
+                    raise
                 fts.register(db)
                 self._db, self._fts = db, ("main" if has_fts else None)
             return self._db
@@ -188,22 +190,33 @@ class Reader:
             pass
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one read transaction: the reader's one error boundary. A damaged file
+        is repaired once (by the projector) and ``fn`` runs again; every other driver, OS or
+        value error leaves as an EventLogError (:func:`projections.db.converted`), cause chained."""
+        action = "reading the projection" if self._path is None else f"reading {self._path}"
         with self._lock:
+            heal = False
             for attempt in (1, 2):
-                db = self._connection()
                 try:
+                    if heal:
+                        self.close()
+                        self._projector.ensure(full=True)
+                    db = self._connection()
                     db.execute("BEGIN")
                     try:
                         return fn(db)
                     finally:
                         if db.in_transaction:
                             db.execute("COMMIT")
+                except EventLogError:
+                    raise
                 except sqlite3.DatabaseError as e:
-                    if not sql.is_fault(e) or attempt == 2 or self._projector is None:
-                        raise ProjectionError(f"reading the projection failed: {e}",
-                                              hint="run `eventlog doctor --fix`") from e
-                    self.close()
-                    self._projector.ensure(full=True)
+                    if attempt == 1 and sql.is_fault(e) and self._projector is not None:
+                        heal = True
+                        continue
+                    raise sql.converted(e, action) from e
+                except (sqlite3.Error, OSError, ValueError) as e:
+                    raise sql.converted(e, action) from e
             raise AssertionError("unreachable")
 
     def cursors(self) -> tuple[int, int | None]:
@@ -222,13 +235,17 @@ class Reader:
 
     # ---- sessions ---------------------------------------------------------------------------
 
-    def get_session(self, id: str) -> dict[str, Any] | None:
-        if not isinstance(id, str) or not _encodable(id):
+    # Every read checks its call against its signature (eventlog.sessions.reads.typed_read).
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        if not _encodable(session_id):
             return None
-        row = self._run(lambda db: db.execute(f"SELECT {_S} FROM sessions s WHERE s.id = ?", (id,)).fetchone())
+        row = self._run(lambda db: db.execute(f"SELECT {_S} FROM sessions s WHERE s.id = ?", (session_id,)).fetchone())
         return session_dict(row, self.warnings) if row else None
 
-    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
                       pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
                       workspace: str | None = None, limit: int | None = 50, offset: int = 0) -> list[dict[str, Any]]:
         """Most recent activity first (null last), then id descending; the page
@@ -237,12 +254,12 @@ class Reader:
             return []
         where: list[str] = []
         params: list[Any] = []
-        for flag, wanted in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+        for flag, wanted in zip(FLAGS, (archived, pinned, hidden)):
             if wanted is not None:
                 where.append(f"s.{flag} = ?")
                 params.append(1 if wanted else 0)
         if source is not None:
-            where.append("coalesce(s.source, 'cli') = ?")
+            where.append(f"{_SOURCE} = ?")
             params.append(source)
         if not children:
             where.append("s.parent_session_id IS NULL")
@@ -250,8 +267,8 @@ class Reader:
             where.append("(s.git_repo_root = ? OR s.cwd = ? OR substr(s.cwd, 1, length(?) + 1) = ? || '/')")
             params += [workspace] * 4
         cond = " AND ".join(where) or "1"
-        start = _clamp(max(int(offset or 0), 0))
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        start = _clamp(offset)
+        count = -1 if limit is None else _clamp(limit)
         order = "ORDER BY s.last_activity_at DESC, s.id DESC"
 
         def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -307,30 +324,14 @@ class Reader:
         """Live members of the session's lineage: the root first, then its descendants by id."""
         if not isinstance(session_id, str) or not _encodable(session_id):
             return []
-
-        def query(db: sqlite3.Connection) -> list[str]:
-            if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
-                return []
-            sid, seen = session_id, {session_id}
-            while True:
-                row = db.execute("SELECT p.id FROM sessions s JOIN sessions p ON p.id = s.parent_session_id "
-                                 "WHERE s.id = ?", (sid,)).fetchone()
-                if row is None or row[0] in seen:
-                    break
-                sid = row[0]
-                seen.add(sid)
-            rows = db.execute(
-                "WITH RECURSIVE d(id) AS (SELECT ? UNION SELECT s.id FROM sessions s JOIN d "
-                "ON s.parent_session_id = d.id WHERE s.id != s.parent_session_id) SELECT id FROM d", (sid,))
-            return [sid, *sorted(r[0] for r in rows if r[0] != sid)]
-
-        return self._run(query)
+        return self._run(lambda db: lineage_of(db, session_id))
 
     # ---- messages ------------------------------------------------------------------------------
 
-    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
                      after: int | None = None) -> list[dict[str, Any]]:
-        if not isinstance(session_id, str) or not _encodable(session_id):
+        if not _encodable(session_id):
             return []
         cond = "m.session_id = ?"
         params: list[Any] = [session_id]
@@ -338,8 +339,8 @@ class Reader:
             cond += " AND m.active = 1"
         if after is not None:
             cond += " AND m.id > ?"
-            params.append(_clamp(after) if isinstance(after, int) else after)
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+            params.append(_clamp(after))
+        count = -1 if limit is None else _clamp(limit)
 
         def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
@@ -349,14 +350,16 @@ class Reader:
 
         return [message_dict(r, self.warnings) for r in self._run(query)]
 
+    @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
-        if not isinstance(session_id, str) or not _encodable(session_id):
+        if not _encodable(session_id):
             return []
         rows = self._run(lambda db: db.execute(
             f"SELECT {_U} FROM usage WHERE session_id = ? ORDER BY model, provider, task",
             (session_id,)).fetchall())
         return [usage_dict(r, self.warnings) for r in rows]
 
+    @typed_read
     def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
         if not _int64(message_id):
             return []
@@ -381,7 +384,8 @@ class Reader:
 
     # ---- search ----------------------------------------------------------------------------------
 
-    def search(self, query: str, role: str | None = None, source: str | None = None,
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
         """Active messages of live, non-hidden sessions whose search text contains every term
         of ``query`` (case-insensitive substrings), newest first. Any text is accepted.
@@ -398,12 +402,12 @@ class Reader:
             filters.append("m.role = ?")
             params.append(role)
         if source is not None:
-            filters.append("coalesce(s.source, 'cli') = ?")
+            filters.append(f"{_SOURCE} = ?")
             params.append(source)
         if session_id is not None:
             filters.append("m.session_id = ?")
             params.append(session_id)
-        count = -1 if limit is None else _clamp(max(int(limit), 0))
+        count = -1 if limit is None else _clamp(limit)
         cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
 
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
@@ -458,6 +462,7 @@ class Reader:
 
     # ---- stats -------------------------------------------------------------------------------------
 
+    @typed_read
     def stats(self) -> dict[str, Any]:
         """Totals over live root sessions (no parent, or a parent that is not live)."""
         rows = self._run(lambda db: db.execute(
@@ -471,7 +476,7 @@ class Reader:
             if not isinstance(messages, int):
                 self.warnings.add(sid, "message_count", messages)
                 messages = 0
-            key = source if isinstance(source, str) else "cli"
+            key = source if isinstance(source, str) else DEFAULT_SOURCE
             bucket = out["by_source"].setdefault(key, {"sessions": 0, "messages": 0})
             bucket["sessions"] += 1
             bucket["messages"] += messages

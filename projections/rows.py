@@ -12,17 +12,15 @@ from typing import Any
 
 import orjson
 
-from projections.schema import COSTS, TOKENS
+from eventlog.sessions.rules import COSTS, FLAGS, MAX_TIME, TOKENS, as_number
 
 log = logging.getLogger("eventlog.projections")
-MAX_TIME = 4.2e9
-INT64_MAX = 2**63 - 1
 
 SESSION_COLS = (
     "id", "source", "model", "model_config", "title", "title_source", "started_at", "ended_at",
     "end_reason", "message_count", "tool_call_count", *TOKENS, *COSTS, "cwd", "git_repo_root",
     "git_branch", "parent_session_id", "user_id", "chat_id", "chat_type", "thread_id", "tool_names",
-    "archived", "pinned", "hidden", "last_activity_at",
+    *FLAGS, "last_activity_at",
 )
 MESSAGE_COLS = (
     "id", "session_id", "role", "content", "content_json", "tool_calls", "tool_name", "tool_call_id",
@@ -36,7 +34,7 @@ _TIMES = {"started_at", "ended_at", "last_activity_at", "timestamp"}
 _COUNTS = {"message_count", "tool_call_count", "records", "set_seq", "token_count"}
 _BIG = set(TOKENS)
 _FLOATS = set(COSTS)
-_FLAGS = {"archived", "pinned", "hidden", "active", "seen"}
+_FLAGS = {*FLAGS, "active", "seen"}
 _IDS = {"id", "message_id"}
 _JSON = {"model_config": (dict,), "tool_names": (list,), "tool_calls": (list,),
          "reasoning_details": (list, dict), "display_metadata": (dict,)}
@@ -60,9 +58,8 @@ class Warnings:
 def _time(v: Any) -> Any:
     if v is None:
         return None
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_TIME:
-        return float(v)
-    return _BAD
+    t = as_number(v, 0.0, MAX_TIME)  # the fold's reading of a time
+    return _BAD if t is None else t
 
 
 _BAD = object()

@@ -13,14 +13,15 @@ of an older version are rebuilt into a new generation, see :mod:`projections.fil
 """
 from __future__ import annotations
 
+from eventlog.sessions.rules import COSTS as COSTS  # the token and cost columns (re-exported)
+from eventlog.sessions.rules import TOKENS as TOKENS
+
 STATE_SCHEMA = 1
 FTS_SCHEMA = 2  # 2: detail=none (1: positional trigram index)
 STATE_APP_ID = 0x45564C53  # "EVLS"
 FTS_APP_ID = 0x45564C46  # "EVLF"
 REPLAY_APP_ID = 0x45564C52  # "EVLR": a standalone state + FTS file written for an audit
 
-TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-COSTS = ("estimated_cost_usd", "actual_cost_usd")
 
 META_DDL = "CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID"
 

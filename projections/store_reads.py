@@ -6,6 +6,7 @@ from typing import Any
 
 from eventlog.errors import ProjectionError
 from eventlog.log import Log
+from eventlog.sessions.reads import typed_read
 from projections.projector import Projector
 from projections.queries import Reader
 
@@ -46,17 +47,64 @@ class ProjectionReadModel:
             self.projector.refresh()
         return self.reader
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        method = getattr(self.reader, name)
-        if not callable(method):
-            return method
+    # ---- helpers writers check before appending ----------------------------------------------
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return getattr(self._reads(), name)(*args, **kwargs)
+    def is_live(self, session_id: str) -> bool:
+        return self._reads().is_live(session_id)
 
-        return call
+    def title_holder(self, title: str) -> str | None:
+        return self._reads().title_holder(title)
+
+    def titles(self) -> set[str]:
+        return self._reads().titles()
+
+    def message_session(self, message_id: int) -> str | None:
+        return self._reads().message_session(message_id)
+
+    def current_reaction(self, message_id: int, author: str) -> str | None:
+        return self._reads().current_reaction(message_id, author)
+
+    def lineage(self, session_id: str) -> list[str]:
+        return self._reads().lineage(session_id)
+
+    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
+        return self._reads().unseen_reactions(session_id)
+
+    # ---- reads (checked here and by the Reader: eventlog.sessions.reads.typed_read) -----------
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        return self._reads().get_session(session_id)
+
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
+                      pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
+                      workspace: str | None = None, limit: int | None = 50,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        return self._reads().list_sessions(source=source, archived=archived, pinned=pinned, hidden=hidden,
+                                           children=children, workspace=workspace, limit=limit, offset=offset)
+
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
+                     after: int | None = None) -> list[dict[str, Any]]:
+        return self._reads().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
+
+    @typed_read
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        return self._reads().get_usage(session_id)
+
+    @typed_read
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        return self._reads().get_reactions(message_id)
+
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
+        return self._reads().search(query, role=role, source=source, session_id=session_id, limit=limit)
+
+    @typed_read
+    def stats(self) -> dict[str, Any]:
+        return self._reads().stats()
 
     def close(self) -> None:
         try:

@@ -67,8 +67,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from eventlog.errors import DuplicateEventError, EventLogError, StorageError, ValidationError
+from eventlog.errors import DuplicateEventError, EventLogError, ValidationError
+from eventlog.log import Log
 from eventlog.sessions import events as ev
+from eventlog.sessions import rules
+from sqlite_export.errors import converted, not_a_database
 
 BATCH = 1000
 MESSAGE_CHUNK = 2000
@@ -76,7 +79,6 @@ MAX_WARNINGS = 1000
 IMPORT_TASK = "hermes-import"
 Progress = Callable[[int, int], None]
 
-_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 _CONTENT_PREFIXES = ("\x00json:", "\x01json:")
 _TITLE_SOURCES = {"derived": "derived", "llm": "llm", "user": "user",
                   "branch": "derived", "branch_fallback": "derived"}
@@ -92,8 +94,6 @@ _MESSAGE_COLUMNS = (
     "token_count", "finish_reason", "reasoning", "reasoning_content", "reasoning_details",
     "active", "compacted", "display_kind", "display_metadata",
 )
-_TOKEN_COLUMNS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-_COST_COLUMNS = ("estimated_cost_usd", "actual_cost_usd")
 # Fields given up first when an event would exceed the size limit (content is truncated last).
 _SHEDDABLE = ("reasoning_details", "reasoning", "display_metadata", "tool_calls", "model_config")
 
@@ -162,8 +162,7 @@ def _open_source(path: Path, tmp: Path, report: ImportReport) -> sqlite3.Connect
         except sqlite3.Error as e:
             wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
             if not (wal.exists() and not shm.exists()):
-                raise StorageError(f"cannot read {path} read-only: {e}",
-                                   hint="check the file's permissions, or stop Hermes and retry") from e
+                raise  # import_hermes converts it
             # No -shm: no process has this WAL database open, so copying the files is safe.
             report.warn(f"source: {wal.name} without {shm.name} could not be opened read-only "
                         f"({e}); read a private copy of the database and its WAL instead")
@@ -175,8 +174,8 @@ def _open_source(path: Path, tmp: Path, report: ImportReport) -> sqlite3.Connect
             probe.execute("PRAGMA locking_mode=EXCLUSIVE")
             probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as e:
-        if "not a database" in str(e) or "malformed" in str(e):
-            raise StorageError(f"{path} is not a readable SQLite database: {e}") from e
+        if not_a_database(e):
+            raise  # import_hermes converts it
         return _connect(_uri(path, mode="ro", immutable="1"))  # WAL mode, nobody has it open
     return _connect(_uri(path, mode="ro"))
 
@@ -203,7 +202,7 @@ def _time(v: Any, name: str) -> tuple[float | None, str | None]:
     if v is None:
         return None, None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if math.isfinite(v) and 0 <= v <= ev.MAX_TIME:
+        if math.isfinite(v) and 0 <= v <= rules.MAX_TIME:
             return float(v), None
         return None, f"{name} {v!r} is out of range; dropped (the import time is used)"
     text = _text(v) or ""
@@ -215,7 +214,7 @@ def _time(v: Any, name: str) -> tuple[float | None, str | None]:
             return ev.parse_time(text, name), f"{name} stored as TEXT {shown!r}; read as ISO-8601 (UTC when no offset)"
         except ValidationError:
             return None, f"{name} stored as TEXT {shown!r} is not a time; dropped (the import time is used)"
-    if math.isfinite(number) and 0 <= number <= ev.MAX_TIME:
+    if math.isfinite(number) and 0 <= number <= rules.MAX_TIME:
         return number, f"{name} stored as TEXT {shown!r}; read as epoch seconds"
     return None, f"{name} {shown!r} is out of range; dropped (the import time is used)"
 
@@ -229,7 +228,7 @@ def _count(v: Any, name: str) -> tuple[int | None, str | None]:
         text = _text(v) or ""
         if text.strip().isascii() and text.strip().isdigit():  # "¹".isdigit() is True, int() refuses it
             return int(text.strip()), f"{name} stored as TEXT {text[:40]!r}; read as a number"
-    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= ev.INT64_MAX:
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= rules.INT64_MAX:
         return v, None
     return None, f"{name} {_text(v)[:40]!r} is not a count; dropped"  # type: ignore[index]
 
@@ -241,7 +240,7 @@ def _cost(v: Any, name: str) -> tuple[float | None, str | None]:
         number = float(v) if isinstance(v, (int, float, str, bytes)) and not isinstance(v, bool) else math.nan
     except ValueError:
         number = math.nan
-    if math.isfinite(number) and 0 <= number <= ev.MAX_COST:
+    if math.isfinite(number) and 0 <= number <= rules.MAX_COST:
         return number, None if isinstance(v, (int, float)) else f"{name} stored as TEXT; read as a number"
     return None, f"{name} {_text(v)[:40]!r} is not a cost; left unknown"  # type: ignore[index]
 
@@ -344,10 +343,10 @@ def _limit_content(v: Any) -> tuple[Any, str | None]:
         size = len(json.dumps(v, ensure_ascii=False).encode("utf-8", "replace"))
     except (TypeError, ValueError, RecursionError):
         return None, "content could not be encoded; dropped"
-    if size <= ev.MAX_TEXT_BYTES - 1024:
+    if size <= rules.MAX_TEXT_BYTES - 1024:
         return v, None
     smaller = _shrink_inline_data(v)
-    if len(json.dumps(smaller, ensure_ascii=False).encode("utf-8", "replace")) <= ev.MAX_TEXT_BYTES - 1024:
+    if len(json.dumps(smaller, ensure_ascii=False).encode("utf-8", "replace")) <= rules.MAX_TEXT_BYTES - 1024:
         return smaller, "content larger than 8 MiB; inline data: payloads were replaced by a note"
     from sqlite_export.transcript import content_text
 
@@ -356,10 +355,10 @@ def _limit_content(v: Any) -> tuple[Any, str | None]:
 
 
 def _limit_text(v: Any, name: str) -> tuple[Any, str | None]:
-    if isinstance(v, str) and len(v) > ev.MAX_TEXT_BYTES // 4:
+    if isinstance(v, str) and len(v) > rules.MAX_TEXT_BYTES // 4:
         raw = v.encode("utf-8")
-        if len(raw) > ev.MAX_TEXT_BYTES:
-            cut = raw[: ev.MAX_TEXT_BYTES - 64].decode("utf-8", "ignore")
+        if len(raw) > rules.MAX_TEXT_BYTES:
+            cut = raw[: rules.MAX_TEXT_BYTES - 64].decode("utf-8", "ignore")
             return cut, f"{name} longer than 8 MiB; truncated"
     return v, None
 
@@ -374,7 +373,7 @@ def _sha(text: str) -> str:
 
 def map_session_id(raw: str) -> str:
     """The eventlog id of a Hermes session id: itself when valid, else ``h-<sha1 prefix>``."""
-    return raw if _ID_RE.fullmatch(raw) else "h-" + _sha(raw)[:20]
+    return raw if rules.ID_RE.fullmatch(raw) else "h-" + _sha(raw)[:20]
 
 
 def _eid(sid: str, *parts: Any) -> str:
@@ -390,7 +389,7 @@ def _eid(sid: str, *parts: Any) -> str:
 class _Importer:
     def __init__(self, store: Any, report: ImportReport, progress: Progress | None) -> None:
         self.store = store
-        self.log = store.log
+        self.log: Log = store.log
         self.report = report
         self.progress = progress
         self.done = 0
@@ -516,22 +515,22 @@ def import_hermes(store: Any, source_path: str | os.PathLike[str], *,
         raise ValidationError("source", f"{path} does not exist or is not a file")
     report = ImportReport()
     imp = _Importer(store, report, progress)
-    with tempfile.TemporaryDirectory(prefix="eventlog-hermes-") as tmp:
-        try:
+    doing = "opening"
+    try:
+        with tempfile.TemporaryDirectory(prefix="eventlog-hermes-") as tmp:
             conn = _open_source(path, Path(tmp), report)
-        except sqlite3.Error as e:
-            raise StorageError(f"cannot open {path} read-only: {e}") from e
-        with closing(conn):
-            try:
+            doing = "reading"
+            with closing(conn):
                 s_cols = _columns(conn, "sessions")
                 m_cols = _columns(conn, "messages")
-            except sqlite3.DatabaseError as e:
-                raise StorageError(f"cannot read {path}: {e}",
-                                   hint="is it a SQLite database? `sqlite3 FILE .tables` shows its tables") from e
-            if "id" not in s_cols:
-                raise ValidationError("source", f"{path} has no sessions table with an id column; "
-                                      "it does not look like a Hermes state.db")
-            _run(imp, conn, s_cols, m_cols)
+                if "id" not in s_cols:
+                    raise ValidationError("source", f"{path} has no sessions table with an id column; "
+                                          "it does not look like a Hermes state.db")
+                _run(imp, conn, s_cols, m_cols)
+    except EventLogError:
+        raise
+    except (sqlite3.Error, OSError, ValueError) as e:  # the one boundary of the import
+        raise converted(e, f"{doing} {path}", hint="check the file's permissions, or stop Hermes and retry") from e
     return report
 
 
@@ -549,10 +548,7 @@ def _select(cols: set[str], wanted: tuple[str, ...]) -> str:
 def _run(imp: _Importer, conn: sqlite3.Connection, s_cols: set[str], m_cols: set[str]) -> None:
     report = imp.report
     conn.row_factory = sqlite3.Row
-    try:
-        srows = conn.execute(f"SELECT {_select(s_cols, _SESSION_COLUMNS)} FROM sessions").fetchall()
-    except sqlite3.DatabaseError as e:
-        raise StorageError(f"cannot read the sessions table: {e}") from e
+    srows = conn.execute(f"SELECT {_select(s_cols, _SESSION_COLUMNS)} FROM sessions").fetchall()
     n_messages = _count_rows(conn, "messages") if "session_id" in m_cols else 0
     imp.total = len(srows) + n_messages
     sessions = _plan_sessions(imp, srows)
@@ -676,10 +672,10 @@ def _session_data(imp: _Importer, s: _Session, taken: set[str]) -> dict[str, Any
         data["started_at"] = s.started
     title = _text(row["title"])
     if title is not None:
-        title = ev.normalize_title(title)
-        if len(title) > ev.MAX_TITLE:
-            imp.warn(where, f"title longer than {ev.MAX_TITLE} characters; shortened")
-            title = title[: ev.MAX_TITLE].rstrip()
+        title = rules.normalize_title(title)
+        if len(title) > rules.MAX_TITLE:
+            imp.warn(where, f"title longer than {rules.MAX_TITLE} characters; shortened")
+            title = title[: rules.MAX_TITLE].rstrip()
         if title:
             if title in taken:
                 new = ev.next_title(title, taken)
@@ -711,7 +707,7 @@ def _write_sessions(imp: _Importer, sessions: dict[str, _Session]) -> None:
     # Lineage flags: one decision per source lineage, applied on its root.
     flags: dict[str, dict[str, set[bool]]] = {}
     for s in sessions.values():
-        for name in ("archived", "pinned", "hidden"):
+        for name in rules.FLAGS:
             flags.setdefault(s.root, {}).setdefault(name, set()).add(_flag(s.row[name]))
     dropped: list[str] = []
     for s in sessions.values():
@@ -877,13 +873,13 @@ def _write_endings(imp: _Importer, sessions: dict[str, _Session]) -> None:
         if provider:
             usage["provider"] = provider
         meaningful = False
-        for name in _TOKEN_COLUMNS:
+        for name in rules.TOKENS:
             value, problem = _count(row[name], name)
             imp.warn(where, problem and problem.replace("dropped", "counted as 0"))
             if value:
                 usage[name] = value
                 meaningful = True
-        for name in _COST_COLUMNS:
+        for name in rules.COSTS:
             cost, problem = _cost(row[name], name)
             imp.warn(where, problem)
             if cost is not None:

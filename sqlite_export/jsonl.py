@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from eventlog.errors import DuplicateEventError, IntegrityError, ValidationError
+from eventlog.errors import DuplicateEventError, EventLogError, IntegrityError, ValidationError
 from eventlog.log import Log, codec
+from sqlite_export.errors import converted
 
 CHUNK = 2000
 Progress = Callable[[int, int], None]
@@ -26,16 +27,21 @@ def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None,
     """Write the log (or one session's events) to ``out``; returns the number of events."""
     total = log.head()[0]
     n = 0
-    if session is None:
-        for seq, raw in log.read(1, raw=True):
-            out.write(bytes(raw) + b"\n")
-            n += 1
-            if progress and n % CHUNK == 0:
-                progress(seq, total)
-    else:
-        for env in log.read_session(session):
-            out.write(codec.canonical(env) + b"\n")
-            n += 1
+    try:
+        if session is None:
+            for seq, raw in log.read(1, raw=True):
+                out.write(bytes(raw) + b"\n")
+                n += 1
+                if progress and n % CHUNK == 0:
+                    progress(seq, total)
+        else:
+            for env in log.read_session(session):
+                out.write(codec.canonical(env) + b"\n")
+                n += 1
+    except EventLogError:
+        raise
+    except (OSError, ValueError) as e:  # the output failed (disk full, closed, a broken pipe)
+        raise converted(e, "writing the export") from e
     if progress:
         progress(total, total)
     return n
@@ -56,7 +62,10 @@ class ImportResult:
 
 def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
     for n, line in enumerate(lines, 1):
-        raw = line.encode() if isinstance(line, str) else bytes(line)
+        try:
+            raw = line.encode() if isinstance(line, str) else bytes(line)
+        except UnicodeEncodeError:
+            raise ValidationError(f"line {n}", "holds text that is not valid Unicode (a lone surrogate)") from None
         raw = raw.strip()
         if not raw:
             continue
@@ -82,7 +91,12 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
 
 def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None) -> ImportResult:
     """Import exported envelopes into ``log`` (see the module docstring for the two modes)."""
-    items = list(_parse(lines))
+    try:
+        items = list(_parse(lines))
+    except EventLogError:
+        raise
+    except (OSError, ValueError) as e:  # the input failed to read
+        raise converted(e, "reading the import") from e
     if not items:
         return ImportResult("appended", 0, 0, 0)
     for n, _, env in items:

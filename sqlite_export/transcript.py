@@ -24,7 +24,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-_MAX_TIME = 4.2e9
+from eventlog.sessions.rules import MAX_TIME, as_number
+
 _IMAGE_TYPES = {"image", "image_url", "input_image"}
 
 
@@ -34,12 +35,11 @@ _IMAGE_TYPES = {"image", "image_url", "input_image"}
 
 def iso_time(value: Any) -> str:
     """``value`` (epoch seconds) as ISO-8601 UTC, or ``"unknown"``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    seconds = as_number(value, 0.0, MAX_TIME)
+    if seconds is None:
         return "unknown"
-    if not (math.isfinite(value) and 0 <= value <= _MAX_TIME):
-        return "unknown"
-    moment = datetime.fromtimestamp(value, timezone.utc)
-    spec = "seconds" if float(value).is_integer() else "milliseconds"
+    moment = datetime.fromtimestamp(seconds, timezone.utc)
+    spec = "seconds" if seconds.is_integer() else "milliseconds"
     return moment.isoformat(timespec=spec).replace("+00:00", "Z")
 
 

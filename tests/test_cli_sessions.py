@@ -5,15 +5,12 @@ Exit codes and JSON shapes are asserted exactly (issue 5).
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
-
-README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def cli(home: Path, *args: str, input: str | None = None, profile: str = "p") -> tuple[int, str, str]:
@@ -143,24 +140,3 @@ def test_export_transcripts(home: Path, tmp_path: Path) -> None:
         assert code == 0, err
         assert "Transcript" in out.read_text()
     assert cli(home, "export", "--format", "md", str(tmp_path / "x.md"))[0] == 2
-
-
-def _commands(group: object, prefix: str = "") -> list[tuple[str, object]]:
-    import click
-
-    out = []
-    for name, cmd in getattr(group, "commands", {}).items():
-        full = f"{prefix}{name}"
-        out.append((full, cmd))
-        if isinstance(cmd, click.Group):
-            out.extend(_commands(cmd, full + " "))
-    return out
-
-
-def test_every_command_has_help_and_is_in_the_readme() -> None:
-    readme = README.read_text()
-    for name, cmd in _commands(main):
-        assert (cmd.help or "").strip(), f"{name} has no help text"
-        if name in ("sessions", "messages", "log"):
-            continue
-        assert re.search(rf"eventlog {re.escape(name)}\b", readme), f"`eventlog {name}` is not in the README"

@@ -192,7 +192,8 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
 
 
 def event(i: int, pad: int) -> dict[str, object]:
-    return {"type": "test.written", "session": "s", "id": f"e{i}", "data": {"i": i, "pad": "x" * pad}}
+    """An event of at least ``pad`` bytes once stored: random hex, which zstd only halves."""
+    return {"type": "test.written", "session": "s", "id": f"e{i}", "data": {"i": i, "pad": os.urandom(pad).hex()}}
 
 
 def fill_until_full(lg: EventLog, start: int = 0, pad: int = 6000) -> tuple[list[tuple[str, str, int]], BaseException]:

@@ -10,7 +10,6 @@ message ids below are known in advance (message ids are the seqs of their events
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import reprlib
 import tempfile
@@ -24,15 +23,7 @@ from eventlog.errors import EventLogError
 from eventlog.sessions import events
 from eventlog.sessions.store import SessionStore
 
-
-def _has_projection_reads() -> bool:
-    try:
-        return importlib.util.find_spec("projections.store_reads") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-READ_MODELS = ["fold"] + (["projection"] if _has_projection_reads() else [])
+READ_MODELS = ["fold", "projection"]
 
 # Budget: a share of the loaded profile per write method, the whole profile for mixed sequences.
 PROFILE_EXAMPLES = settings().max_examples

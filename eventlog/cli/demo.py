@@ -1,8 +1,13 @@
-"""The demo behind ``python3 run demo``: a realistic agent conversation written, read back, verified."""
+"""``eventlog demo``, behind ``python3 run demo``: a realistic agent conversation written, read back, verified."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable
+
+import click
+
+from eventlog.cli.common import Ctx, handled
 
 DEMO_PROFILE = "demo"
 
@@ -55,3 +60,15 @@ def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
         echo(f"log verify: {'ok' if res.ok else 'BROKEN'} ({res.events} events, head {res.head_seq}); "
              f"state.db {health['state']['status']}, fts {health['fts']['status']}")
         return bool(res.ok and hits and health["ok"])
+
+
+@click.command()
+@click.pass_context
+@handled
+def demo(ctx: click.Context) -> None:
+    """Write a realistic agent conversation into the demo profile, read it back, verify the log."""
+    c: Ctx = ctx.obj
+    given = ctx.parent is not None and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE
+    profile = c.profile if given else DEMO_PROFILE
+    if not run_demo(c.home, profile, click.echo):
+        sys.exit(1)

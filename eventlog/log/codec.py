@@ -31,7 +31,8 @@ _SORT = orjson.OPT_SORT_KEYS
 TYPE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 ENVELOPE_INPUT_KEYS = frozenset({"type", "session", "data", "id", "v"})
-_INT64 = (-(2**63), 2**63 - 1)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The integers JSON values may hold (SQLite's and most readers' limit)."""
 
 
 def canonical(obj: Any) -> bytes:
@@ -57,7 +58,7 @@ def check_json(value: Any, field: str, depth: int = 0) -> None:
     if t is str:
         _check_text(value, field)
     elif t is int:
-        if not _INT64[0] <= value <= _INT64[1]:
+        if not INT64_MIN <= value <= INT64_MAX:
             raise ValidationError(field, "integer outside the signed 64-bit range")
     elif t is float:
         if not math.isfinite(value):

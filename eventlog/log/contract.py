@@ -86,7 +86,7 @@ BAD_EVENTS: list[tuple[str, Any]] = [
 ]
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+    st.none() | st.booleans() | st.integers(codec.INT64_MIN, codec.INT64_MAX)
     | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,

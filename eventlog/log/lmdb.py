@@ -24,6 +24,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
+import shutil
 import threading
 import time
 import weakref
@@ -47,9 +49,9 @@ from eventlog.errors import (
     WriterBusyError,
 )
 from eventlog.log import codec, residency, stored
-from eventlog.log.base import LogBase, VerifyResult, prepare_batch
+from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, fsync_dir, fsync_file, make_dir, restrict_file
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -131,6 +133,29 @@ def _nearly_full(path: Path) -> bool:
     return st.f_bavail * st.f_frsize < 4 * 1024 * 1024
 
 
+GENERATION_RE = re.compile(r"g[1-9][0-9]{0,8}")
+CURRENT = "current"
+_RETIRED = "/proc/eventlog/this-log-moved-to-a-generation-folder"
+"""Where a retired first-layout data.mdb/lock.mdb points: a path nothing can create, so a program
+of the first release that opens the old files fails loudly instead of starting an empty log."""
+
+
+def generation_dir(log_dir: Path) -> Path:
+    """The directory of the log's current environment: ``log_dir/<gN>`` as named by the
+    ``log_dir/current`` symlink, else ``log_dir`` itself (a log never compacted)."""
+    try:
+        target = os.readlink(log_dir / CURRENT)
+    except FileNotFoundError:
+        return log_dir
+    except OSError as e:
+        raise StorageError(f"{log_dir / CURRENT} is not a symlink to a log generation ({e.strerror})",
+                           hint="restore the profile's log/ directory from a backup") from e
+    if not GENERATION_RE.fullmatch(target):
+        raise StorageError(f"{log_dir / CURRENT} points at {target!r}, not a log generation",
+                           hint="restore the profile's log/ directory from a backup")
+    return log_dir / target
+
+
 def lock_holder(path: Path) -> int | None:
     """The pid holding an exclusive flock on ``path``, from /proc/locks (Linux; else None)."""
     try:
@@ -190,7 +215,10 @@ class _Environment:
         self._pid = os.getpid()
         self._forked = False
         self._closed = False
-        self._open_args = (path, map_size, max_readers, durability)
+        self._open_args = (map_size, max_readers, durability)
+        self.env_dir = generation_dir(path)
+        """Where the environment's files are: ``path/<generation>`` (named by ``path/current``)
+        once the log was compacted, ``path`` itself before (the first release's layout)."""
         self._mu = threading.Lock()
         self._queue: deque[_Request] = deque()
         self._leader = False
@@ -209,19 +237,22 @@ class _Environment:
         self.compression = stored.Compression(self._load_dict)
         self._train_after = DICT_TRAIN_AFTER
         self._training = False
+        self._trained: bytes | None = None
+        self._trainer: threading.Thread | None = None
+        self._stopping = threading.Event()
         # An existing log is opened read-only first: opening LMDB's named databases on a
         # writable environment takes the write lock, so a process stopped inside a write
         # transaction would block every reader that merely opens the log. The environment
         # becomes writable at this process's first write (_ensure_writable).
-        self._env_readonly = readonly or (path / "data.mdb").exists()
-        env = self._open_env(path, map_size, max_readers, durability, self._env_readonly)
+        self._env_readonly = readonly or (self.env_dir / "data.mdb").exists()
+        env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
         try:
             env.reader_check()
         except lmdb.Error:
             pass
         if not readonly:
             for name in ("data.mdb", "lock.mdb"):
-                restrict_file(path / name)
+                restrict_file(self.env_dir / name)
         try:
             try:
                 self._attach(env)
@@ -231,7 +262,7 @@ class _Environment:
                                        hint="point at a profile's log/ directory") from None
                 env.close()  # a log whose first open died before creating its databases
                 self._env_readonly = False
-                env = self._open_env(path, map_size, max_readers, durability, False)
+                env = self._open_env(self.env_dir, map_size, max_readers, durability, False)
                 self._attach(env)
             self._init_meta(profile)
         except lmdb.Error as e:
@@ -251,15 +282,14 @@ class _Environment:
         self._ids = env.open_db(b"ids", create=create)
         self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True, create=create)
         self._meta = env.open_db(b"meta", create=create)
-        self._lock_path = str(self.path / "lock.mdb")
+        self._lock_path = str(self.env_dir / "lock.mdb")
         st = os.stat(self._lock_path)
         self._lock_id = (st.st_dev, st.st_ino)
 
     def _sweep(self) -> None:
         """Clear reader slots of dead processes every READER_SWEEP_S, even while idle, so a
         table filled by SIGKILLed readers frees itself for every process that opens the log."""
-        while True:
-            time.sleep(READER_SWEEP_S)
+        while not self._stopping.wait(READER_SWEEP_S):
             with self._sweep_lock:
                 if self._closed or self._forked or self._pid != os.getpid():
                     return
@@ -302,7 +332,7 @@ class _Environment:
         if self._writer_fd is None:
             path = self.path / "writer.lock"
             try:
-                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
             except OSError as e:
                 raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
                                    hint="check the owner and permissions of the profile's log/ directory") from e
@@ -324,7 +354,7 @@ class _Environment:
             with self._sweep_lock:
                 self._env.close()
                 self._env_readonly = False
-                self._attach(self._open_env(*self._open_args, False))
+                self._attach(self._open_env(self.env_dir, *self._open_args, False))
 
     # ---------------------------------------------------------------- open / close
 
@@ -332,6 +362,143 @@ class _Environment:
     def usable(self) -> bool:
         """Open, and in the process that opened it."""
         return not self._closed and not self._forked and self._pid == os.getpid()
+
+    # ---------------------------------------------------------------- compaction
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the log into a new file holding only its live pages, and switch to it.
+
+        LMDB never shrinks its file and never zeroes the pages it frees. This copies every
+        record into a new environment in a new generation folder (a format-1 log is rewritten
+        in format 2 on the way: a verified migration), checks that the copy holds the same chain
+        up to the same head, syncs it, and points ``current`` at it; every process reopens on it
+        at its next read or write, and the previous files are removed (a process still reading
+        them keeps its open copy until then). Writers wait meanwhile (the writer lock and LMDB's
+        own mutex are held); readers do not. Crash-safe: until ``current`` moves, the log is the
+        old files; a leftover folder is removed by the next compaction. (LMDB's own compacting
+        copy is not used: in LMDB 0.9.36 it crashes on a DUPFIXED database with more than one
+        page of duplicates, which the ``streams`` table has.) Returns bytes before and after.
+        """
+        self._check()
+        with self._writing():
+            old_dir = self.env_dir
+            before = _file_size(old_dir / "data.mdb")
+            txn = self._env.begin(write=True)  # LMDB's mutex as well: no writer of any version meanwhile
+            try:
+                head = txn.get(b"head", db=self._meta)
+                names = os.listdir(self.path)
+                for name in names:
+                    if name.endswith(".tmp"):
+                        _remove_tree(self.path / name)
+                numbers = [int(n[1:]) for n in names if GENERATION_RE.fullmatch(n)]
+                gen = f"g{max(numbers, default=0) + 1}"
+                tmp = self.path / f"{gen}.tmp"
+                make_dir(tmp)
+                self._copy_into(tmp, txn)
+                restrict_file(tmp / "data.mdb")
+                fsync_file(tmp / "data.mdb")  # a new file nothing has open
+                result = verify_environment(tmp)
+                expect = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
+                if not result.ok or (result.head_seq, result.head_hash) != expect:
+                    _remove_tree(tmp)
+                    raise IntegrityError(f"the compacted copy of the log does not verify ({result.reason}); "
+                                         "the log was left as it was",
+                                         hint="run `eventlog log verify` on the log itself")
+                os.rename(tmp, self.path / gen)
+                fsync_dir(self.path)
+                link = self.path / f"{CURRENT}.tmp"
+                _unlink(link)
+                os.symlink(gen, link)
+                os.replace(link, self.path / CURRENT)
+                fsync_dir(self.path)
+            finally:
+                txn.abort()
+            self._retire(old_dir)
+        self._ensure_lock()  # this process moves to the new generation now
+        return {"bytes_before": before, "bytes_after": _file_size(self.env_dir / "data.mdb"),
+                "generation": self.env_dir.name}
+
+    def _copy_into(self, target: Path, txn: lmdb.Transaction) -> None:
+        """Copy every record the write transaction ``txn`` sees into a new environment at
+        ``target``, in format 2 (re-encoding format-1 events, with a dictionary trained first)."""
+        upgrade = self.format != FORMAT_2
+        compression = self.compression
+        if upgrade:
+            compression = stored.Compression(lambda _id: None)
+            trained = self._train_on(txn)
+            if trained is not None:
+                compression.use(1, trained)
+        size = max(self._env.info()["map_size"], DEFAULT_MAP_SIZE)
+        dst = lmdb.open(str(target), map_size=size, max_dbs=8, subdir=True, sync=False, metasync=False, lock=False,
+                        mode=FILE_MODE, readahead=False)
+        try:
+            d_events, d_ids, d_meta = (dst.open_db(n) for n in (b"events", b"ids", b"meta"))
+            d_streams = dst.open_db(b"streams", dupsort=True, dupfixed=True)
+            for src_db, dst_db, dup in ((self._ids, d_ids, False), (self._streams, d_streams, True),
+                                        (self._events, d_events, False)):
+                cur = txn.cursor(db=src_db)
+                more = cur.first()
+                while more:
+                    with dst.begin(write=True) as out:
+                        put = out.cursor(db=dst_db)
+                        n = 0
+                        while more and n < 20_000:
+                            key, value = cur.key(), cur.value()
+                            if upgrade and src_db is self._events and value[:1] == b"{":
+                                value = stored.pack_envelope(codec.decode(value), compression)
+                            # The source cursor walks keys (and duplicates) in order: append them.
+                            if not put.put(key, value, append=True, dupdata=dup):
+                                raise StorageError("copying the log failed: a record out of order")
+                            n += 1
+                            more = cur.next()
+            with dst.begin(write=True) as out:
+                for key, value in txn.cursor(db=self._meta):
+                    out.put(key, value, db=d_meta)
+                if upgrade:
+                    out.put(b"format", FORMAT_2, db=d_meta)
+                    if compression.current:
+                        out.put(b"zdict:1", self._trained or b"", db=d_meta)
+                        out.put(b"zdict", b"1", db=d_meta)
+            dst.sync(True)
+        finally:
+            dst.close()
+
+    def _train_on(self, txn: lmdb.Transaction) -> bytes | None:
+        """A dictionary trained on the data of the last DICT_SAMPLES events ``txn`` sees (format 1)."""
+        import zstandard
+
+        datas: list[bytes | bytearray | memoryview] = []
+        cur = txn.cursor(db=self._events)
+        more = cur.last()
+        while more and len(datas) < DICT_SAMPLES:
+            value = bytes(cur.value())
+            if value[:1] == b"{":
+                data = codec.canonical(codec.decode(value).get("data"))
+                if len(data) >= stored.COMPRESS_MIN_BYTES:
+                    datas.append(data)
+            more = cur.prev()
+        self._trained = None
+        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
+            return None
+        try:
+            self._trained = zstandard.train_dictionary(stored.DICT_BYTES, datas, level=stored.ZSTD_LEVEL).as_bytes()
+        except zstandard.ZstdError:
+            return None
+        return self._trained
+
+    def _retire(self, old_dir: Path) -> None:
+        """Remove what the previous generation left (its folder, or the first layout's files)."""
+        if old_dir == self.path:
+            for name in ("data.mdb", "lock.mdb"):
+                link = self.path / f".{name}.retired.tmp"
+                _unlink(link)
+                os.symlink(_RETIRED, link)
+                os.replace(link, self.path / name)
+        keep = generation_dir(self.path).name
+        for name in os.listdir(self.path):
+            if GENERATION_RE.fullmatch(name) and name != keep:
+                _remove_tree(self.path / name)
+        fsync_dir(self.path)
 
     @staticmethod
     def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
@@ -359,7 +526,7 @@ class _Environment:
                 metasync=durability == "sync",
                 readonly=readonly,
                 create=not readonly,
-                mode=0o600,
+                mode=FILE_MODE,
                 readahead=False,
                 lock=True,
             )
@@ -451,18 +618,26 @@ class _Environment:
             try:
                 if not self.train_dictionary():
                     self._train_after *= 2
-            except EventLogError as e:
-                self._train_after *= 2
-                log_warn(f"training the log's compression dictionary failed: {e}")
+            except Exception as e:  # closed meanwhile, or the disk: events stay compressed without one
+                if not self._stopping.is_set():
+                    self._train_after *= 2
+                    log_warn(f"training the log's compression dictionary failed: {e}")
             finally:
                 self._training = False
 
-        threading.Thread(target=train, name="eventlog-train-dict", daemon=True).start()
+        self._trainer = threading.Thread(target=train, name="eventlog-train-dict", daemon=True)
+        self._trainer.start()
 
     def close(self) -> None:
         """Close the environment. Later calls raise :class:`ClosedError`."""
         if self._closed:
             return
+        self._stopping.set()
+        if not self._forked and self._pid == os.getpid():
+            me = threading.current_thread()
+            for thread in (self._trainer, self._sweeper):  # no thread outlives the last handle
+                if thread is not None and thread is not me and thread.is_alive():
+                    thread.join(5.0)
         with self._sweep_lock:
             self._closed = True
             if not self._forked and self._pid == os.getpid():
@@ -720,7 +895,11 @@ class _Environment:
         self._maybe_train(seq)
 
     def _lock_replaced(self) -> bool:
-        # Only os.stat: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
+        """True when the environment this process has open is no longer the log's: lock.mdb was
+        deleted or replaced, or a compaction moved the log to another generation."""
+        # Only os.stat/readlink: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
+        if generation_dir(self.path) != self.env_dir:
+            return True
         try:
             st = os.stat(self._lock_path)
         except FileNotFoundError:
@@ -741,10 +920,14 @@ class _Environment:
         with self._exclusive():
             if not self._lock_replaced():
                 return
-            log_warn(f"{self.path / 'lock.mdb'} was deleted or replaced; reopening the log on the current lock file")
+            moved = generation_dir(self.path)
+            if moved == self.env_dir:
+                log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
             with self._sweep_lock:
                 self._env.close()
-                self._attach(self._open_env(*self._open_args, self._env_readonly))
+                self.env_dir = moved
+                self._attach(self._open_env(moved, *self._open_args, self._env_readonly))
+            self._init_meta(self.profile)  # a compaction may have migrated the format
 
     def _plan(
         self,
@@ -879,7 +1062,7 @@ class _Environment:
         cache). Long scans call it every :data:`RELEASE_EVERY_BYTES`; returns bytes advised."""
         if self._closed or self._forked:
             return 0
-        return residency.release(str(self.path / "data.mdb"))
+        return residency.release(str(self.env_dir / "data.mdb"))
 
     def _get_raw(self, txn: lmdb.Transaction, key: bytes) -> bytes | None:
         raw = txn.get(key, db=self._events)
@@ -936,6 +1119,67 @@ class _Environment:
 
     def __repr__(self) -> str:
         return f"_Environment({str(self.path)!r}, durability={self.durability!r}, refs={self.refs})"
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def verify_environment(env_dir: Path) -> VerifyResult:
+    """Verify the chain of a log environment nothing else has open (a fresh compacted copy)."""
+    env = lmdb.open(str(env_dir), max_dbs=8, readonly=True, lock=False, subdir=True)
+    try:
+        events, meta = env.open_db(b"events"), env.open_db(b"meta")
+
+        def load(dict_id: int) -> bytes | None:
+            with env.begin() as txn:
+                raw = txn.get(b"zdict:%d" % dict_id, db=meta)
+            return None if raw is None else bytes(raw)
+
+        compression = stored.Compression(load)
+
+        def canonical() -> Iterator[tuple[int, bytes]]:
+            nxt = 1
+            while True:
+                chunk: list[tuple[int, bytes]] = []
+                with env.begin() as txn:
+                    cur = txn.cursor(db=events)
+                    if cur.set_range(seq_key(nxt)):
+                        for k, v in cur:
+                            chunk.append((key_seq(k), bytes(v)))
+                            if len(chunk) >= READ_CHUNK:
+                                break
+                for seq, value in chunk:
+                    try:
+                        yield seq, stored.canonical_bytes(seq, value, compression)
+                    except ValueError:
+                        yield seq, value
+                if len(chunk) < READ_CHUNK:
+                    return
+                nxt = chunk[-1][0] + 1
+
+        def head() -> tuple[int, str]:
+            with env.begin() as txn:
+                raw = txn.get(b"head", db=meta)
+            return (key_seq(raw[:_SEQ]), bytes(raw[_SEQ:]).hex()) if raw else (0, codec.ZERO_HASH)
+
+        return verify_chain(canonical(), head)
+    finally:
+        env.close()
 
 
 _open_envs: dict[str, _Environment] = {}
@@ -1089,6 +1333,13 @@ class EventLog(LogBase):
     def release_pages(self) -> int:
         """Drop this process's mapping of the log pages it has touched (see :mod:`eventlog.log.residency`)."""
         return self._live().release_pages()
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the log file with only its live pages and switch every process to it
+        (``{"bytes_before", "bytes_after", "generation"}``); see :meth:`_Environment.compact`."""
+        core = self._live()
+        self._check_writable()
+        return core.compact()
 
     @property
     def commits(self) -> int:

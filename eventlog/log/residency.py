@@ -12,21 +12,25 @@ Linux only; elsewhere, or when anything fails, it does nothing: residency is an 
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import sys
+from typing import Any
 
 MADV_DONTNEED = 4
 
-_libc: ctypes.CDLL | None = None
+_libc: Any = None
 
 
-def _madvise() -> ctypes.CDLL | None:
+def _madvise() -> Any:
     global _libc
     if _libc is None and sys.platform.startswith("linux"):
+        # ctypes is loaded on the first release, not on import: one-shot commands never pay for it.
+        # CDLL(None) is the process itself, where libc's madvise already is (no find_library,
+        # which runs a compiler or ldconfig in a subprocess).
+        import ctypes
+
         try:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            _libc = ctypes.CDLL(None, use_errno=True)
             _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
             _libc.madvise.restype = ctypes.c_int
         except (OSError, AttributeError):

@@ -17,11 +17,29 @@ import json
 import math
 import re
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, NamedTuple
 
 import orjson
 
 from eventlog.errors import EventTooLargeError, ValidationError
+from eventlog.sessions.rules import (
+    ID_RE,
+    INT64_MAX,
+    INT64_MIN,
+    MAX_COST,
+    MAX_DEPTH,
+    MAX_EVENT_BYTES,
+    MAX_LIST_ITEMS,
+    MAX_PATH,
+    MAX_SHORT,
+    MAX_TEXT_BYTES,
+    MAX_TIME,
+    MAX_TITLE,
+    TITLE_RANK,
+    TOKENS,
+    clean_text,
+    normalize_title,
+)
 
 CURRENT_VERSIONS: dict[str, int] = {
     "session.created": 1,
@@ -45,42 +63,12 @@ CURRENT_VERSIONS: dict[str, int] = {
 }
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "session_meta"})
-TITLE_RANK: dict[str, int] = {"derived": 0, "llm": 1, "user": 2}
-
-MAX_ID = 128
-MAX_SHORT = 1024
-MAX_TITLE = 200
-MAX_PATH = 4096
-MAX_LIST_ITEMS = 4096
-MAX_TEXT_BYTES = 8 * 1024 * 1024
-MAX_EVENT_BYTES = 16 * 1024 * 1024
-MAX_DEPTH = 64
-MAX_TIME = 4.2e9
-MAX_COST = 1e15
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-_ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
-_WS_RE = re.compile(r"\s+")
 
 Validator = Callable[[Any, str], Any]
 
 
 # ---------------------------------------------------------------------------------------
 # Text and JSON values
-
-
-def clean_text(text: str) -> str:
-    """Return ``text`` as an exact ``str`` with each lone surrogate replaced by U+FFFD.
-
-    A high+low surrogate pair is combined into the character it encodes.
-    """
-    if type(text) is not str:
-        text = str.__str__(text)
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def _kind(value: Any) -> str:
@@ -186,7 +174,7 @@ def validate_session_id(value: Any, field: str = "session") -> str:
     else raise :class:`ValidationError` naming ``field``."""
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, got {_kind(value)}")
-    if not _ID_RE.fullmatch(value):
+    if not ID_RE.fullmatch(value):
         raise ValidationError(field, "must be 1-128 characters of [A-Za-z0-9_.:@-]")
     return str.__str__(value)
 
@@ -290,7 +278,6 @@ _OBJECT = _structured(dict)
 _LIST = _structured(list)
 _LIST_OR_OBJECT = _structured(list, dict)
 _PROVENANCE = _choice(TITLE_RANK)
-_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 # type -> field -> (validator, required)
 _SCHEMAS: dict[str, dict[str, tuple[Validator, bool]]] = {
@@ -347,7 +334,7 @@ _SCHEMAS: dict[str, dict[str, tuple[Validator, bool]]] = {
         "model": (_SHORT, False),
         "provider": (_SHORT, False),
         "task": (_SHORT, False),
-        **{name: (_COUNT, False) for name in _TOKENS},
+        **{name: (_COUNT, False) for name in TOKENS},
         "estimated_cost_usd": (_cost, False),
         "actual_cost_usd": (_cost, False),
         "message_id": (_SEQ, False),
@@ -419,7 +406,7 @@ def _complete(type: str, session: str, out: dict[str, Any]) -> None:
         if not out:
             raise ValidationError("data", "session.meta_updated needs at least one field")
     elif type == "usage.recorded":
-        for name in _TOKENS:
+        for name in TOKENS:
             if out.get(name) is None:
                 out[name] = 0
 
@@ -444,6 +431,34 @@ def make_event(type: str, session: str, data: Any, id: str | None = None) -> dic
     if len(orjson.dumps(event)) + 512 > MAX_EVENT_BYTES:
         raise EventTooLargeError("data", "the encoded event exceeds 16 MiB")
     return event
+
+
+# ---------------------------------------------------------------------------------------
+# Read models: one handler per event type, checked against the catalogue
+
+
+class Handler(NamedTuple):
+    """How a read model applies one event type: ``apply`` reads ``data`` of catalogue ``version``
+    (what :func:`upcast` hands it)."""
+
+    version: int
+    apply: Callable[..., None]
+
+
+def check_handlers(owner: str, handlers: Mapping[str, Handler]) -> None:
+    """Refuse a dispatch table that does not cover the catalogue exactly: every type of
+    :data:`CURRENT_VERSIONS` at its current version, nothing else.
+
+    Every read model calls this when its module is imported, so an event type added to the
+    catalogue (or a version bump) that one read model does not handle fails at import, not in
+    production. Raises :class:`RuntimeError` naming ``owner`` and each mismatch.
+    """
+    problems = [f"no handler for {t} (v{v})" for t, v in CURRENT_VERSIONS.items() if t not in handlers]
+    problems += [f"a handler for {t!r}, which the catalogue does not have" for t in handlers if t not in CURRENT_VERSIONS]
+    problems += [f"the handler for {t} reads v{h.version}, the catalogue is at v{CURRENT_VERSIONS[t]}"
+                 for t, h in handlers.items() if t in CURRENT_VERSIONS and h.version != CURRENT_VERSIONS[t]]
+    if problems:
+        raise RuntimeError(f"{owner} does not match the event catalogue: " + "; ".join(problems))
 
 
 # ---------------------------------------------------------------------------------------
@@ -516,14 +531,6 @@ def _message_appended_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------
 # Titles
-
-
-def normalize_title(title: str) -> str:
-    """Return ``title`` with surrogates replaced, whitespace runs collapsed to one space, trimmed.
-
-    Writers, the fold and the projections compare titles only in this form.
-    """
-    return _WS_RE.sub(" ", clean_text(title)).strip()
 
 
 _NUMBERED_RE = re.compile(r"(.*\S) #([0-9]+)")

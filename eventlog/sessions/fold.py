@@ -12,65 +12,52 @@ from typing import Any, Iterable
 import orjson
 
 from eventlog.sessions import events
+from eventlog.sessions.events import Handler
+from eventlog.sessions.reads import typed_read
+from eventlog.sessions.rules import (
+    COSTS,
+    CREATED_TEXT,
+    DEFAULT_SOURCE,
+    FLAG_EVENTS,
+    FLAGS,
+    INHERITED,
+    MAX_COST,
+    META_TEXT,
+    TOKENS,
+    as_int,
+    as_number,
+    as_str,
+    as_time,
+    event_time,
+    json_text,
+    normalize_title,
+    outranked,
+    title_claim,
+)
+from eventlog.sessions.rules import descendants as _descendants
+from eventlog.sessions.rules import lineage as _lineage
+from eventlog.sessions.rules import lineage_root as _lineage_root
 
 SESSION_KEYS = (
     "id", "source", "model", "model_config", "title", "title_source", "started_at", "ended_at",
-    "end_reason", "message_count", "tool_call_count", "input_tokens", "output_tokens",
-    "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated_cost_usd",
-    "actual_cost_usd", "cwd", "git_repo_root", "git_branch", "parent_session_id", "user_id",
-    "chat_id", "chat_type", "thread_id", "tool_names", "archived", "pinned", "hidden",
-    "last_activity_at",
+    "end_reason", "message_count", "tool_call_count", *TOKENS, *COSTS, "cwd", "git_repo_root",
+    "git_branch", "parent_session_id", "user_id", "chat_id", "chat_type", "thread_id", "tool_names",
+    *FLAGS, "last_activity_at",
 )
 MESSAGE_KEYS = (
     "id", "session_id", "role", "content", "tool_calls", "tool_name", "tool_call_id", "timestamp",
     "token_count", "finish_reason", "reasoning", "reasoning_details", "display_kind",
     "display_metadata", "active",
 )
-TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
-COSTS = ("estimated_cost_usd", "actual_cost_usd")
 USAGE_KEYS = ("session_id", "model", "provider", "task", *TOKENS, *COSTS, "records")
 REACTION_KEYS = ("message_id", "author", "emoji", "set_seq", "seen")
-FLAGS = {"archived": ("archived", True), "unarchived": ("archived", False),
-         "pinned": ("pinned", True), "unpinned": ("pinned", False),
-         "hidden": ("hidden", True), "unhidden": ("hidden", False)}
-_CREATED_TEXT = ("source", "model", "cwd", "git_repo_root", "git_branch", "parent_session_id",
-                 "user_id", "chat_id", "chat_type", "thread_id")
-_INHERITED = ("cwd", "git_repo_root", "git_branch")
-_META_TEXT = ("model", "cwd", "git_repo_root", "git_branch", "source")
 SEARCH_PUNCTUATION = "\"'()*^:+{}"
-
-
-# ---- coercion of stored values: anything of the wrong type reads as unknown -------------
-
-def _str(v: Any) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _int(v: Any, low: int = events.INT64_MIN) -> int | None:
-    if isinstance(v, int) and not isinstance(v, bool) and low <= v <= events.INT64_MAX:
-        return v
-    return None
-
-
-def _number(v: Any, low: float, high: float) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high:
-        return float(v)  # the range test is also false for NaN
-    return None
-
-
-def _time(v: Any, default: float | None) -> float | None:
-    """A stored time: absent/null → ``default`` (event time), a valid number → float, else null."""
-    return default if v is None else _number(v, 0.0, events.MAX_TIME)
 
 
 def _json(v: Any, *kinds: type) -> Any:
     """A fresh copy of a stored JSON list/object (as orjson stores it), or null."""
-    if not isinstance(v, kinds):
-        return None
-    try:
-        return orjson.loads(orjson.dumps(v))
-    except (TypeError, ValueError):  # orjson's encode/decode errors subclass these
-        return None
+    text = json_text(v, *kinds)
+    return None if text is None else orjson.loads(text)
 
 
 # ---- search text: what a query word is matched against ----------------------------------
@@ -105,7 +92,7 @@ def tool_calls_text(tool_calls: Any) -> str:
 
 def search_text(message: dict[str, Any]) -> str:
     """The searchable text of a message: content text, tool name and tool-calls JSON."""
-    return "\n".join((content_text(message.get("content")), _str(message.get("tool_name")) or "",
+    return "\n".join((content_text(message.get("content")), as_str(message.get("tool_name")) or "",
                       tool_calls_text(message.get("tool_calls"))))
 
 
@@ -143,161 +130,183 @@ class Fold:
             self.apply(envelope)
 
     def apply(self, envelope: dict[str, Any]) -> None:
-        """Fold one envelope. Unknown types, a non-string session, a non-integer seq and
-        events for sessions that are not live are ignored; never raises on odd data."""
+        """Fold one envelope through :data:`HANDLERS`. Types this program does not know (a newer
+        program's, an extension's), a non-string session, a non-integer seq and events for
+        sessions that are not live are ignored; never raises on odd data."""
         if not isinstance(envelope, dict):
             return
         env = events.upcast(envelope)
-        seq, sid, kind = _int(env.get("seq"), 1), env.get("session"), env.get("type")
+        seq, sid, kind = as_int(env.get("seq"), 1), env.get("session"), env.get("type")
         if seq is None:
             return
         self.seq = seq
         if not isinstance(sid, str) or not isinstance(kind, str):
             return
+        handler = HANDLERS.get(kind)
+        if handler is None:
+            return
         data = env.get("data")
-        data = data if isinstance(data, dict) else {}
-        ts = _int(env.get("ts"), 0)
-        now = _time(ts / 1e9, None) if ts is not None else None
-        if kind == "session.created":
-            self._created(sid, data, now)
-            return
-        row = self._sessions.get(sid)
-        if row is None:
-            return
-        prefix, _, action = kind.partition(".")
-        if prefix == "session" and action in FLAGS:
-            flag, value = FLAGS[action]
-            for member in self.lineage(sid):
-                self._sessions[member][flag] = value
-        elif kind == "session.titled":
-            self._titled(row, data.get("title"), data.get("source"))
-        elif kind == "session.ended":
-            if sid not in self._ended:
-                self._ended.add(sid)
-                row["ended_at"] = _time(data.get("ended_at"), now)
-                row["end_reason"] = _str(data.get("reason"))
-        elif kind == "session.reopened":
-            self._ended.discard(sid)
-            row["ended_at"] = row["end_reason"] = None
-        elif kind == "session.meta_updated":
-            for key in _META_TEXT:
-                if key in data:
-                    row[key] = _str(data[key])
-            if "model_config" in data:
-                row["model_config"] = _json(data["model_config"], dict)
-            if "tool_names" in data:
-                names = data["tool_names"]
-                row["tool_names"] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
-        elif kind == "session.deleted":
-            for member in [sid, *self._descendants(sid)]:
-                self._forget(member)
-        elif kind == "message.appended":
-            self._appended(row, seq, data, now)
-        elif kind == "messages.rewound":
-            target = self._message_of(sid, data.get("message_id"))
-            if target is not None and target["active"]:
-                for mid in self._session_messages[sid]:
-                    msg = self._messages[mid]
-                    if mid >= target["id"] and msg["active"]:
-                        msg["active"] = False
-                        row["message_count"] -= 1
-                        row["tool_call_count"] -= len(msg["tool_calls"] or [])
-        elif kind in ("message.reaction_set", "message.reaction_removed"):
-            target = self._message_of(sid, data.get("message_id"))
-            author = _str(data.get("author"))
-            emoji = _str(data.get("emoji")) if kind == "message.reaction_set" else None
-            if target is None or author is None or (emoji is None and kind == "message.reaction_set"):
-                return
-            mine = self._reactions.setdefault(target["id"], {})
-            current = mine.pop(author, None)  # removed, and retracted when the emoji is the same
-            if emoji is not None and (current is None or current["emoji"] != emoji):
-                mine[author] = {"emoji": emoji, "set_seq": seq, "seen": False}
-        elif kind == "reactions.seen":
-            up_to = _int(data.get("up_to"))
-            if up_to is not None:
-                for mid in self._session_messages[sid]:
-                    for reaction in self._reactions.get(mid, {}).values():
-                        if reaction["set_seq"] <= up_to:
-                            reaction["seen"] = True
-        elif kind == "usage.recorded":
-            self._usage_recorded(row, data)
+        handler.apply(self, sid, seq, data if isinstance(data, dict) else {}, event_time(env.get("ts")))
 
-    def _created(self, sid: str, data: dict[str, Any], now: float | None) -> None:
+    # One method per event type: (session, seq, data, event time). All but _created apply
+    # only to a live session.
+
+    def _created(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if sid in self._ever:
             return
         self._ever.add(sid)
         row: dict[str, Any] = dict.fromkeys(SESSION_KEYS)
-        row.update({key: _str(data.get(key)) for key in _CREATED_TEXT})
+        row.update({key: as_str(data.get(key)) for key in CREATED_TEXT})
         row.update(dict.fromkeys(("message_count", "tool_call_count", *TOKENS), 0))
-        row.update(id=sid, archived=False, pinned=False, hidden=False,
-                   model_config=_json(data.get("model_config"), dict))
-        row["started_at"] = row["last_activity_at"] = _time(data.get("started_at"), now)
+        row.update(dict.fromkeys(FLAGS, False), id=sid, model_config=_json(data.get("model_config"), dict))
+        row["started_at"] = row["last_activity_at"] = as_time(data.get("started_at"), now)
         parent = row["parent_session_id"]
         if parent is not None and parent in self._sessions:
-            for key in _INHERITED:
+            for key in INHERITED:
                 if row[key] is None:
                     row[key] = self._sessions[parent][key]
             root = self._sessions[self._root(parent)]
-            row.update({flag: root[flag] for flag in ("archived", "pinned", "hidden")})
+            row.update({flag: root[flag] for flag in FLAGS})
         self._sessions[sid] = row
         self._session_messages[sid] = []
         self._usage[sid] = {}
         if "title" in data:
             self._titled(row, data.get("title"), data.get("title_source"))
 
+    def _flagged(self, sid: str, seq: int, data: dict[str, Any], now: float | None, flag: str, value: bool) -> None:
+        for member in self.lineage(sid):
+            self._sessions[member][flag] = value
+
+    def _retitled(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is not None:
+            self._titled(row, data.get("title"), data.get("source"))
+
     def _titled(self, row: dict[str, Any], title: Any, source: Any) -> None:
-        source = "user" if source is None else source
-        if not isinstance(title, str) or not isinstance(source, str) or source not in events.TITLE_RANK:
+        claim = title_claim(title, source)
+        if claim is None:
             return
-        title = events.normalize_title(title)
+        title, source = claim
         holder = self._titles.get(title)
-        current = row["title_source"]
-        if not title or (holder is not None and holder != row["id"]):
-            return
-        if current in events.TITLE_RANK and events.TITLE_RANK[current] > events.TITLE_RANK[source]:
+        if (holder is not None and holder != row["id"]) or outranked(row["title_source"], source):
             return
         if row["title"] is not None and self._titles.get(row["title"]) == row["id"]:
             del self._titles[row["title"]]
         row["title"], row["title_source"] = title, source
         self._titles[title] = row["id"]
 
-    def _appended(self, row: dict[str, Any], seq: int, data: dict[str, Any], now: float | None) -> None:
-        if seq in self._messages:
+    def _session_ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is not None and sid not in self._ended:
+            self._ended.add(sid)
+            row["ended_at"] = as_time(data.get("ended_at"), now)
+            row["end_reason"] = as_str(data.get("reason"))
+
+    def _reopened(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is not None:
+            self._ended.discard(sid)
+            row["ended_at"] = row["end_reason"] = None
+
+    def _meta_updated(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is None:
+            return
+        for key in META_TEXT:
+            if key in data:
+                row[key] = as_str(data[key])
+        if "model_config" in data:
+            row["model_config"] = _json(data["model_config"], dict)
+        if "tool_names" in data:
+            names = data["tool_names"]
+            row["tool_names"] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
+
+    def _deleted(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        if sid in self._sessions:
+            children = self._children()
+            for member in [sid, *_descendants(sid, lambda s: children.get(s, ()))]:
+                self._forget(member)
+
+    def _appended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is None or seq in self._messages:
             return
         content = data.get("content")
         msg = {
-            "id": seq, "session_id": row["id"], "role": _str(data.get("role")),
+            "id": seq, "session_id": sid, "role": as_str(data.get("role")),
             "content": content if isinstance(content, str) else _json(content, list, dict),
             "tool_calls": _json(data.get("tool_calls"), list),
-            "tool_name": _str(data.get("tool_name")), "tool_call_id": _str(data.get("tool_call_id")),
-            "timestamp": _time(data.get("timestamp"), now),
-            "token_count": _int(data.get("token_count"), 0),
-            "finish_reason": _str(data.get("finish_reason")), "reasoning": _str(data.get("reasoning")),
+            "tool_name": as_str(data.get("tool_name")), "tool_call_id": as_str(data.get("tool_call_id")),
+            "timestamp": as_time(data.get("timestamp"), now),
+            "token_count": as_int(data.get("token_count"), 0),
+            "finish_reason": as_str(data.get("finish_reason")), "reasoning": as_str(data.get("reasoning")),
             "reasoning_details": _json(data.get("reasoning_details"), list, dict),
-            "display_kind": _str(data.get("display_kind")),
+            "display_kind": as_str(data.get("display_kind")),
             "display_metadata": _json(data.get("display_metadata"), dict), "active": True,
         }
         self._messages[seq] = msg
-        self._session_messages[row["id"]].append(seq)
+        self._session_messages[sid].append(seq)
         row["message_count"] += 1
         row["tool_call_count"] += len(msg["tool_calls"] or [])
         stamp, last = msg["timestamp"], row["last_activity_at"]
         if stamp is not None and (last is None or stamp > last):
             row["last_activity_at"] = stamp
 
-    def _usage_recorded(self, row: dict[str, Any], data: dict[str, Any]) -> None:
-        key = (_str(data.get("model")), _str(data.get("provider")), _str(data.get("task")))
-        usage = self._usage[row["id"]].get(key)
+    def _rewound(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        target = self._message_of(sid, data.get("message_id")) if row is not None else None
+        if row is None or target is None or not target["active"]:
+            return
+        for mid in self._session_messages[sid]:
+            msg = self._messages[mid]
+            if mid >= target["id"] and msg["active"]:
+                msg["active"] = False
+                row["message_count"] -= 1
+                row["tool_call_count"] -= len(msg["tool_calls"] or [])
+
+    def _reaction_set(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        emoji = as_str(data.get("emoji"))
+        if emoji is not None:
+            self._react(sid, seq, data, emoji)
+
+    def _reaction_removed(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        self._react(sid, seq, data, None)
+
+    def _react(self, sid: str, seq: int, data: dict[str, Any], emoji: str | None) -> None:
+        target = self._message_of(sid, data.get("message_id")) if sid in self._sessions else None
+        author = as_str(data.get("author"))
+        if target is None or author is None:
+            return
+        mine = self._reactions.setdefault(target["id"], {})
+        current = mine.pop(author, None)  # removed, and retracted when the emoji is the same
+        if emoji is not None and (current is None or current["emoji"] != emoji):
+            mine[author] = {"emoji": emoji, "set_seq": seq, "seen": False}
+
+    def _reactions_seen(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        up_to = as_int(data.get("up_to"))
+        if sid not in self._sessions or up_to is None:
+            return
+        for mid in self._session_messages[sid]:
+            for reaction in self._reactions.get(mid, {}).values():
+                if reaction["set_seq"] <= up_to:
+                    reaction["seen"] = True
+
+    def _usage_recorded(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        row = self._sessions.get(sid)
+        if row is None:
+            return
+        key = (as_str(data.get("model")), as_str(data.get("provider")), as_str(data.get("task")))
+        usage = self._usage[sid].get(key)
         if usage is None:
-            usage = dict(zip(("session_id", "model", "provider", "task"), (row["id"], *key)))
-            usage.update(dict.fromkeys(TOKENS, 0), estimated_cost_usd=None, actual_cost_usd=None, records=0)
-            self._usage[row["id"]][key] = usage
+            usage = dict(zip(("session_id", "model", "provider", "task"), (sid, *key)))
+            usage.update(dict.fromkeys(TOKENS, 0), **dict.fromkeys(COSTS), records=0)
+            self._usage[sid][key] = usage
         usage["records"] += 1
         for target in (row, usage):
             for name in TOKENS:
-                target[name] += _int(data.get(name), 0) or 0
+                target[name] += as_int(data.get(name), 0) or 0
             for name in COSTS:
-                cost = _number(data.get(name), 0.0, events.MAX_COST)
+                cost = as_number(data.get(name), 0.0, MAX_COST)
                 if cost is not None:
                     target[name] = (target[name] or 0.0) + cost
 
@@ -311,38 +320,29 @@ class Fold:
         self._usage.pop(sid, None)
         self._ended.discard(sid)
 
-    # ---- lineage ----------------------------------------------------------------------
+    # ---- lineage (the walk is rules.lineage; links are looked up among live sessions) --------
+
+    def _parent(self, sid: str) -> str | None:
+        parent: str | None = self._sessions[sid]["parent_session_id"]
+        return parent if parent in self._sessions else None
 
     def _root(self, sid: str) -> str:
-        seen = {sid}
-        while True:
-            parent = self._sessions[sid]["parent_session_id"]
-            if parent is None or parent not in self._sessions or parent in seen:
-                return sid
-            seen.add(parent)
-            sid = parent
+        return _lineage_root(sid, self._parent)
 
-    def _descendants(self, sid: str) -> list[str]:
+    def _children(self) -> dict[str, list[str]]:
         children: dict[str, list[str]] = {}
         for child, row in self._sessions.items():
             parent = row["parent_session_id"]
             if parent in self._sessions and parent != child:
                 children.setdefault(parent, []).append(child)
-        found, todo = {sid}, [sid]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-        found.discard(sid)
-        return sorted(found)
+        return children
 
     def lineage(self, session_id: str) -> list[str]:
         """Live members of the session's lineage: the root first, then its descendants by id."""
         if not isinstance(session_id, str) or session_id not in self._sessions:
             return []
-        root = self._root(session_id)
-        return [root, *self._descendants(root)]
+        children = self._children()
+        return _lineage(session_id, self._parent, lambda s: children.get(s, ()))
 
     # ---- helpers for writers -------------------------------------------------------------
 
@@ -351,7 +351,7 @@ class Fold:
 
     def title_holder(self, title: str) -> str | None:
         """The live session holding ``title`` (compared after normalize_title), if any."""
-        return self._titles.get(events.normalize_title(title)) if isinstance(title, str) else None
+        return self._titles.get(normalize_title(title)) if isinstance(title, str) else None
 
     def titles(self) -> set[str]:
         """Every title held by a live session."""
@@ -359,27 +359,31 @@ class Fold:
 
     def message_session(self, message_id: int) -> str | None:
         """The live session a message belongs to (active or not), or None."""
-        msg = self._messages.get(message_id) if _int(message_id) is not None else None
+        msg = self._messages.get(message_id) if as_int(message_id) is not None else None
         return msg["session_id"] if msg else None
 
     def current_reaction(self, message_id: int, author: str) -> str | None:
-        if _int(message_id) is None or not isinstance(author, str):
+        if as_int(message_id) is None or not isinstance(author, str):
             return None
         reaction = self._reactions.get(message_id, {}).get(author)
         return reaction["emoji"] if reaction else None
 
     def _message_of(self, sid: str, message_id: Any) -> dict[str, Any] | None:
-        mid = _int(message_id)
+        mid = as_int(message_id)
         msg = self._messages.get(mid) if mid is not None else None
         return msg if msg is not None and msg["session_id"] == sid else None
 
     # ---- queries ----------------------------------------------------------------------------
 
-    def get_session(self, id: str) -> dict[str, Any] | None:
-        row = self._sessions.get(id) if isinstance(id, str) else None
+    # Every read checks its call against its signature (eventlog.sessions.reads.typed_read).
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        row = self._sessions.get(session_id)
         return _copy(row) if row else None
 
-    def list_sessions(self, source: str | None = None, archived: bool | None = False,
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
                       pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
                       workspace: str | None = None, limit: int | None = 50,
                       offset: int = 0) -> list[dict[str, Any]]:
@@ -387,10 +391,10 @@ class Fold:
         the page ``[offset:offset+limit]`` (``limit=None``: all), then the matching pinned sessions
         outside the page, in the same order."""
         def matches(row: dict[str, Any]) -> bool:
-            for flag, wanted in (("archived", archived), ("pinned", pinned), ("hidden", hidden)):
+            for flag, wanted in zip(FLAGS, (archived, pinned, hidden)):
                 if wanted is not None and row[flag] != bool(wanted):
                     return False
-            if source is not None and (row["source"] if row["source"] is not None else "cli") != source:
+            if source is not None and (row["source"] if row["source"] is not None else DEFAULT_SOURCE) != source:
                 return False
             if not children and row["parent_session_id"] is not None:
                 return False
@@ -402,14 +406,14 @@ class Fold:
 
         rows = sorted((r for r in self._sessions.values() if matches(r)), key=lambda r: r["id"], reverse=True)
         rows.sort(key=lambda r: (r["last_activity_at"] is None, -(r["last_activity_at"] or 0.0)))
-        start = max(offset, 0)
-        end = None if limit is None else start + max(limit, 0)
-        page = rows[start:end]
+        end = None if limit is None else offset + limit
+        page = rows[offset:end]
         shown = {r["id"] for r in page}
         page += [r for r in rows if r["pinned"] and r["id"] not in shown]
         return [_copy(r) for r in page]
 
-    def get_messages(self, session_id: str, include_inactive: bool = False, limit: int | None = None,
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
                      after: int | None = None) -> list[dict[str, Any]]:
         """The session's messages by id ascending: active only unless asked, ids > ``after``,
         the first ``limit``."""
@@ -417,14 +421,16 @@ class Fold:
             return []
         out = [self._messages[m] for m in sorted(self._session_messages[session_id])
                if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)]
-        return [_copy(m) for m in (out if limit is None else out[:max(limit, 0)])]
+        return [_copy(m) for m in (out if limit is None else out[:limit])]
 
+    @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
         """Usage rows of a live session ordered by (model, provider, task), nulls first."""
         rows = self._usage.get(session_id, {}) if self.is_live(session_id) else {}
         order = sorted(rows, key=lambda k: tuple((part is not None, part or "") for part in k))
         return [dict(rows[k]) for k in order]
 
+    @typed_read
     def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
         """Current reactions on a message of a live session, by author."""
         if self.message_session(message_id) is None:
@@ -441,7 +447,8 @@ class Fold:
     def _reaction(self, message_id: int, author: str) -> dict[str, Any]:
         return {"message_id": message_id, "author": author, **self._reactions[message_id][author]}
 
-    def search(self, query: str, role: str | None = None, source: str | None = None,
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int | None = 20) -> list[dict[str, Any]]:
         """Active messages of live, non-hidden sessions containing every term of ``query``
         (case-insensitive substring of :func:`search_text`), by id descending, at most ``limit``."""
@@ -458,13 +465,14 @@ class Fold:
                 continue
             if (role is not None and msg["role"] != role) or (session_id is not None and row["id"] != session_id):
                 continue
-            if source is not None and (row["source"] if row["source"] is not None else "cli") != source:
+            if source is not None and (row["source"] if row["source"] is not None else DEFAULT_SOURCE) != source:
                 continue
             text = search_text(msg).lower()
             if all(term in text for term in terms):
                 found.append(_copy(msg))
         return found
 
+    @typed_read
     def stats(self) -> dict[str, Any]:
         """Totals over live root sessions: no parent, a parent that is not live, or itself."""
         roots = [row for s, row in sorted(self._sessions.items())
@@ -472,7 +480,7 @@ class Fold:
         out: dict[str, Any] = {"sessions": len(roots), "messages": 0, "by_source": {}}
         out.update(dict.fromkeys(TOKENS, 0), **dict.fromkeys(COSTS))
         for row in roots:
-            bucket = out["by_source"].setdefault(row["source"] if row["source"] is not None else "cli",
+            bucket = out["by_source"].setdefault(row["source"] if row["source"] is not None else DEFAULT_SOURCE,
                                                  {"sessions": 0, "messages": 0})
             bucket["sessions"] += 1
             bucket["messages"] += row["message_count"]
@@ -485,5 +493,32 @@ class Fold:
         return out
 
 
-__all__ = ["Fold", "SESSION_KEYS", "MESSAGE_KEYS", "USAGE_KEYS", "REACTION_KEYS",
+
+def _flag_handler(flag: str, value: bool) -> Handler:
+    def apply(fold: Fold, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
+        fold._flagged(sid, seq, data, now, flag, value)
+
+    return Handler(1, apply)
+
+
+HANDLERS: dict[str, Handler] = {
+    "session.created": Handler(1, Fold._created),
+    "session.ended": Handler(1, Fold._session_ended),
+    "session.reopened": Handler(1, Fold._reopened),
+    "session.titled": Handler(1, Fold._retitled),
+    **{kind: _flag_handler(flag, value) for kind, (flag, value) in FLAG_EVENTS.items()},
+    "session.meta_updated": Handler(1, Fold._meta_updated),
+    "session.deleted": Handler(1, Fold._deleted),
+    "message.appended": Handler(2, Fold._appended),
+    "message.reaction_set": Handler(1, Fold._reaction_set),
+    "message.reaction_removed": Handler(1, Fold._reaction_removed),
+    "reactions.seen": Handler(1, Fold._reactions_seen),
+    "messages.rewound": Handler(1, Fold._rewound),
+    "usage.recorded": Handler(1, Fold._usage_recorded),
+}
+"""The fold's dispatch table: event type -> how it is folded (a plain mapping: a new type adds
+an entry here and in the projections' applier, or both fail at import)."""
+events.check_handlers("the reference fold (eventlog.sessions.fold.HANDLERS)", HANDLERS)
+
+__all__ = ["Fold", "HANDLERS", "SESSION_KEYS", "MESSAGE_KEYS", "USAGE_KEYS", "REACTION_KEYS",
            "content_text", "tool_calls_text", "search_text", "search_terms"]

@@ -27,32 +27,13 @@ from eventlog.log import Log
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
-from eventlog.sessions.fold import Fold
+from eventlog.sessions import rules
+from eventlog.sessions.fold import Fold, content_text
+from eventlog.sessions.reads import ReadModel, typed_read
 
 _log = logging.getLogger("eventlog.sessions")
 CLOSE_SETTLE_S = 5.0
 """How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
-
-
-class ReadModel(Protocol):
-    """What SessionStore needs from a read model (the fold and the projections provide it)."""
-
-    def wait_for(self, seq: int, timeout: float | None = None) -> None: ...
-    def is_live(self, session_id: str) -> bool: ...
-    def title_holder(self, title: str) -> str | None: ...
-    def titles(self) -> set[str]: ...
-    def message_session(self, message_id: int) -> str | None: ...
-    def current_reaction(self, message_id: int, author: str) -> str | None: ...
-    def lineage(self, session_id: str) -> list[str]: ...
-    def get_session(self, id: str) -> dict[str, Any] | None: ...
-    def list_sessions(self, **kw: Any) -> list[dict[str, Any]]: ...
-    def get_messages(self, session_id: str, **kw: Any) -> list[dict[str, Any]]: ...
-    def get_usage(self, session_id: str) -> list[dict[str, Any]]: ...
-    def get_reactions(self, message_id: int) -> list[dict[str, Any]]: ...
-    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]: ...
-    def search(self, query: str, **kw: Any) -> Any: ...
-    def stats(self) -> dict[str, Any]: ...
-    def close(self) -> None: ...
 
 
 class FoldReadModel:
@@ -78,27 +59,99 @@ class FoldReadModel:
     def peek(self) -> "FoldReadModel":
         return self
 
-    def search(self, query: str, role: str | None = None, source: str | None = None,
-               session_id: str | None = None, limit: int = 20) -> dict[str, Any]:
-        """The projection's result shape, from the fold's matching messages (no index to degrade)."""
-        from eventlog.sessions.fold import content_text
+    def _caught_up(self) -> Fold:
+        """The fold, with every event of the log as of now applied (call with the lock held)."""
+        self.wait_for(self._log.head()[0])
+        return self._fold
 
+    # ---- helpers writers check before appending ----------------------------------------------
+
+    def is_live(self, session_id: str) -> bool:
         with self._lock:
-            self.wait_for(self._log.head()[0])
-            hits = self._fold.search(query, role=role, source=source, session_id=session_id, limit=limit)
+            return self._caught_up().is_live(session_id)
+
+    def title_holder(self, title: str) -> str | None:
+        with self._lock:
+            return self._caught_up().title_holder(title)
+
+    def titles(self) -> set[str]:
+        with self._lock:
+            return self._caught_up().titles()
+
+    def message_session(self, message_id: int) -> str | None:
+        with self._lock:
+            return self._caught_up().message_session(message_id)
+
+    def current_reaction(self, message_id: int, author: str) -> str | None:
+        with self._lock:
+            return self._caught_up().current_reaction(message_id, author)
+
+    def lineage(self, session_id: str) -> list[str]:
+        with self._lock:
+            return self._caught_up().lineage(session_id)
+
+    def unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._caught_up().unseen_reactions(session_id)
+
+    # ---- reads ---------------------------------------------------------------------------------
+
+    @typed_read
+    def get_session(self, session_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._caught_up().get_session(session_id)
+
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
+                      pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
+                      workspace: str | None = None, limit: int | None = 50,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._caught_up().list_sessions(source=source, archived=archived, pinned=pinned, hidden=hidden,
+                                                   children=children, workspace=workspace, limit=limit,
+                                                   offset=offset)
+
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
+                     after: int | None = None) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._caught_up().get_messages(session_id, include_inactive=include_inactive, limit=limit,
+                                                  after=after)
+
+    @typed_read
+    def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._caught_up().get_usage(session_id)
+
+    @typed_read
+    def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._caught_up().get_reactions(message_id)
+
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
+        """The projection's result shape, from the fold's matching messages (no index to degrade)."""
+        with self._lock:
+            hits = self._caught_up().search(query, role=role, source=source, session_id=session_id, limit=limit)
         return {"degraded": False, "results": [
             {"session_id": m["session_id"], "message_id": m["id"], "role": m["role"],
              "snippet": (content_text(m["content"]) or "")[:200], "timestamp": m["timestamp"]} for m in hits]}
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._fold, name)
+    @typed_read
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return self._caught_up().stats()
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                self.wait_for(self._log.head()[0])
-                return method(*args, **kwargs)
 
-        return call
+class Projections(Protocol):
+    """What SessionStore asks of the projector of the projection read model (rebuilds, health,
+    the cursor); typed here so that the session layer never imports the projections."""
+
+    def rebuild(self, which: str = "all", *, until_seq: int | None = None, as_of_ns: int | None = None,
+                out_path: str | Path | None = None, progress: Any = None) -> dict[str, Any]: ...
+    def health(self, full: bool = True) -> dict[str, Any]: ...
+    def cursor(self) -> int: ...
 
 
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
@@ -114,7 +167,7 @@ class SessionStore:
     """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
 
     def __init__(self, log: Log, reads: ReadModel, *, home: Path | None, profile: str,
-                 projector: Any = None, owns_log: bool = True) -> None:
+                 projector: Projections | None = None, owns_log: bool = True) -> None:
         self.log = log
         self._owns_log = owns_log
         self.home = home
@@ -161,7 +214,8 @@ class SessionStore:
         return cls(log, reads, home=h, profile=profile, projector=projector, owns_log=owns_log)
 
     @staticmethod
-    def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any]) -> tuple[Any, Any]:
+    def _open_reads(d: Path, log: Log, profile: str,
+                    options: dict[str, Any]) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
         allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
         if kind == "projection":
@@ -319,7 +373,7 @@ class SessionStore:
         if holder is not None and holder != sid:
             raise TitleConflictError(t, holder)
         cur = reads.get_session(sid) or {}
-        if cur.get("title_source") and ev.TITLE_RANK.get(cur["title_source"], -1) > ev.TITLE_RANK[event["data"]["source"]]:
+        if rules.outranked(cur.get("title_source"), event["data"]["source"]):
             return None
         return self._append([event])[0]
 
@@ -353,7 +407,7 @@ class SessionStore:
         return self._flag("unhide", session_id)
 
     def _message_session(self, message_id: Any) -> str:
-        if type(message_id) is not int or not 1 <= message_id <= ev.INT64_MAX:
+        if type(message_id) is not int or not 1 <= message_id <= rules.INT64_MAX:
             raise ValidationError("message_id", "must be a positive 64-bit integer (a message's seq)")
         sid = self._fresh().message_session(message_id)
         if sid is None or not self._reads.is_live(sid):
@@ -440,7 +494,7 @@ class SessionStore:
 
     # ------------------------------------------------------------------ projections
 
-    def _need_projector(self) -> Any:
+    def _need_projector(self) -> Projections:
         if self._projector is None:
             raise ValidationError("read_model", "this operation needs the projection read model")
         return self._projector
@@ -473,26 +527,45 @@ class SessionStore:
         self._reads.wait_for(head, timeout)
         return head
 
+    @typed_read
     def get_session(self, session_id: str) -> dict[str, Any] | None:
+        """The session (docs/EVENTS.md "Read models"), or None when it does not exist or was deleted."""
         return self._fresh().get_session(session_id)
 
-    def list_sessions(self, **filters: Any) -> list[dict[str, Any]]:
-        """Filters: source, archived, pinned, hidden, children, workspace, limit, offset (docs/EVENTS.md)."""
-        return self._fresh().list_sessions(**filters)
+    @typed_read
+    def list_sessions(self, *, source: str | None = None, archived: bool | None = False,
+                      pinned: bool | None = None, hidden: bool | None = False, children: bool = True,
+                      workspace: str | None = None, limit: int | None = 50,
+                      offset: int = 0) -> list[dict[str, Any]]:
+        """Sessions matching every filter, most recent activity first, the page ``[offset:offset+limit]``
+        (``limit=None``: all), then the matching pinned sessions outside the page (docs/EVENTS.md)."""
+        return self._fresh().list_sessions(source=source, archived=archived, pinned=pinned, hidden=hidden,
+                                           children=children, workspace=workspace, limit=limit, offset=offset)
 
-    def get_messages(self, session_id: str, **kw: Any) -> list[dict[str, Any]]:
-        """Options: include_inactive, limit, after."""
-        return self._fresh().get_messages(session_id, **kw)
+    @typed_read
+    def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
+                     after: int | None = None) -> list[dict[str, Any]]:
+        """The session's messages by id: active ones unless ``include_inactive``, ids > ``after``,
+        the first ``limit``."""
+        return self._fresh().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
 
+    @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
+        """Usage rows of the session per (model, provider, task)."""
         return self._fresh().get_usage(session_id)
 
+    @typed_read
     def get_reactions(self, message_id: int) -> list[dict[str, Any]]:
+        """Current reactions on a message, by author."""
         return self._fresh().get_reactions(message_id)
 
-    def search(self, query: str, **kw: Any) -> Any:
-        """Full-text search (role, source, session_id, limit); never crosses profiles."""
-        return self._fresh().search(query, **kw)
+    @typed_read
+    def search(self, query: str, *, role: str | None = None, source: str | None = None,
+               session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
+        """Full-text search: ``{"degraded": bool, "results": [...]}``; never crosses profiles."""
+        return self._fresh().search(query, role=role, source=source, session_id=session_id, limit=limit)
 
+    @typed_read
     def stats(self) -> dict[str, Any]:
+        """Totals over live root sessions."""
         return self._fresh().stats()

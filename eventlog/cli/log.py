@@ -1,0 +1,72 @@
+"""``eventlog log tail|verify``: the event log itself (LMDB only: no projections, no SQLite)."""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx
+
+
+@click.group()
+def log() -> None:
+    """Inspect the event log itself."""
+
+
+def _summary(env: dict[str, Any]) -> str:
+    from datetime import datetime, timezone
+
+    import orjson
+
+    ts = datetime.fromtimestamp(env["ts"] / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    data = orjson.dumps(env.get("data")).decode()
+    if len(data) > 80:
+        data = data[:77] + "..."
+    return f"{env['seq']:>8}  {ts}  {env['type']:<24} {env.get('session') or '-'}  {data}"
+
+
+@log.command("tail")
+@click.option("--from", "from_seq", type=click.IntRange(min=1), default=None, help="First seq to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show at most N events (default 20 without --from).")
+@click.option("--follow", is_flag=True, help="Keep printing events as they are appended (Ctrl-C stops).")
+@json_option
+@pass_ctx
+@handled
+def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_json: bool) -> None:
+    """Print the last events of the log (JSONL envelopes with --json)."""
+    with c.open_log() as lg:
+        head, _ = lg.head()
+        if from_seq is None:
+            n = limit or 20
+            from_seq = max(1, head - n + 1)
+        shown = 0
+        source = lg.follow(from_seq) if follow else lg.read(from_seq)
+        try:
+            for env in source:
+                if limit is not None and shown >= limit:
+                    break
+                emit_jsonl(env) if as_json else click.echo(_summary(env))
+                shown += 1
+                if follow:
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+
+
+@log.command("verify")
+@json_option
+@pass_ctx
+@handled
+def log_verify(c: Ctx, as_json: bool) -> None:
+    """Recompute the hash chain; exit 1 naming the first bad seq if it is broken."""
+    with c.open_log() as lg:
+        res = lg.verify()
+    if as_json:
+        emit_json(res.to_dict())
+    elif res.ok:
+        click.echo(f"ok: {res.events} events, head {res.head_seq} {res.head_hash}")
+    else:
+        click.echo(f"BROKEN at seq {res.first_bad_seq}: {res.reason}", err=True)
+    if not res.ok:
+        sys.exit(1)

@@ -1,0 +1,28 @@
+"""``eventlog search``: full-text search over a profile's messages."""
+from __future__ import annotations
+
+import click
+
+from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_ctx
+
+
+@click.command()
+@click.argument("query")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--role", default=None, help="Only messages with this role.")
+@click.option("--session", "session_id", default=None, help="Only messages of this session.")
+@json_option
+@pass_ctx
+@handled
+def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | None, as_json: bool) -> None:
+    """Full-text search over messages (any text is accepted as a query)."""
+    with c.open_store() as store:
+        res = store.search(query, role=role, session_id=session_id, limit=limit)
+    if as_json:
+        emit_json(res)
+        return
+    if res["degraded"]:
+        click.echo("warning: the search index is degraded; results come from a slower scan "
+                   "(hint: eventlog rebuild --projection fts)", err=True)
+    for r in res["results"]:
+        click.echo(f"{r['session_id']}  [{r['message_id']}] {r['role']:<9} {iso(r['timestamp'])}  {r['snippet']}")

@@ -1,0 +1,128 @@
+"""``eventlog sessions ...``: create, list, show and change sessions through SessionStore."""
+from __future__ import annotations
+
+import click
+
+from eventlog.cli.common import Ctx, emit_json, handled, iso, json_option, pass_ctx
+from eventlog.errors import NotFoundError
+
+
+@click.group()
+def sessions() -> None:
+    """Create, list, show and change sessions."""
+
+
+@sessions.command("new")
+@click.option("--id", "sid", default=None, help="Session id (default: a fresh, time-sortable id).")
+@click.option("--source", default=None, help="Where the session comes from (cli, gateway, cron, ...).")
+@click.option("--title", default=None, help="A title; must not be held by another session.")
+@click.option("--model", default=None, help="Model name.")
+@click.option("--cwd", default=None, help="Working directory.")
+@click.option("--parent", default=None, help="Parent session id (a continuation or branch).")
+@pass_ctx
+@handled
+def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None, model: str | None,
+                 cwd: str | None, parent: str | None) -> None:
+    """Create a session and print its id."""
+    with c.open_store(create=True) as store:
+        click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
+                                        parent_session_id=parent))
+
+
+@sessions.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Sessions per page.")
+@click.option("--source", default=None, help="Only sessions from this source.")
+@click.option("--archived", is_flag=True, help="Include archived sessions.")
+@click.option("--pinned", is_flag=True, help="Only pinned sessions.")
+@click.option("--workspace", default=None, help="Only sessions whose git root or cwd is at or under PATH.")
+@json_option
+@pass_ctx
+@handled
+def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool,
+                  workspace: str | None, as_json: bool) -> None:
+    """List sessions, most recent activity first (pinned ones always included)."""
+    with c.open_store() as store:
+        rows = store.list_sessions(source=source, archived=None if archived else False,
+                                   pinned=True if pinned else None, workspace=workspace, limit=limit)
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-")
+        click.echo(f"{r['id']}  {flags}  {iso(r['last_activity_at'])}  {r['message_count']:>5} msgs  "
+                   f"{r.get('source') or 'cli':<8} {r.get('title') or ''}")
+
+
+@sessions.command("show")
+@click.argument("session_id")
+@click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
+@json_option
+@pass_ctx
+@handled
+def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool) -> None:
+    """Show a session and its messages."""
+    with c.open_store() as store:
+        session = store.get_session(session_id)
+        if session is None:
+            raise NotFoundError("session", session_id)
+        messages = store.get_messages(session_id, include_inactive=include_inactive)
+    if as_json:
+        emit_json({"session": session, "messages": messages})
+        return
+    import orjson
+
+    click.echo(f"{session['id']}  {session.get('title') or '(untitled)'}")
+    click.echo(f"source {session.get('source') or 'cli'}  model {session.get('model') or '-'}  "
+               f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
+    for m in messages:
+        content = m["content"] if isinstance(m["content"], str) else orjson.dumps(m["content"]).decode()
+        click.echo(f"[{m['id']}] {iso(m['timestamp'])} {m['role']}: {(content or '')[:200]}")
+
+
+def _simple_session_command(name: str, method: str, doc: str) -> None:
+    """``eventlog sessions NAME ID``: call ``store.<method>(ID)`` and print the seq it appended."""
+
+    @sessions.command(name, help=doc)
+    @click.argument("session_id")
+    @pass_ctx
+    @handled
+    def cmd(c: Ctx, session_id: str) -> None:
+        with c.open_store() as store:
+            seq = getattr(store, method)(session_id)
+        click.echo(str(seq))
+
+
+for _name, _method, _doc in [
+    ("archive", "archive", "Archive a session and its lineage."),
+    ("unarchive", "unarchive", "Unarchive a session and its lineage."),
+    ("pin", "pin", "Pin a session and its lineage."),
+    ("unpin", "unpin", "Unpin a session and its lineage."),
+    ("delete", "delete_session", "Delete a session and its descendants (a tombstone; the log keeps them)."),
+]:
+    _simple_session_command(_name, _method, _doc)
+
+
+@sessions.command("title")
+@click.argument("session_id")
+@click.argument("title")
+@click.option("--source", "provenance", type=click.Choice(["user", "llm", "derived"]), default="user",
+              show_default=True, help="Provenance: a lower one never replaces a higher one.")
+@pass_ctx
+@handled
+def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
+    """Set a session's title (titles are unique in a profile)."""
+    with c.open_store() as store:
+        seq = store.set_title(session_id, title, provenance)
+    click.echo("kept the existing higher-provenance title" if seq is None else str(seq))
+
+
+@sessions.command("end")
+@click.argument("session_id")
+@click.option("--reason", default="user", show_default=True, help="Why it ended (the first reason wins).")
+@pass_ctx
+@handled
+def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
+    """End a session."""
+    with c.open_store() as store:
+        seq = store.end_session(session_id, reason)
+    click.echo("already ended" if seq is None else str(seq))

@@ -1,0 +1,136 @@
+"""One error boundary per subsystem: sqlite3, OS and value errors leave the projections' reads and
+sqlite_export's exports/imports as EventLogError subclasses, cause chained, hint kept.
+
+The mappings are checked as tables (projections.db.converted, sqlite_export.errors.converted),
+then on real files: a garbage projection file, a directory where a file should be, a foreign
+SQLite file, an export written to /dev/full.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.errors import (
+    DiskFullError,
+    EventLogError,
+    ProjectionError,
+    StorageError,
+    ValidationError,
+)
+from eventlog.log.memory import MemoryLog
+from projections import db as projection_db
+from projections.queries import Reader
+from sqlite_export import errors as export_errors
+from sqlite_export.hermes import import_hermes
+from sqlite_export.jsonl import export_jsonl, import_jsonl
+
+MAPPED = ValidationError("limit", "must be an integer")
+
+
+@pytest.mark.parametrize("error, cls, hint", [
+    (sqlite3.OperationalError("database or disk is full"), ProjectionError, "free some disk space"),
+    (sqlite3.OperationalError("database is locked"), ProjectionError, "retry"),
+    (sqlite3.DatabaseError("file is not a database"), ProjectionError, "eventlog doctor --fix"),
+    (sqlite3.ProgrammingError("Cannot operate on a closed database."), ProjectionError, "eventlog doctor --fix"),
+    (PermissionError(errno.EACCES, "Permission denied", "/p/state.db"), ProjectionError, "belong to this user"),
+    (ValueError("embedded null character"), ProjectionError, "eventlog doctor --fix"),
+    (MAPPED, ValidationError, None),
+])
+def test_projection_errors_map_as_a_table(error: BaseException, cls: type, hint: str | None) -> None:
+    got = projection_db.converted(error, "reading the projection")
+    assert type(got) is cls
+    if error is MAPPED:
+        assert got is error
+        return
+    assert str(got).startswith("reading the projection failed: ")
+    assert hint is not None and got.hint is not None and hint in got.hint
+
+
+@pytest.mark.parametrize("error, cls, hint", [
+    (sqlite3.DatabaseError("file is not a database"), StorageError, "sqlite3 FILE .tables"),
+    (sqlite3.DatabaseError("database disk image is malformed"), StorageError, "sqlite3 FILE .tables"),
+    (sqlite3.OperationalError("database or disk is full"), DiskFullError, "free some disk space"),
+    (OSError(errno.ENOSPC, "No space left on device"), DiskFullError, "free some disk space"),
+    (sqlite3.OperationalError("unable to open database file"), StorageError, "permissions"),
+    (FileNotFoundError(errno.ENOENT, "No such file or directory", "/x"), StorageError, "accessible"),
+    (ValueError("I/O operation on closed file."), StorageError, None),
+    (MAPPED, ValidationError, None),
+])
+def test_export_errors_map_as_a_table(error: BaseException, cls: type, hint: str | None) -> None:
+    got = export_errors.converted(error, "writing the export")
+    assert type(got) is cls
+    if error is MAPPED:
+        assert got is error
+        return
+    assert str(got).startswith("writing the export failed: ")
+    assert got.hint == hint if hint is None else (got.hint is not None and hint in got.hint)
+
+
+def _chained(info: pytest.ExceptionInfo[Any], cause: type) -> None:
+    assert isinstance(info.value, EventLogError)
+    assert isinstance(info.value.__cause__, cause), repr(info.value.__cause__)
+
+
+def test_a_garbage_projection_file_is_a_projection_error(tmp_path: Path) -> None:
+    junk = tmp_path / "audit.db"
+    junk.write_bytes(b"not a database, just bytes " * 400)
+    with Reader.open_file(junk) as reader, pytest.raises(ProjectionError) as info:
+        reader.stats()
+    _chained(info, sqlite3.DatabaseError)
+    assert str(junk) in str(info.value) and "eventlog doctor --fix" in str(info.value)
+
+
+def test_a_directory_in_place_of_a_projection_file_is_a_projection_error(tmp_path: Path) -> None:
+    (tmp_path / "audit.db").mkdir()
+    with Reader.open_file(tmp_path / "audit.db") as reader, pytest.raises(ProjectionError) as info:
+        reader.list_sessions()
+    _chained(info, sqlite3.Error)
+
+
+def test_a_foreign_sqlite_file_is_refused_by_name(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.close()
+    with Reader.open_file(other) as reader, pytest.raises(ProjectionError, match="not an eventlog projection"):
+        reader.get_session("s1")
+    with pytest.raises(ValidationError) as bad:
+        Reader()
+    assert bad.value.field == "path"
+
+
+def test_a_junk_hermes_source_is_a_storage_error_with_its_cause(tmp_path: Path) -> None:
+    from eventlog.sessions.store import SessionStore
+
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database at all" * 100)
+    with SessionStore.open(tmp_path / "home", "p", read_model="fold", durability="nosync") as store:
+        with pytest.raises(StorageError) as info:
+            import_hermes(store, junk)
+        _chained(info, sqlite3.DatabaseError)
+        assert info.value.hint is not None and store.log.head()[0] == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_an_export_to_a_full_disk_is_a_disk_full_error() -> None:
+    log = MemoryLog(profile="p")
+    log.append([{"type": "note.added", "session": "s1", "data": {"text": "x" * 100}}])
+    with open("/dev/full", "wb", buffering=0) as out, pytest.raises(DiskFullError) as info:
+        export_jsonl(log, out)
+    _chained(info, OSError)
+    assert "writing the export failed" in str(info.value)
+
+
+def test_an_import_keeps_its_own_validation_errors() -> None:
+    """A ValidationError is a ValueError too: the boundary passes it through unchanged."""
+    log = MemoryLog(profile="p")
+    with pytest.raises(ValidationError) as bad:
+        import_jsonl(log, ['{"type": "x"', "{}"])
+    assert bad.value.field == "line 1"
+    with pytest.raises(ValidationError) as surrogate:
+        import_jsonl(log, ["\ud800"])
+    assert surrogate.value.field == "line 1" and "surrogate" in surrogate.value.problem
+    assert log.head()[0] == 0
