@@ -297,12 +297,15 @@ def test_unicode_special_characters_and_large_items_round_trip(home: Path) -> No
     run(go())
 
 
-def test_items_survive_close_and_a_new_process_style_reopen(home: Path) -> None:
-    run(make(home).add_items([user("kept")]))
-    _shared_open = dict(_shared._open)
-    assert _shared_open  # the first session still holds its store (never closed here)
-    fresh = EventlogSession("s1", home=home)
-    assert contents(run(fresh.get_items())) == ["kept"]
+def test_items_survive_close_and_reopen(home: Path) -> None:
+    first = make(home)
+    run(first.add_items([user("kept")]))
+    store = first._store
+    first.close()
+    assert store is not None and _shared.references(store) == 0  # the last session closed the store
+    again = EventlogSession("s1", home=home)
+    assert contents(run(again.get_items())) == ["kept"]
+    again.close()
 
 
 # ---------------------------------------------------------------- ids

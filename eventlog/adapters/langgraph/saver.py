@@ -18,16 +18,17 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    SerializerProtocol,
     get_checkpoint_id,
     get_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import model
 from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
-from eventlog.sessions.events import clean_text, make_event
+from eventlog.sessions.events import make_event
+from eventlog.sessions.rules import clean_text
 from eventlog.sessions.store import SessionStore
 
 SOURCE = "langgraph"
