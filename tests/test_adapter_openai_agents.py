@@ -524,3 +524,37 @@ def test_runner_limit_zero_sends_only_the_new_input(home: Path) -> None:
     _run_agent("run", agent, "Message 2", session=s, run_config=RunConfig(session_settings=SessionSettings(limit=0)))
     assert [i["content"] for i in model.calls[-1].input] == ["Message 2"]  # type: ignore[union-attr]
     s.close()
+
+
+def test_another_process_adding_and_popping_is_seen_by_a_live_session(home: Path) -> None:
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    root = Path(__file__).resolve().parent.parent
+
+    def other(action: str) -> None:
+        code = textwrap.dedent(f"""
+            import asyncio
+            from eventlog.adapters.openai_agents import EventlogSession
+            async def main():
+                s = EventlogSession("shared", home={str(home)!r})
+                {action}
+                s.close()
+            asyncio.run(main())
+        """)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(root)))
+        assert done.returncode == 0, done.stderr
+
+    s = make(home, "shared")
+    run(s.add_items([user("a"), user("b")]))
+    assert contents(run(s.get_items())) == ["a", "b"]  # the history is now held by this object
+    other('await s.add_items([{"role": "user", "content": "c"}])')
+    assert contents(run(s.get_items())) == ["a", "b", "c"]
+    other("await s.pop_item(); await s.pop_item(); await s.add_items([{'role': 'user', 'content': 'd'}])")
+    assert contents(run(s.get_items())) == ["a", "d"]  # the rewind is noticed, not just the append
+    other("await s.clear_session()")
+    assert run(s.get_items()) == [] and run(s.pop_item()) is None
+    s.close()
