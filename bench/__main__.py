@@ -60,6 +60,8 @@ COMPARISONS: list[tuple[str, str]] = [
     ("eventlog.log_bare_threads8", "floor.lmdb_threads8"),
     ("eventlog.log_bare_threads8", "eventlog.log_bare"),
     ("eventlog.log_bare_batch100", "floor.lmdb_batch100"),
+    ("postgres.paired8", "postgres.es_threads8"),
+    ("postgres.two_hosts", "postgres.paired8"),
 ]
 # context: how far the baselines are from the floor
 CONTEXT: list[tuple[str, str]] = [
@@ -243,6 +245,9 @@ def evaluate_targets(results: dict[str, dict[str, Any]], scale: dict[str, list[d
                               div(f450, f50), 1.5, False,
                               f"floor.lmdb4_single p50 {f450} ms vs floor.lmdb_single p50 {f50} ms")))
     t.extend(issue4_targets(results, scale))
+    from bench.postgres import issue19_targets
+
+    t.extend(issue19_targets(results, _target))
     return t
 
 
@@ -378,7 +383,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale-sizes", default=None, help="comma-separated sizes for --scale (overrides the default)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the whole pipeline")
     ap.add_argument("--only", default=None, help="comma-separated contenders or groups "
-                    "(eventlog, baseline_sqlite, baseline_es, floor, baseline_bare_rebuild (scale only), "
+                    "(eventlog, baseline_sqlite, baseline_es, floor, postgres, baseline_bare_rebuild (scale only), "
                     "or names like eventlog.log_bare)")
     ap.add_argument("--out", default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT}); .md and scale.png beside it")
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)

@@ -73,6 +73,14 @@ CONTENDERS: list[Contender] = [
     Contender("floor.lmdb4_single", "bench.floor:lmdb4_single",
               "bare synced LMDB, one event per commit on eventlog's four B-trees"),
     Contender("floor.file_fsync", "bench.floor:file_fsync", "plain file append + fsync per event"),
+    # PostgreSQL (issue 19; bench/postgres.py: each starts its own server)
+    Contender("postgres.paired8", "bench.postgres:paired8",
+              "PostgresLog.append 8 threads vs plain INSERT 8 connections, alternating blocks, one server"),
+    Contender("postgres.single", "bench.postgres:single", "PostgresLog.append, 1 event per call, 1 thread"),
+    Contender("postgres.two_hosts", "bench.postgres:two_hosts", "two writer processes x 8 threads, one log"),
+    Contender("postgres.follow_lag", "bench.postgres:follow_lag",
+              "ack -> PostgresLog.follow in another process, writer at --lag-rate"),
+    Contender("postgres.es_threads8", "bench.postgres:es_threads8", "eventsourcing + PostgreSQL, 8 threads, one app"),
     # Scale curve points
     Contender("eventlog.scale", "bench.contenders_eventlog:scale_point", "eventlog at size N", kind="scale"),
     Contender("baseline_sqlite.scale", "bench.baseline_sqlite:scale_point", "baseline A at size N", kind="scale"),

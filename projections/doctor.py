@@ -75,7 +75,7 @@ def repair(profile_dir: Path, log: Log, profile: str) -> list[str]:
     done = []
     with Projector(profile_dir, log, profile) as projector:
         before = projector.health(full=True)
-        projector.ensure(full=True)
+        projector.heal(full=True)
         for kind in ("state", "fts"):
             if before[kind]["status"] not in HEALTHY:
                 done.append(f"rebuilt {kind} ({before[kind]['status']})")

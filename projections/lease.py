@@ -7,6 +7,9 @@ holder still writes; the directory cannot vanish while the profile exists. ``pro
 is still created, as the visible name of the lease. flock belongs to the open file
 description, so threads of one process share it; a re-entrant thread lock serializes them.
 The lock is released when the holder closes it or dies (SIGKILL included).
+
+Also here: :class:`Presence` (who runs a follower), :class:`SchemaUse` (which program versions
+are alive), and the flock helpers they share.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from eventlog.errors import LeaseError
 from projections.files import FILE_MODE
@@ -25,11 +28,18 @@ LOCK_NAME = "projector.lock"
 
 
 class Lease:
-    """Re-entrant, cross-process exclusive lease on ``<profile dir>/projector.lock``."""
+    """Re-entrant, cross-process exclusive lease on ``<profile dir>/projector.lock``.
 
-    def __init__(self, directory: Path) -> None:
+    ``on_release`` is called whenever this process lets the lease go — just before the
+    outermost :meth:`release` unlocks it, and at :meth:`close` — with the in-process lock held,
+    so no other thread of this process works under the lease meanwhile. The projector closes
+    its read-write connection there: no write connection outlives the lease.
+    """
+
+    def __init__(self, directory: Path, on_release: Callable[[], None] | None = None) -> None:
         self.directory = directory
         self.path = directory / LOCK_NAME
+        self._on_release = on_release
         self._mutex = threading.RLock()
         self._fd: int | None = None
         self._depth = 0
@@ -84,14 +94,19 @@ class Lease:
             raise
 
     def release(self) -> None:
+        """Undo one :meth:`acquire`; the outermost one unlocks (after ``on_release``)."""
         if not self.held:
             raise LeaseError("the projector lease is not held by this thread")
-        self._depth -= 1
-        if self._depth == 0:
-            self._owner = None
-            assert self._fd is not None
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._mutex.release()
+        try:
+            if self._depth == 1 and self._on_release is not None:
+                self._on_release()
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                assert self._fd is not None
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._mutex.release()
 
     @contextmanager
     def hold(self, timeout: float | None = None) -> Iterator[None]:
@@ -107,12 +122,17 @@ class Lease:
             self.release()
 
     def close(self) -> None:
+        """Let the lease go for good (waits for this process's holder, if another thread)."""
         with self._mutex:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-                self._depth = 0
-                self._owner = None
+            try:
+                if self._on_release is not None:
+                    self._on_release()
+            finally:
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+                    self._depth = 0
+                    self._owner = None
 
 
 FOLLOWER_NAME = "follower.lock"

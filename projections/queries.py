@@ -161,7 +161,7 @@ class Reader:
             if attempt == 2:
                 raise ProjectionError(f"state.db is unusable: {problem}",
                                       hint="run `eventlog doctor --fix` or `eventlog rebuild`")
-            p.ensure()
+            p.heal()
             g = files.read_pointer(p.state_pointer())
 
     def _attach_fts(self, fg: Generation | None) -> None:
@@ -200,7 +200,7 @@ class Reader:
                 try:
                     if heal:
                         self.close()
-                        self._projector.ensure(full=True)
+                        self._projector.heal(full=True)
                     db = self._connection()
                     db.execute("BEGIN")
                     try:

@@ -3,8 +3,9 @@ comparable dict, and faults a test can do to a projection file.
 
 ``answers(model, ...)`` works on :class:`eventlog.sessions.fold.Fold` and on :class:`Reader` alike, so
 ``answers(fold) == answers(reader)`` is the whole "the projection equals the reference fold"
-check. The fault helpers write files with plain I/O: use them only while no connection of
-the calling process has the file open.
+check. :class:`Prefix` shows a projector the log as it stood at a seq (catch up to a prefix).
+The fault helpers write files with plain I/O: use them only while no connection of the calling
+process has the file open.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import os
 import random
 import sqlite3
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
+from eventlog.log import Log
 from projections import files
 
 LIST_VARIANTS: list[dict[str, Any]] = [
@@ -64,6 +66,30 @@ def answers(model: Any, session_ids: Iterable[str], message_ids: Iterable[int],
     out["titles"] = sorted(model.titles())
     out["stats"] = model.stats()
     return out
+
+
+class Prefix:
+    """The read side of ``log`` as it stood when its head was ``until`` (settable): a projector
+    given this view catches up to that seq and no further. For tests of batching and resuming."""
+
+    def __init__(self, log: Log, until: int) -> None:
+        self.log = log
+        self.until = until
+
+    @property
+    def profile(self) -> str | None:
+        return self.log.profile
+
+    def head(self) -> tuple[int, str]:
+        seq = min(self.until, self.log.head()[0])
+        env = self.log.get(seq) if seq > 0 else None
+        return (seq, str(env["hash"])) if env else (0, "0" * 64)
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        return self.log.get(seq) if seq <= self.until else None
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None) -> Iterator[dict[str, Any]]:
+        yield from self.log.read(from_seq, self.until if to_seq is None else min(to_seq, self.until))
 
 
 def diff(a: dict[Any, Any], b: dict[Any, Any]) -> list[str]:

@@ -1,6 +1,7 @@
 """Child process for the log's crash and concurrency tests (not collected by pytest).
 
-usage: proc_log_writer.py LOG_DIR NAME THREADS COUNT [BATCH]
+usage: proc_log_writer.py LOG NAME THREADS COUNT [BATCH [PROFILE]]
+LOG is an LMDB log directory or a postgresql:// URL (then PROFILE names the profile).
 Appends COUNT batches per thread, each event with a unique id ``NAME-t-i-k``, and prints one
 line ``ACK <id> <seq>`` per acknowledged event (flushed), so a parent that kills this process
 knows exactly which appends were acknowledged.
@@ -10,14 +11,15 @@ from __future__ import annotations
 import sys
 import threading
 
-from eventlog.log import EventLog
+from eventlog.log import open_log
 
 
 def main() -> None:
     path, name, threads, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     batch = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    profile = sys.argv[6] if len(sys.argv) > 6 else None
     out_lock = threading.Lock()
-    log = EventLog.open(path)
+    log = open_log(path, profile=profile)
 
     def work(t: int) -> None:
         for i in range(count):

@@ -72,7 +72,8 @@ def test_every_command_and_its_options_are_in_the_readme(path: tuple[str, ...], 
 def test_the_global_options_are_in_the_readme() -> None:
     usage = [line for line in README.read_text().splitlines() if "eventlog [--home DIR] [--profile NAME]" in line]
     assert usage, "the README does not show `eventlog [--home DIR] [--profile NAME] COMMAND`"
-    assert {o for p in main.params for o in p.opts if o.startswith("--")} == {"--home", "--profile"}
+    assert {o for p in main.params for o in p.opts if o.startswith("--")} == {"--home", "--profile", "--log-url"}
+    assert any("--log-url" in line for line in usage)
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

@@ -60,3 +60,31 @@ def test_the_package_root_still_exports_the_facade_and_the_log() -> None:
     from eventlog.sessions.store import SessionStore as Store
 
     assert EventLog is LMDBLog and SessionStore is Store
+
+
+PSYCOPG_MODULES = {"eventlog/log/postgres.py", "eventlog/log/pg_schema.py", "eventlog/log/pg_follow.py"}
+
+
+def test_only_the_postgres_backend_imports_psycopg() -> None:
+    bad = []
+    for layer in ("eventlog", "projections", "sqlite_export"):
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            rel = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                if any(n.split(".")[0] == "psycopg" for n in names) and rel not in PSYCOPG_MODULES:
+                    bad.append(f"{rel} imports psycopg")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_lmdb_store_and_open_log_never_load_psycopg(tmp_path: Path) -> None:
+    code = ("import sys\nfrom eventlog import SessionStore\nfrom eventlog.log import open_log, is_log_url\n"
+            f"with SessionStore.open({str(tmp_path)!r}, 'p', follower=False) as s:\n"
+            "    s.create_session('x')\n"
+            f"open_log({str(tmp_path / 'l')!r}).close()\n"
+            "assert is_log_url('postgresql://h/d')\n"
+            "print(' '.join(sorted(sys.modules)))")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "EVENTLOG_LOG_URL"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert [m for m in out if m.startswith(("psycopg", "eventlog.log.p"))] == []

@@ -15,7 +15,7 @@ from eventlog.log.memory import MemoryLog
 from eventlog.sessions.events import make_event
 from eventlog.sessions.fold import Fold
 from projections import Projector, Reader, files
-from projections.testing import answers, current_file
+from projections.testing import Prefix, answers, current_file
 
 
 def ev(type_: str, session: str, **data: Any) -> dict[str, Any]:
@@ -62,7 +62,7 @@ def proj(tmp_path: Path) -> Any:
     log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
     seqs = history(log)
     p = Projector(tmp_path / "p", log, "p")
-    p.catch_up()
+    p.advance()
     reader = p.reader()
     yield log, p, reader, seqs
     reader.close()
@@ -170,8 +170,8 @@ def test_search_never_crosses_profiles(tmp_path: Path) -> None:
     a.append([ev("session.created", "s1"), ev("message.appended", "s1", role="user", content="secret alpha")])
     b.append([ev("session.created", "s1"), ev("message.appended", "s1", role="user", content="other beta")])
     with Projector(tmp_path / "profiles" / "a", a, "a") as pa, Projector(tmp_path / "profiles" / "b", b, "b") as pb:
-        pa.catch_up()
-        pb.catch_up()
+        pa.advance()
+        pb.advance()
         assert pb.reader().search("secret")["results"] == []
         assert pb.reader().search("s1", session_id="s1")["results"] == []
         assert [x["message_id"] for x in pa.reader().search("secret")["results"]] == [2]
@@ -199,11 +199,16 @@ def test_any_batch_sizes_give_identical_rows(sizes: list[int], seed: int, tmp_pa
         log.append([ev("message.appended", sid, role="user", content=f"m{i}"),
                     ev("usage.recorded", sid, input_tokens=i, estimated_cost_usd=rng.random() / 7)])
     with Projector(tmp / "one", log, "p", batch_size=10**6) as p:
-        p.catch_up()
-    with Projector(tmp / "many", log, "p") as p:
+        p.advance()
+    prefix = Prefix(log, 1)  # the first cursor read builds state.db as of seq 1; catch-ups do the rest
+    with Projector(tmp / "many", prefix, "p") as p:  # type: ignore[arg-type]
         for n in sizes:
-            p.catch_up(until_seq=p.cursor() + n, batch_size=rng.randint(1, 9))
-        p.catch_up(batch_size=3)
+            prefix.until = p.cursor() + n
+            p.batch_size = rng.randint(1, 9)
+            p.advance()
+        prefix.until = log.head()[0]
+        p.batch_size = 3
+        p.advance()
     with Projector(tmp / "rebuilt", log, "p") as p:
         p.rebuild()
     one = dump(tmp / "one" / "state.db")
@@ -217,10 +222,10 @@ def test_read_your_writes_and_sync(tmp_path: Path) -> None:
         reader = p.reader()
         for i in range(20):
             seq = log.append([ev("session.created", f"s{i}")])[0]
-            assert p.wait_for(seq, timeout=5)
+            assert p.advance(seq, wait=5).done
             assert reader.get_session(f"s{i}") is not None
         log.append([ev("message.appended", "s0", role="user", content="x")])
-        assert p.sync(timeout=5)
+        assert p.advance(wait=5).done
         assert reader.get_messages("s0")[0]["content"] == "x"
         reader.close()
     log.close()
@@ -253,7 +258,7 @@ def test_health_reports_and_changes_nothing(tmp_path: Path) -> None:
         h = p.health()
         assert h["state"]["status"] == "missing" and h["fts"]["status"] == "missing" and not h["ok"]
         assert sorted(os.listdir(p.dir)) == listing
-        p.ensure()
+        p.heal()
         assert p.health()["ok"]
         log.append([ev("session.created", "s1")])
         h = p.health(full=True)
@@ -279,3 +284,19 @@ def test_lease_is_a_flock_and_readers_are_read_only(proj: Any) -> None:
         r._db.execute("UPDATE sessions SET title = 'x'")  # type: ignore[union-attr]
     state = current_file(p.dir)
     assert files.parse(state) is not None
+
+
+def test_the_lease_says_when_it_is_let_go(tmp_path: Path) -> None:
+    """on_release runs when the outermost hold ends (still held) and at close, never in between:
+    the projector closes its read-write connection there, so none outlives the lease."""
+    from projections.lease import Lease
+
+    calls: list[bool] = []
+    lease = Lease(tmp_path, on_release=lambda: calls.append(lease.held))
+    with lease.hold(0):
+        with lease.hold(0):
+            pass
+        assert calls == []
+    assert calls == [True]  # called while still held, just before the flock goes
+    lease.close()
+    assert calls == [True, False]

@@ -63,7 +63,7 @@ def setup(tmp_path: Path) -> Any:
     populate(log)
     directory = tmp_path / "profiles" / "p"
     with Projector(directory, log, "p") as p:
-        p.catch_up()
+        p.advance()
     fold = Fold()
     fold.apply_all(log.read())
     mids = list(range(1, log.head()[0] + 2))
@@ -78,7 +78,7 @@ def check_reads(log: EventLog, directory: Path, expected: dict[Any, Any], mids: 
     compare; the log is untouched. Damage the cheap checks miss is met by the reads, which
     repair and retry."""
     p = Projector(directory, log, "p")
-    p.ensure()
+    p.heal()
     reader = p.reader()
     got = answers(reader, SIDS, mids)
     assert got == expected, "\n".join(diff(expected, got)[:5])
@@ -150,12 +150,12 @@ def test_state_fault_is_detected_and_rebuilt(setup: Any, fault: str) -> None:
     p.close()
 
 
-def test_state_fault_with_full_ensure(setup: Any) -> None:
+def test_state_fault_with_full_heal(setup: Any) -> None:
     log, directory, expected, mids = setup
     checkpoint(current_file(directory))
     garbage_pages(current_file(directory), pages=6, seed=7)
     with Projector(directory, log, "p") as p:
-        h = p.ensure(full=True)
+        h = p.heal(full=True)
         assert h["ok"], h
     check_reads(log, directory, expected, mids).close()
 
@@ -201,9 +201,9 @@ def test_fts_fault_degrades_search_only_and_is_rebuilt_alone(setup: Any, fault: 
         assert [r["message_id"] for r in found["results"]] == expected["search", word]
     # Writes go on: a new message is readable while search is degraded.
     seq = log.append([make_event("message.appended", "s1", {"role": "user", "content": "alpha fresh"})])[0]
-    assert p.wait_for(seq, timeout=10)
+    assert p.advance(seq, wait=10).done
     assert reader.get_messages("s1", after=seq - 1)[0]["content"] == "alpha fresh"
-    assert p.ensure(full=True)["ok"]
+    assert p.heal(full=True)["ok"]
     found = reader.search("alpha", limit=None)
     assert found["degraded"] is False
     assert [r["message_id"] for r in found["results"]] == [seq] + expected["search", "alpha"]
@@ -222,7 +222,7 @@ def test_stale_wal_from_another_database_is_not_trusted(setup: Any, tmp_path: Pa
     populate(other_log, rounds=3)
     other_dir = tmp_path / "other"
     with Projector(other_dir, other_log, "p") as p:
-        p.catch_up()
+        p.advance()
     other_state = current_file(other_dir)
     writer = sqlite3.connect(other_state)
     writer.execute("PRAGMA wal_autocheckpoint = 0")
@@ -253,7 +253,7 @@ def test_projection_from_another_profiles_log_is_rebuilt(setup: Any, tmp_path: P
     populate(other_log, rounds=5)
     other_dir = tmp_path / "profiles" / "b"
     with Projector(other_dir, other_log, "b") as p:
-        p.catch_up()
+        p.advance()
     # Profile p's pointers now name copies of profile b's files.
     for kind in ("state", "fts"):
         src = current_file(other_dir, kind)
@@ -280,7 +280,7 @@ def test_projection_ahead_of_the_log_is_rebuilt(setup: Any, tmp_path: Path) -> N
     shutil.copytree(directory, other, symlinks=True)
     with Projector(other, short, "p") as p:
         assert p.health()["state"]["status"] in ("ahead", "foreign")
-        p.ensure()
+        p.heal()
         assert p.health()["ok"]
         fold = Fold()
         fold.apply_all(short.read())
@@ -344,7 +344,7 @@ def test_hot_update_newer_schema_keeps_its_file_and_older_program_uses_its_own(s
     assert os.readlink(directory / "state.db") == newer.name
     assert os.path.islink(directory / f"state.v{cur.schema}.db")
     seq = log.append([make_event("message.appended", "s1", {"role": "user", "content": "still writing"})])[0]
-    assert p.wait_for(seq, timeout=10)
+    assert p.advance(seq, wait=10).done
     assert p.reader().get_messages("s1")[-1]["content"] == "still writing"
     p.close()
 
@@ -380,14 +380,14 @@ def test_an_older_versions_private_files_go_once_its_last_process_is_gone(setup:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         with Projector(directory, log, "p") as p:
-            p.ensure()
+            p.heal()
             assert p.collect_superseded() == []
         assert os.path.islink(directory / f"state.v{old_schema}.db") and old_file.exists()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
     with Projector(directory, log, "p") as p:
-        p.ensure()  # the next open collects them
+        p.heal()  # the next open collects them
     assert not os.path.lexists(directory / f"state.v{old_schema}.db")
     assert not any(Path(f"{old_file}{sfx}").exists() for sfx in ("", "-wal", "-shm"))
     assert files.read_pointer(directory / "state.db") == cur and cur.path.exists()

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from eventlog.log.memory import MemoryLog
 from eventlog.sessions.fold import Fold
 from projections import Projector, Reader
-from projections.testing import answers, diff
+from projections.testing import Prefix, answers, diff
 
 CAMPAIGN = bool(os.environ.get("EVENTLOG_CAMPAIGN"))
 EXAMPLES = int(os.environ.get("EVENTLOG_EXAMPLES", "0")) or (2000 if CAMPAIGN else 40)
@@ -128,7 +128,7 @@ class CrashingLog:
     """The log, except that reading stops with an error after ``crash_after`` events: the
     projector dies mid-batch, its open transaction rolls back."""
 
-    def __init__(self, log: MemoryLog, crash_after: int) -> None:
+    def __init__(self, log: Any, crash_after: int) -> None:
         self._log = log
         self.crash_after = crash_after
         self.profile = log.profile
@@ -148,12 +148,15 @@ class CrashingLog:
 
 def project(directory: Path, log: MemoryLog, plan: list[tuple[int, int, int | None]]) -> None:
     """Apply the log in steps (until_seq, batch_size, crash_after): a fresh Projector each step,
-    as after a restart; a step with crash_after dies partway."""
+    as after a restart, catching up to the log as it stood at until_seq; a step with
+    crash_after dies partway."""
     for until, batch, crash in plan:
-        source = log if crash is None else CrashingLog(log, crash)
+        source: Any = Prefix(log, until)
+        if crash is not None:
+            source = CrashingLog(source, crash)
         p = Projector(directory, source, "p", batch_size=batch)
         try:
-            p.catch_up(until_seq=until)
+            p.advance()
         except KeyboardInterrupt:
             pass
         finally:

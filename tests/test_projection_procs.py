@@ -19,7 +19,7 @@ from eventlog.log import EventLog
 from eventlog.sessions.events import make_event
 from eventlog.sessions.fold import Fold
 from projections import Projector, files
-from projections import projector as projector_module
+from projections import visibility as visibility_module
 from projections.testing import answers, diff
 
 SIDS = [f"s{i}" for i in range(6)] + ["zz"]
@@ -39,7 +39,7 @@ def slow_read(from_seq=1, *a, **k):  # a catch-up keeps each batch's transaction
 log.read = slow_read
 p = Projector(sys.argv[2], log, "p", batch_size=int(sys.argv[3]))
 print("ready", flush=True)
-p.catch_up()
+p.advance()
 print("done", flush=True)
 """
 
@@ -53,7 +53,7 @@ sys.stdin.readline()
 if sys.argv[3] == "rebuild":
     p.rebuild("all")
 else:
-    p.ensure()
+    p.heal()
 r = p.reader()
 print(json.dumps({"gen": files.read_pointer(p.state_pointer()).gen, "stats": r.stats()}), flush=True)
 """
@@ -120,7 +120,7 @@ def test_projector_killed_mid_batch_resumes_exactly(tmp_path: Path) -> None:
     add_events(log, rng, 3000)
     directory = tmp_path / "p"
     with Projector(directory, log, "p") as p:
-        p.catch_up()
+        p.advance()
     kills = 0
     for round_ in range(22):
         if round_ in (7, 13):  # a broken state.db: this child dies rebuilding it, the next finishes
@@ -140,7 +140,7 @@ def test_projector_killed_mid_batch_resumes_exactly(tmp_path: Path) -> None:
         add_events(log, rng, 400)
     assert kills >= 15  # nearly every round dies mid-batch (or mid-rebuild)
     with Projector(directory, log, "p") as p:
-        p.catch_up()
+        p.advance()
         h = p.health(full=True)
         assert h["ok"], h
         mids = list(range(1, log.head()[0] + 2, 7))
@@ -153,7 +153,7 @@ def test_projector_killed_mid_batch_resumes_exactly(tmp_path: Path) -> None:
     log.close()
 
 
-@pytest.mark.parametrize("mode", ["ensure", "rebuild"])
+@pytest.mark.parametrize("mode", ["heal", "rebuild"])
 def test_processes_racing_to_rebuild(tmp_path: Path, mode: str) -> None:
     rng = random.Random(5)
     log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
@@ -161,7 +161,7 @@ def test_processes_racing_to_rebuild(tmp_path: Path, mode: str) -> None:
     add_events(log, rng, 2000)
     directory = tmp_path / "p"
     with Projector(directory, log, "p") as p:
-        p.catch_up()
+        p.advance()
     before = files.read_pointer(directory / "state.db")
     assert before is not None
     os.unlink(before.path)  # broken: every process that opens it wants to rebuild
@@ -179,7 +179,7 @@ def test_processes_racing_to_rebuild(tmp_path: Path, mode: str) -> None:
     fold.apply_all(log.read())
     assert all(o["stats"] == json.loads(json.dumps(fold.stats())) for o in outs)
     gens = {o["gen"] for o in outs}
-    if mode == "ensure":
+    if mode == "heal":
         assert gens == {before.gen + 1}  # one rebuilt it; the others found it healthy under the lease
     with Projector(directory, log, "p") as p:
         assert p.health(full=True)["ok"]
@@ -198,21 +198,23 @@ def test_one_writer_at_a_time_and_readers_never_wait(tmp_path: Path) -> None:
     log.append([make_event("session.created", "s0", {})])
     directory = tmp_path / "p"
     holder = Projector(directory, log, "p")
-    holder.catch_up()
+    holder.advance()
     other = Projector(directory, log, "p")
     assert holder.lease.acquire(0)
     try:
         log.append([make_event("message.appended", "s0", {"role": "user", "content": "x"})])
         with pytest.raises(LeaseError):
-            other.catch_up(timeout=0.05)
-        assert other.refresh() is False  # never waits
+            other.rebuild(timeout=0.05)
+        reach = other.advance(wait=0.05)  # cannot write: watches the holder, which applies nothing
+        assert not reach.done and reach.cursor == 1 and not other.lease.held
+        assert not other.visibility.before_read().done  # never waits
         started = time.monotonic()
         assert other.reader().get_session("s0") is not None  # reads take no lock
         assert time.monotonic() - started < 3.0  # a lock wait would be the 5 s busy timeout
-        assert other.wait_for(log.head()[0], timeout=0.1) is False
+        assert not other.advance(log.head()[0], wait=0.1).done
     finally:
         holder.lease.release()
-    assert other.wait_for(log.head()[0], timeout=5)
+    assert other.advance(log.head()[0], wait=5).done
     holder.close()
     other.close()
     log.close()
@@ -223,7 +225,7 @@ def test_other_processes_appends_become_visible_with_a_follower(tmp_path: Path) 
     log.append([make_event("session.created", "s0", {})])
     directory = tmp_path / "p"
     p = Projector(directory, log, "p")
-    p.catch_up()
+    p.advance()
     p.start_follower()
     reader = p.reader()
     writer = spawn(APPEND, tmp_path / "log", "hello", 20, stdin=True)
@@ -255,7 +257,7 @@ from eventlog.log import EventLog
 from projections import Projector
 log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
 p = Projector(sys.argv[2], log, "p")
-p.catch_up()
+p.advance()
 p.start_follower(poll=float(sys.argv[3]))
 print("ready", flush=True)
 sys.stdin.read()
@@ -266,7 +268,7 @@ def test_one_shot_readers_leave_catching_up_to_a_live_follower(tmp_path: Path, m
     """With a follower alive in another process a one-shot reader reads the projections as they
     stand (no lease, no apply: its cost does not grow with the backlog); once that follower is
     SIGKILLed the reader catches up itself."""
-    monkeypatch.setattr(projector_module, "FOLLOWER_OVERDUE_S", 60.0)  # a loaded machine is no stalled follower
+    monkeypatch.setattr(visibility_module, "FOLLOWER_OVERDUE_S", 60.0)  # a loaded machine is no stalled follower
     log = EventLog.open(tmp_path / "log", durability="nosync", profile="p")
     log.append([make_event("session.created", "s0", {})])
     directory = tmp_path / "p"
@@ -276,14 +278,15 @@ def test_one_shot_readers_leave_catching_up_to_a_live_follower(tmp_path: Path, m
         one_shot = Projector(directory, log, "p")
         assert one_shot.cursor() == 1
         log.append([make_event("message.appended", "s0", {"role": "user", "content": f"m{i}"}) for i in range(5)])
-        assert one_shot.refresh() is False  # a follower owns catching up
+        reach = one_shot.visibility.before_read()
+        assert not reach.done and reach.follower and not reach.stale  # a follower owns catching up
         assert one_shot.cursor() == 1 and not one_shot.lease.held
         assert one_shot.lease.acquire(0)  # and the reader never took the lease meanwhile
         one_shot.lease.release()
     finally:
         follower.send_signal(signal.SIGKILL)
         follower.wait(timeout=10)
-    assert one_shot.refresh() is True  # no follower left: the reader applies the log itself
+    assert one_shot.visibility.before_read().done  # no follower left: the reader applies the log itself
     assert one_shot.cursor() == log.head()[0] == 6
     assert [m["content"] for m in one_shot.reader().get_messages("s0")] == [f"m{i}" for i in range(5)]
     one_shot.close()
@@ -307,7 +310,7 @@ def test_a_failing_or_stopped_follower_stops_counting(tmp_path: Path) -> None:
         calls["n"] += 1
         raise RuntimeError("disk on fire")
 
-    p._catch_up_locked = broken  # type: ignore[method-assign]
+    p._healer.catch_up = broken  # type: ignore[method-assign]
     p.start_follower(poll=0.01)
     log.append([make_event("session.titled", "s0", {"title": "x"})])
     deadline = time.monotonic() + 5
@@ -335,11 +338,11 @@ def test_a_stopped_follower_does_not_hold_readers_back(tmp_path: Path) -> None:
         log.append([make_event("message.appended", "s0", {"role": "user", "content": "late"})])
         appended = time.monotonic()
         assert followed(directory)  # a stopped process keeps its lock
-        while one_shot.refresh() is False:
+        while not one_shot.visibility.before_read().done:
             assert time.monotonic() - appended < 5, "a stopped follower kept the reader stale"
             time.sleep(0.02)
         waited = time.monotonic() - appended
-        assert waited >= projector_module.FOLLOWER_OVERDUE_S * 0.9  # it did wait for the follower first
+        assert waited >= visibility_module.FOLLOWER_OVERDUE_S * 0.9  # it did wait for the follower first
         assert one_shot.cursor() == 2
         assert [m["content"] for m in one_shot.reader().get_messages("s0")] == ["late"]
         one_shot.close()
@@ -365,7 +368,7 @@ def test_a_writer_that_exits_leaves_its_appends_in_the_projections(tmp_path: Pat
     appends into the projections before they exit."""
     from eventlog.sessions.store import SessionStore
 
-    monkeypatch.setattr(projector_module, "FOLLOWER_OVERDUE_S", 60.0)  # readers trust the follower
+    monkeypatch.setattr(visibility_module, "FOLLOWER_OVERDUE_S", 60.0)  # readers trust the follower
     with SessionStore.open(home=tmp_path, profile="p", follower=False) as s:
         s.create_session("s0")
     directory = tmp_path / "profiles" / "p"
@@ -376,14 +379,14 @@ def test_a_writer_that_exits_leaves_its_appends_in_the_projections(tmp_path: Pat
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
         log = EventLog.open(directory / "log", profile="p")
         reader = Projector(directory, log, "p")
-        assert reader.refresh() is True  # nothing left to apply: the writer settled its append
+        assert reader.visibility.before_read().done  # nothing left to apply: the writer settled its append
         assert [m["content"] for m in reader.reader().get_messages("s0")] == ["from a one-shot writer"]
         line = json.dumps({"type": "message.appended", "session": "s0",
                            "data": {"role": "assistant", "content": "from eventlog append"}})
         subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
                         "--profile", "p", "append"], input=line + "\n", text=True, check=True, timeout=60,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, stdout=subprocess.DEVNULL)
-        assert reader.refresh() is True  # and so did `eventlog append`
+        assert reader.visibility.before_read().done  # and so did `eventlog append`
         assert [m["content"] for m in reader.reader().get_messages("s0")] == [
             "from a one-shot writer", "from eventlog append"]
         reader.close()

@@ -116,7 +116,7 @@ def test_unknown_event_types_are_skipped_by_the_fold_and_the_projection() -> Non
     sids, mids = ["a", "b", "zz"], list(range(0, mixed.head()[0] + 2))
     expected = answers(fold_mixed, sids, mids)
     with tempfile.TemporaryDirectory() as tmp, Projector(Path(tmp) / "p", mixed, "p") as p:
-        p.catch_up()
+        p.advance()
         reader = p.reader()
         got = answers(reader, sids, mids)
         assert reader.cursors() == (mixed.head()[0], mixed.head()[0])

@@ -81,7 +81,7 @@ COMMANDS: dict[str, Lazy] = {
                  "Create the profile (its directory and log) if it does not exist."),
     "append": Lazy("eventlog.cli.append", "append",
                    'Append JSONL events from stdin: one {"type", "session"?, "data", "id"?} per line.'),
-    "log": Lazy("eventlog.cli.log", "log", "Inspect the event log itself."),
+    "log": Lazy("eventlog.cli.log", "log", "Inspect, verify and copy the event log itself."),
     "sessions": Lazy("eventlog.cli.sessions", "sessions", "Create, list, show and change sessions."),
     "messages": Lazy("eventlog.cli.messages", "messages", "Add messages to sessions."),
     "search": Lazy("eventlog.cli.search", "search",
@@ -107,8 +107,11 @@ COMMANDS: dict[str, Lazy] = {
 @click.option("--home", type=click.Path(file_okay=False), default=None, envvar="EVENTLOG_HOME",
               help="Home directory (default: $EVENTLOG_HOME or ~/.eventlog).")
 @click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name.")
+@click.option("--log-url", metavar="URL", default=None, envvar="EVENTLOG_LOG_URL",
+              help="Keep the profile's log on PostgreSQL (postgresql://user:pw@host/db) instead of in the home "
+                   "(default: $EVENTLOG_LOG_URL).")
 @click.pass_context
-def main(ctx: click.Context, home: str | None, profile: str) -> None:
+def main(ctx: click.Context, home: str | None, profile: str, log_url: str | None) -> None:
     """eventlog: an event-sourced session store for AI-agent runtimes."""
     from eventlog.cli.common import Ctx
     from eventlog.errors import ValidationError
@@ -118,4 +121,4 @@ def main(ctx: click.Context, home: str | None, profile: str) -> None:
         validate_profile(profile)
     except ValidationError as e:
         raise click.BadParameter(str(e), param_hint="--profile") from None
-    ctx.obj = Ctx(home, profile)
+    ctx.obj = Ctx(home, profile, log_url or None)

@@ -99,7 +99,7 @@ def _settle(c: Ctx, log: Log, seq: int) -> None:
     try:
         # Only healthy projections: a broken one is rebuilt by the next reader, not by an append.
         if files.read_pointer(p.state_pointer()) is not None and p.health(full=False)["ok"]:
-            p.wait_for(seq, timeout=5.0)
+            p.advance(seq, wait=5.0)
     except EventLogError:
         pass  # the next reader's catch-up or a follower applies them
     finally:

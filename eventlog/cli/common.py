@@ -18,21 +18,24 @@ from eventlog import profiles
 from eventlog.errors import EventLogError, NotFoundError, printable
 
 if TYPE_CHECKING:
-    from eventlog.log.lmdb import EventLog
+    from eventlog.log import Log
     from eventlog.sessions.store import SessionStore
 
 
 class Ctx:
-    """What the global options select: a home and a profile."""
+    """What the global options select: a home, a profile, and where its log is (``log_url``:
+    a ``postgresql://`` URL; None: the LMDB log in the profile's directory)."""
 
-    def __init__(self, home: str | None, profile: str) -> None:
+    def __init__(self, home: str | None, profile: str, log_url: str | None = None) -> None:
         self.home = profiles.resolve_home(home)
         self.profile = profile
+        self.log_url = log_url
 
     def profile_dir(self, *, create: bool) -> Path:
-        """The profile's directory; :class:`NotFoundError` unless it has a log or ``create``."""
-        d = profiles.profile_dir(self.home, self.profile, create=create)
-        if not create and not (d / "log").is_dir():
+        """The profile's directory; :class:`NotFoundError` unless it has a log or ``create``.
+        With a log URL it holds only this host's projections, and is made when missing."""
+        d = profiles.profile_dir(self.home, self.profile, create=create or self.log_url is not None)
+        if not create and self.log_url is None and not (d / "log").is_dir():
             raise NotFoundError("profile", self.profile)
         return d
 
@@ -42,10 +45,18 @@ class Ctx:
 
         self.profile_dir(create=create)
         options.setdefault("follower", False)
+        if self.log_url is not None:
+            if not create:
+                self.open_log().close()  # a profile the server does not have is an error, not created
+            return SessionStore.open(self.home, self.profile, log=self.log_url, **options)
         return SessionStore.open(self.home, self.profile, **options)
 
-    def open_log(self, *, create: bool = False) -> EventLog:
+    def open_log(self, *, create: bool = False) -> Log:
         """The profile's log alone: no session domain, no projections, no SQLite."""
+        if self.log_url is not None:
+            from eventlog.log import open_log
+
+            return open_log(self.log_url, profile=self.profile, create=create)
         from eventlog.log.lmdb import EventLog
 
         return EventLog.open(self.profile_dir(create=create) / "log", profile=self.profile)

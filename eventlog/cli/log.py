@@ -1,4 +1,4 @@
-"""``eventlog log tail|verify``: the event log itself (LMDB only: no projections, no SQLite)."""
+"""``eventlog log tail|verify|copy``: the event log itself (no projections, no SQLite)."""
 from __future__ import annotations
 
 import sys
@@ -6,12 +6,12 @@ from typing import Any
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx
+from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx, progress_bar
 
 
 @click.group()
 def log() -> None:
-    """Inspect the event log itself."""
+    """Inspect, verify and copy the event log itself."""
 
 
 def _summary(env: dict[str, Any]) -> str:
@@ -70,3 +70,39 @@ def log_verify(c: Ctx, as_json: bool) -> None:
         click.echo(f"BROKEN at seq {res.first_bad_seq}: {res.reason}", err=True)
     if not res.ok:
         sys.exit(1)
+
+
+@log.command("copy")
+@click.option("--to", "to", metavar="URL|DIR", default=None,
+              help="Copy the profile's log to this log (a postgresql:// URL or an LMDB log directory).")
+@click.option("--from", "from_", metavar="URL|DIR", default=None,
+              help="Copy this log (a postgresql:// URL or an LMDB log directory) into the profile's log.")
+@json_option
+@pass_ctx
+@handled
+def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
+    """Copy a log between backends keeping every seq and hash, then verify the copy.
+
+    The receiving log must be empty or hold a prefix of the other (an interrupted copy resumes).
+    The other side is the same profile name: on a server, that profile's log.
+    """
+    if (to is None) == (from_ is None):
+        raise click.UsageError("give exactly one of --to and --from")
+    from eventlog.log import open_log
+    from eventlog.log.copy import copy_log
+
+    other = to if to is not None else from_
+    assert other is not None
+    options: dict[str, Any] = {"create": True} if "://" in other else {}
+    with progress_bar("copying") as update:
+        if to is not None:
+            with c.open_log() as source, open_log(other, profile=c.profile, **options) as target:
+                res = copy_log(source, target, progress=update)
+        else:
+            with open_log(other, profile=c.profile) as source, c.open_log(create=True) as target:
+                res = copy_log(source, target, progress=update)
+    if as_json:
+        emit_json(res.to_dict())
+    else:
+        click.echo(f"copied {res.copied} events ({res.skipped} already there); head {res.head_seq} {res.head_hash}; "
+                   f"verify ok")

@@ -11,6 +11,7 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Protocol
@@ -23,7 +24,7 @@ from eventlog.errors import (
     TitleConflictError,
     ValidationError,
 )
-from eventlog.log import Log
+from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
@@ -45,13 +46,15 @@ class FoldReadModel:
         self._seq = 0
         self._lock = threading.RLock()
 
-    def wait_for(self, seq: int, timeout: float | None = None) -> None:
+    def advance(self, to_seq: int | None = None, wait: float | None = None) -> int:
+        """Catch the fold up to the log head (it never waits: there is no lease to wait for)."""
         with self._lock:
-            if self._seq >= seq:
-                return
+            if self._seq >= (self._log.head()[0] if to_seq is None else to_seq):
+                return self._seq
             for env in self._log.read(self._seq + 1):
                 self._fold.apply(env)
                 self._seq = env["seq"]
+            return self._seq
 
     def close(self) -> None:
         pass
@@ -61,7 +64,7 @@ class FoldReadModel:
 
     def _caught_up(self) -> Fold:
         """The fold, with every event of the log as of now applied (call with the lock held)."""
-        self.wait_for(self._log.head()[0])
+        self.advance()
         return self._fold
 
     # ---- helpers writers check before appending ----------------------------------------------
@@ -183,13 +186,15 @@ class SessionStore:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, *, log: Log | None = None,
+    def open(cls, home: str | Path | None = None, profile: str = DEFAULT_PROFILE, *, log: Log | str | None = None,
              **options: Any) -> "SessionStore":
         """Open (creating if needed) ``profile`` under ``home`` (default ``$EVENTLOG_HOME`` or ~/.eventlog).
 
-        ``log``: any :class:`eventlog.log.Log` to keep the profile's events in instead of the
-        LMDB log under ``home`` (the projections still live in the profile's directory, and the
-        store leaves closing that log to the caller).
+        ``log``: where the profile's events live. None (default): ``$EVENTLOG_LOG_URL`` if set,
+        else the LMDB log under ``home``. A ``postgresql://`` URL (or a log directory): that log,
+        opened and closed by the store (see :func:`eventlog.log.open_log`). A :class:`eventlog.log.Log`
+        object: used as it is, and closing it is left to the caller. The projections live in the
+        profile's directory under ``home`` whatever the log.
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
         ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
@@ -197,14 +202,19 @@ class SessionStore:
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
-        owns_log = log is None
+        if log is None:
+            log = os.environ.get(LOG_URL_ENV) or None
+        owns_log = not isinstance(log, Log)
+        durability = options.pop("durability", "sync")
+        map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
         if log is None:
             from eventlog.log.lmdb import EventLog
 
-            log = EventLog.open(d / "log", durability=options.pop("durability", "sync"), profile=profile,
-                                **{k: options.pop(k) for k in ("map_size",) if k in options})
+            log = EventLog.open(d / "log", durability=durability, profile=profile, **map_size)
+        elif isinstance(log, (str, os.PathLike)):
+            log = open_log(log, profile=profile, durability=durability, **map_size)
         elif not isinstance(log, Log):
-            raise ValidationError("log", f"must implement eventlog.log.Log, got {type(log).__name__}")
+            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
         try:
             reads, projector = cls._open_reads(d, log, profile, options)
         except BaseException:
@@ -238,14 +248,14 @@ class SessionStore:
         ``CLOSE_SETTLE_S``; they are durable in the log either way), so a process that exits
         after writing leaves nothing for the next reader to miss: a one-shot reader started
         afterwards sees them even while some other process's follower is what keeps the
-        projections current (see ``Projector.refresh``)."""
+        projections current (see ``projections.visibility``)."""
         if self._closed:
             return
         self._closed = True
         try:
             if self._projector is not None and self._last_seq:
                 try:
-                    self._reads.wait_for(self._last_seq, timeout=CLOSE_SETTLE_S)
+                    self._reads.advance(self._last_seq, wait=CLOSE_SETTLE_S)
                 except EventLogError as e:  # the next catch-up applies them
                     _log.warning(f"closing with appends not yet in the projections: {e}")
         finally:
@@ -273,7 +283,7 @@ class SessionStore:
 
     def _fresh(self) -> ReadModel:
         """The read model, caught up at least to this store's own last append."""
-        self._reads.wait_for(self._last_seq)
+        self._reads.advance(self._last_seq)
         return self._reads
 
     def _need_live_cached(self, sid: str) -> None:
@@ -431,7 +441,7 @@ class SessionStore:
         sid = self._need_live(session_id)
         while True:
             version = self.log.stream_version(sid)
-            self._reads.wait_for(self.log.head()[0])
+            self._reads.advance()
             unseen = self._reads.unseen_reactions(sid)
             if not unseen:
                 return []
@@ -524,7 +534,7 @@ class SessionStore:
     def sync(self, timeout: float | None = 10.0) -> int:
         """Wait until the read model has reached the log head as of this call; returns that seq."""
         head = self.log.head()[0]
-        self._reads.wait_for(head, timeout)
+        self._reads.advance(head, wait=timeout)
         return head
 
     @typed_read

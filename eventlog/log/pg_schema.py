@@ -1,0 +1,245 @@
+"""PostgreSQL layout of the log: the profile registry, one schema and one role per profile.
+
+Imported only by :mod:`eventlog.log.postgres` (and tests); needs psycopg 3 (``eventlog[postgres]``).
+
+::
+
+    eventlog.profiles   registry: name (a profile name, up to 64 characters: longer than
+                        PostgreSQL's 63-byte identifiers allow, hence a table) -> schema, role
+    eventlog.profile()  SECURITY DEFINER lookup: answers only for a profile whose role the
+                        session user is a member of (no role learns another profile's schema)
+    eventlog_p<N>.events   seq bigint PK, id text UNIQUE, session text, body bytea
+                           (body: the event as eventlog.log.stored packs it)
+    eventlog_p<N>.streams  session -> version (events in that session stream)
+    eventlog_p<N>.head     one row: seq and hash of the last event (0 and 64 zeros when empty)
+    eventlog_p<N>.zdicts   compression dictionaries by id (trained once on the log's own events)
+
+The role ``eventlog_<database oid>_p<N>`` (NOLOGIN; grant it to the login roles of the hosts
+that serve the profile) may read its schema, INSERT events, and INSERT/UPDATE only the
+``streams`` and ``head`` rows: never UPDATE, DELETE or TRUNCATE an event. Tables belong to the
+administrator who provisioned them. Every connection of :class:`~eventlog.log.postgres.PostgresLog`
+runs ``SET ROLE`` to the profile's role, so even an administrator's URL appends with exactly
+these rights.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors as pgerr
+from psycopg import sql
+
+from eventlog.errors import DiskFullError, StorageError
+from eventlog.profiles import validate_profile
+
+REGISTRY = "eventlog"
+BODY_FORMAT = 2
+"""Stored representation of ``events.body`` for new profiles: the LMDB log's format 2
+(:mod:`eventlog.log.stored`: a compact header and zstd-compressed data, the dictionary in the
+profile's ``zdicts`` table). Format 1 (the canonical envelope bytes as they are) is read too."""
+BODY_FORMATS = (1, 2)
+LOCK_NAMESPACE = 0x65766C67
+"""First key of every advisory lock eventlog takes ("evlg"); the second is the profile id (0: registry)."""
+URL_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
+
+
+def is_url(target: object) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL."""
+    return isinstance(target, str) and bool(URL_RE.match(target))
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    """One registry row: where a profile's log lives in the database."""
+
+    id: int
+    schema: str
+    role: str
+    format: int
+
+    @property
+    def channel(self) -> str:
+        """The LISTEN/NOTIFY channel of this profile's appends."""
+        return f"{self.schema}_appended"
+
+
+def storage_error(e: BaseException, action: str, where: str = "") -> StorageError:
+    """The one place psycopg errors become eventlog errors (the caller chains the cause)."""
+    at = f" ({where})" if where else ""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, pgerr.DiskFull):
+        return DiskFullError(f"{action}: the PostgreSQL server is out of disk space{at}",
+                             hint="free space on the server, then retry: nothing of the failed append was written")
+    if isinstance(e, pgerr.InsufficientPrivilege):
+        return StorageError(f"{action}: permission denied{at}: {text}",
+                            hint="the role lacks a privilege on this profile's schema; provision the profile "
+                                 "with an administrator URL and grant its role to this login")
+    if isinstance(e, psycopg.OperationalError):
+        return StorageError(f"{action}: cannot reach PostgreSQL{at}: {text}",
+                            hint="check that the server is running and the URL, user and password are right")
+    return StorageError(f"{action}{at}: {text}")
+
+
+def connect(url: str, *, connect_timeout: float = 10.0) -> psycopg.Connection[Any]:
+    """An autocommit connection with keepalives (a dead server is noticed within ~20 s)."""
+    return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
+                           application_name="eventlog", keepalives=1, keepalives_idle=10,
+                           keepalives_interval=5, keepalives_count=2)
+
+
+def lookup(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo | None:
+    """The registry row of ``profile`` if this session may use it, else None."""
+    try:
+        row = conn.execute(f"SELECT id, schema_name, role_name, format FROM {REGISTRY}.profile(%s)",
+                           (profile,)).fetchone()
+    except pgerr.UndefinedFunction:
+        return None
+    except pgerr.InvalidSchemaName:
+        return None
+    return None if row is None else ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+
+
+_REGISTRY_DDL = [
+    f"CREATE SCHEMA IF NOT EXISTS {REGISTRY}",
+    f"""CREATE TABLE IF NOT EXISTS {REGISTRY}.profiles (
+        id bigint PRIMARY KEY,
+        name text NOT NULL UNIQUE CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.-]{{0,63}}$'),
+        schema_name text NOT NULL UNIQUE,
+        role_name text NOT NULL UNIQUE,
+        format integer NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now())""",
+    f"REVOKE ALL ON {REGISTRY}.profiles FROM PUBLIC",
+    f"GRANT USAGE ON SCHEMA {REGISTRY} TO PUBLIC",
+    f"""CREATE OR REPLACE FUNCTION {REGISTRY}.profile(p text)
+        RETURNS TABLE (id bigint, schema_name text, role_name text, format integer)
+        LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+          SELECT r.id, r.schema_name, r.role_name, r.format FROM {REGISTRY}.profiles r
+          WHERE r.name = p
+            AND EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.role_name)
+            AND pg_has_role(session_user, r.role_name, 'MEMBER') $$""",
+    f"REVOKE ALL ON FUNCTION {REGISTRY}.profile(text) FROM PUBLIC",
+    f"GRANT EXECUTE ON FUNCTION {REGISTRY}.profile(text) TO PUBLIC",
+]
+
+
+def _profile_ddl(schema: str, role: str) -> list[sql.Composed]:
+    s, r = sql.Identifier(schema), sql.Identifier(role)
+    zero = sql.Literal("0" * 64)
+    return [
+        sql.SQL("CREATE ROLE {} NOLOGIN").format(r),
+        sql.SQL("CREATE SCHEMA {}").format(s),
+        sql.SQL("REVOKE ALL ON SCHEMA {} FROM PUBLIC").format(s),
+        sql.SQL("""CREATE TABLE {}.events (
+            seq bigint PRIMARY KEY CHECK (seq > 0),
+            id text NOT NULL UNIQUE,
+            session text,
+            body bytea NOT NULL)""").format(s),
+        sql.SQL("CREATE INDEX ON {}.events (session, seq) WHERE session IS NOT NULL").format(s),
+        sql.SQL("CREATE TABLE {}.streams (session text PRIMARY KEY, version bigint NOT NULL)").format(s),
+        sql.SQL("""CREATE TABLE {}.head (
+            single boolean PRIMARY KEY DEFAULT true CHECK (single),
+            seq bigint NOT NULL,
+            hash text NOT NULL)""").format(s),
+        sql.SQL("INSERT INTO {}.head (single, seq, hash) VALUES (true, 0, {})").format(s, zero),
+        sql.SQL("CREATE TABLE {}.zdicts (id integer PRIMARY KEY CHECK (id > 0), dict bytea NOT NULL)").format(s),
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r),
+        sql.SQL("GRANT SELECT, INSERT ON {}.events TO {}").format(s, r),
+        sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.streams TO {}").format(s, r),
+        sql.SQL("GRANT SELECT, UPDATE ON {}.head TO {}").format(s, r),
+        sql.SQL("GRANT SELECT, INSERT ON {}.zdicts TO {}").format(s, r),
+    ]
+
+
+def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
+    """Create the registry (once per database) and ``profile``'s schema, tables and role, in one
+    transaction; idempotent. Needs an administrator: CREATE on the database and CREATEROLE.
+    Raises psycopg's InsufficientPrivilege otherwise (the caller converts it)."""
+    validate_profile(profile)
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_NAMESPACE,))
+        for stmt in _REGISTRY_DDL:
+            conn.execute(stmt)
+        row = conn.execute(f"SELECT id, schema_name, role_name, format FROM {REGISTRY}.profiles WHERE name = %s",
+                           (profile,)).fetchone()
+        if row is not None:
+            return ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+        pid = int(conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {REGISTRY}.profiles").fetchone()[0])  # type: ignore[index]
+        dboid = int(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0])  # type: ignore[index]
+        schema, role = f"eventlog_p{pid}", f"eventlog_{dboid}_p{pid}"
+        for ddl in _profile_ddl(schema, role):
+            conn.execute(ddl)
+        member = conn.execute("SELECT pg_has_role(session_user, %s, 'MEMBER')", (role,)).fetchone()
+        if not (member and member[0]):  # a CREATEROLE administrator (not superuser) before PG 16
+            conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(
+                str(conn.execute("SELECT session_user").fetchone()[0]))))  # type: ignore[index]
+        conn.execute(f"INSERT INTO {REGISTRY}.profiles (id, name, schema_name, role_name, format) "
+                     "VALUES (%s, %s, %s, %s, %s)", (pid, profile, schema, role, BODY_FORMAT))
+    return ProfileInfo(pid, schema, role, BODY_FORMAT)
+
+
+def grant_login(conn: psycopg.Connection[Any], profile: str, login: str) -> ProfileInfo:
+    """Let the login role ``login`` use ``profile`` (``GRANT <profile role> TO login``).
+    Needs an administrator connection; raises :class:`StorageError` for an unknown profile."""
+    row = conn.execute(f"SELECT id, schema_name, role_name, format FROM {REGISTRY}.profiles WHERE name = %s",
+                       (profile,)).fetchone()
+    if row is None:
+        raise StorageError(f"profile {profile!r} is not provisioned on this database",
+                           hint="open it once with an administrator URL (it is created on first open)")
+    info = ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+    conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(info.role), sql.Identifier(login)))
+    return info
+
+
+class Statements:
+    """The SQL of one profile's log, composed once (schema names quoted as identifiers)."""
+
+    def __init__(self, info: ProfileInfo) -> None:
+        s = sql.Identifier(info.schema)
+
+        def q(text: str) -> str:
+            return sql.SQL(text).format(s=s).as_string(None)
+
+        self.set_role = sql.SQL("SET ROLE {}").format(sql.Identifier(info.role)).as_string(None)
+        self.lock = "SELECT pg_advisory_xact_lock(%s, %s)"
+        self.lock_args = (LOCK_NAMESPACE, info.id)
+        self.head = q("SELECT seq, hash FROM {s}.head")
+        self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head")
+        self.get_dict = q("SELECT dict FROM {s}.zdicts WHERE id = %s")
+        self.add_dict = q("INSERT INTO {s}.zdicts (id, dict) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING")
+        self.find_ids = q("SELECT id, seq, body FROM {s}.events WHERE id = ANY(%s::text[])")
+        self.versions = q("SELECT session, version FROM {s}.streams WHERE session = ANY(%s::text[])")
+        # The writes of one append in one statement: the events, the stream versions, the head.
+        writes = ("WITH ins AS (INSERT INTO {s}.events (seq, id, session, body) "
+                  "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[])), "
+                  "bump AS (INSERT INTO {s}.streams (session, version) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
+                  "ON CONFLICT (session) DO UPDATE SET version = streams.version + EXCLUDED.version) ")
+        self.write = q(writes + "UPDATE {s}.head SET seq = %s, hash = %s")
+        # The one-round-trip append also checks that the head (and each guarded stream's version)
+        # is what it was sealed on: a failed check divides by zero and the whole statement fails.
+        self.write_guarded = q(
+            "WITH guard_head AS (SELECT 1 / count(*)::integer AS ok FROM {s}.head WHERE seq = %s AND hash = %s), "
+            "guard_streams AS (SELECT 1 / (count(*) FILTER (WHERE coalesce(st.version, 0) <> g.version) = 0)::integer "
+            "AS ok FROM unnest(%s::text[], %s::bigint[]) AS g(session, version) "
+            "LEFT JOIN {s}.streams st ON st.session = g.session), "
+            + writes[len("WITH "):]
+            + "UPDATE {s}.head SET seq = %s, hash = %s FROM guard_head, guard_streams "
+              "WHERE guard_head.ok = 1 AND guard_streams.ok = 1")
+        self.read = q("SELECT seq, body FROM {s}.events WHERE seq >= %s ORDER BY seq LIMIT %s")
+        self.read_to = q("SELECT seq, body FROM {s}.events WHERE seq >= %s AND seq <= %s ORDER BY seq LIMIT %s")
+        self.read_all = q("SELECT seq, body FROM {s}.events ORDER BY seq")
+        self.get = q("SELECT body FROM {s}.events WHERE seq = %s")
+        self.session = q("SELECT seq, body FROM {s}.events WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s")
+        self.version = q("SELECT version FROM {s}.streams WHERE session = %s")
+        self.event_seq = q("SELECT seq FROM {s}.events WHERE id = %s")
+        self.size = q("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                      "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                      "WHERE n.nspname = %s AND c.relkind = 'r'")
+        self.notify = "SELECT pg_notify(%s, %s)"
+        self.listen = sql.SQL("LISTEN {}").format(sql.Identifier(info.channel)).as_string(None)

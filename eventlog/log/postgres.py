@@ -1,0 +1,854 @@
+"""The per-profile event log on PostgreSQL: one log shared by many hosts.
+
+Needs psycopg 3 (``pip install eventlog[postgres]``); the core never imports this module.
+Layout, registry and privileges: :mod:`eventlog.log.pg_schema`.
+
+Appends. Every write transaction first takes the profile's transaction-scoped advisory lock,
+then reads the head row, checks ids and stream versions, seals the events (seq, ts, prev,
+hash: :func:`eventlog.log.codec.seal`, so the chain and the canonical bytes are byte-identical
+to the LMDB log's; stored in the same format 2, :mod:`eventlog.log.stored`) and writes them
+with the new head. Writers of every host are serialized by
+that lock, so seqs are assigned in commit order and gapless: a rolled-back transaction never
+consumed a seq (no sequence objects, which leave holes), and any snapshot sees a prefix of the
+log. Within a process, concurrent callers share transactions (group commit, as the LMDB log
+does): a leader thread commits what is queued in one transaction, and one caller's refusal
+(a stale ``expected_version``, a reused id) fails only that caller.
+
+Lost connections. A connection lost before COMMIT leaves nothing; one lost *during* COMMIT
+leaves the outcome unknown. Either way the leader reconnects and runs the group again: every
+event id (caller-given or generated before the first attempt) is looked up first, so a retry
+finds what the lost COMMIT stored and returns its original seqs.
+
+Following. Right after the COMMIT, in the same round trip but as a transaction of its own
+(never inside the append transaction, where NOTIFY would hold a cluster-wide lock until the
+flush), the writer sends ``NOTIFY`` on the profile's channel; ``follow`` LISTENs on its own
+connection and wakes at once. Catch-up reads are the
+truth; while the listener is down, followers poll. Every connection reconnects by itself
+after a server restart (within ``reconnect_timeout`` for calls that must answer).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import Counter, deque
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+import psycopg
+from psycopg import errors as pgerr
+
+from eventlog.errors import (
+    ClosedError,
+    ConcurrencyError,
+    DuplicateEventError,
+    EventLogError,
+    IntegrityError,
+    StorageError,
+    ValidationError,
+)
+from eventlog.log import codec, stored
+from eventlog.log.base import FOLLOW_POLL_S, LogBase, VerifyResult, prepare_batch, verify_chain
+from eventlog.log.pg_follow import Wakeups
+from eventlog.log.pg_follow import quiet_close as _quiet_close
+from eventlog.log.pg_schema import (
+    BODY_FORMAT,
+    BODY_FORMATS,
+    ProfileInfo,
+    Statements,
+    connect,
+    lookup,
+    provision,
+    redact,
+    storage_error,
+)
+from eventlog.profiles import validate_profile
+
+_log = logging.getLogger("eventlog.log")
+T = TypeVar("T")
+
+DURABILITIES = ("sync", "nosync")
+"""``sync``: an append returns once its commit is flushed to the server's WAL (synchronous_commit
+on). ``nosync``: once the server has it in memory (synchronous_commit off: a server crash may
+lose the last few hundred milliseconds of appends; a client crash loses nothing acknowledged)."""
+READ_CHUNK = 1000
+COMMIT_DELAY_S = 0.0005
+"""How long a leader waits for the callers of the previous group to queue again (see LMDB's)."""
+GROUP_MAX_EVENTS = 20_000
+GROUP_MAX_BYTES = 64 * 1024 * 1024
+LISTEN_FALLBACK_POLL_S = 1.0
+"""How often a follower re-reads while its LISTEN connection is up (NOTIFY wakes it sooner)."""
+DICT_TRAIN_AFTER = 2000
+"""A format-2 log trains its compression dictionary once it holds this many events (as on LMDB)."""
+DICT_SAMPLES = 2000
+FAST_PATH_BACKOFF = 32
+"""Groups written the two-round-trip way after the one-round-trip way found another writer's head."""
+IDLE_IN_TRANSACTION_S = 60
+"""A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
+after this long, so it cannot hold a profile's advisory lock forever."""
+
+
+def _lost(e: BaseException) -> bool:
+    """A failure worth reconnecting and retrying for: the connection (or the server) went
+    away, or the server refused for a moment (starting up, shutting down, cancelled)."""
+    return isinstance(e, psycopg.OperationalError) and not isinstance(e, pgerr.DiskFull)
+
+
+class _Request:
+    __slots__ = ("items", "payloads", "expected", "size", "done", "seqs", "error")
+
+    def __init__(self, items: list[codec.Prepared], payloads: list[tuple[int, int, bytes]] | None,
+                 expected: int | None) -> None:
+        self.items = items
+        self.payloads = payloads  # format 2: each event's (codec, dictionary, data), made outside the transaction
+        self.expected = expected
+        self.size = sum(len(it.data_bytes) for it in items)
+        self.done = False
+        self.seqs: list[int] = []
+        self.error: BaseException | None = None
+
+
+class _Pool:
+    """Idle reader connections, reused; a connection that failed is dropped, never reused."""
+
+    def __init__(self, make: Callable[[], psycopg.Connection[Any]], keep: int = 4) -> None:
+        self._make = make
+        self._keep = keep
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            c = self._idle.pop() if self._idle else None
+        if c is None or c.closed:
+            c = self._make()
+        ok = False
+        try:
+            yield c
+            ok = True
+        finally:
+            kept = False
+            if ok and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                with self._lock:
+                    if len(self._idle) < self._keep:
+                        self._idle.append(c)
+                        kept = True
+            if not kept:
+                _quiet_close(c)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            _quiet_close(c)
+
+
+class PostgresLog(LogBase):
+    """An append-only, hash-chained event log of one profile in a PostgreSQL database.
+
+    Open with :meth:`open`; use as a context manager or call :meth:`close`. Thread-safe. Not
+    usable across ``fork()``: open another one in the child.
+    """
+
+    def __init__(self, url: str, profile: str, info: ProfileInfo, durability: str, *,
+                 connect_timeout: float, reconnect_timeout: float) -> None:
+        self.url = url
+        self.profile = profile
+        self.info = info
+        self.durability = durability
+        self.reconnect_timeout = reconnect_timeout
+        self._connect_timeout = connect_timeout
+        self._where = f"{redact(url)} profile {profile!r}"
+        self._sql = Statements(info)
+        self._format = info.format
+        self._compression = stored.Compression(self._load_dict)
+        self._train_after = DICT_TRAIN_AFTER
+        self._training = False
+        self._pid = os.getpid()
+        self._closed = False
+        self.commits = 0
+        """Write transactions committed by this handle (group commit shares them)."""
+        # group commit
+        self._cv = threading.Condition()
+        self._queue: deque[_Request] = deque()
+        self._leader = False
+        self._last_group = 0
+        self._write_mutex = threading.Lock()  # the writer connection: one transaction at a time
+        self._cached_head: tuple[int, str] | None = None  # the head this handle last wrote or read
+        self._fast_backoff = 0
+        self._writer: psycopg.Connection[Any] | None = None
+        self._pool = _Pool(self._connect_reader)
+        self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), self._sql.listen)
+
+    @property
+    def path(self) -> None:
+        """A PostgreSQL log has no local path."""
+        return None
+
+    # ---------------------------------------------------------------- open / close
+
+    @classmethod
+    def open(cls, url: str, *, profile: str, durability: str = "sync", create: bool = True,
+             connect_timeout: float = 10.0, reconnect_timeout: float = 30.0) -> "PostgresLog":
+        """Open ``profile``'s log in the database at ``url`` (``postgresql://user:pw@host:port/db``).
+
+        With ``create`` (default) a profile that is not provisioned yet is created, which needs
+        an administrator login (CREATE on the database, CREATEROLE); a login that was granted a
+        profile's role (:func:`eventlog.log.pg_schema.grant_login`) can open only that profile.
+        ``reconnect_timeout``: how long a call keeps reconnecting after the connection or the
+        server went away before it raises :class:`StorageError`. Raises :class:`StorageError`
+        (with a hint) when the server cannot be reached or the profile cannot be used.
+        """
+        validate_profile(profile)
+        if durability not in DURABILITIES:
+            raise ValidationError("durability", f"must be one of {DURABILITIES}")
+        where = f"{redact(url)} profile {profile!r}"
+        try:
+            conn = connect(url, connect_timeout=connect_timeout)
+        except psycopg.Error as e:
+            raise storage_error(e, "cannot open the log", redact(url)) from e
+        try:
+            info = lookup(conn, profile)
+            if info is None and create:
+                try:
+                    info = provision(conn, profile)
+                except pgerr.InsufficientPrivilege:
+                    info = None
+            if info is None:
+                raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it",
+                                   hint="open it once with an administrator URL (it is created then), and grant "
+                                        "its role to this login (eventlog.log.pg_schema.grant_login)")
+            if info.format not in BODY_FORMATS:
+                raise StorageError(f"log format {info.format} of profile {profile!r} is not supported by this version "
+                                   f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
+            log = cls(url, profile, info, durability, connect_timeout=connect_timeout,
+                      reconnect_timeout=reconnect_timeout)
+            log._setup(conn, writer=True)
+            log._writer = conn
+        except psycopg.Error as e:
+            _quiet_close(conn)
+            raise storage_error(e, "cannot open the log", where) from e
+        except BaseException:
+            _quiet_close(conn)
+            raise
+        return log
+
+    def _setup(self, conn: psycopg.Connection[Any], *, writer: bool = False) -> None:
+        conn.execute(self._sql.set_role)
+        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+        if writer:
+            conn.execute("SET synchronous_commit = " + ("on" if self.durability == "sync" else "off"))
+
+    def _connect_reader(self) -> psycopg.Connection[Any]:
+        conn = connect(self.url, connect_timeout=self._connect_timeout)
+        try:
+            self._setup(conn)
+        except BaseException:
+            _quiet_close(conn)
+            raise
+        return conn
+
+    def close(self) -> None:
+        """Close every connection (waiting for a commit in flight). Later calls raise
+        :class:`ClosedError`. Idempotent."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify_all()
+        self._wakeups.close()
+        with self._write_mutex:
+            _quiet_close(self._writer)
+            self._writer = None
+        self._pool.close()
+
+    def __enter__(self) -> "PostgresLog":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("the event log is closed", hint="open the log again")
+        if self._pid != os.getpid():
+            raise StorageError("this PostgresLog was opened before fork() and cannot be used in the child process",
+                               hint="open a new log in the child after forking")
+
+    # ---------------------------------------------------------------- connections and retries
+
+    def _retrying(self, action: str, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``fn`` on a reader connection; reconnect and run it again while the server is away
+        (up to ``reconnect_timeout``). Only for reads: they can be repeated."""
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            self._check_open()
+            try:
+                with self._pool.conn() as conn:
+                    return fn(conn)
+            except psycopg.Error as e:
+                if not _lost(e):
+                    raise storage_error(e, action, self._where) from e
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                if now >= deadline:
+                    raise storage_error(e, action, self._where) from e
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _writer_conn(self) -> psycopg.Connection[Any]:
+        """The writer connection (held under ``_write_mutex``), reconnected if it was lost."""
+        if self._writer is None or self._writer.closed or self._writer.broken:
+            _quiet_close(self._writer)
+            self._writer = None
+            conn = connect(self.url, connect_timeout=self._connect_timeout)
+            try:
+                self._setup(conn, writer=True)
+            except BaseException:
+                _quiet_close(conn)
+                raise
+            self._writer = conn
+        return self._writer
+
+    def _drop_writer(self) -> None:
+        _quiet_close(self._writer)
+        self._writer = None
+        self._cached_head = None
+
+    # ---------------------------------------------------------------- append
+
+    def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
+        """Append ``events`` atomically and return their seqs (the contract of
+        :meth:`eventlog.log.Log.append`). Returns once the commit is durable under the log's
+        durability; keeps reconnecting up to ``reconnect_timeout`` while the server is away,
+        then raises :class:`StorageError` (the events may or may not be stored then: append
+        them again with the same ids to find out)."""
+        self._check_open()
+        items = prepare_batch(events, expected_version)
+        if not items:
+            return []
+        payloads = [self._compression.compress(it.data_bytes) for it in items] if self._format == 2 else None
+        req = _Request(items, payloads, expected_version)
+        with self._cv:
+            self._queue.append(req)
+            while not req.done and self._leader:
+                self._cv.wait()
+            lead = not req.done
+            if lead:
+                self._leader = True
+        if lead:
+            try:
+                while not req.done:
+                    self._lead_once()
+            finally:
+                with self._cv:
+                    self._leader = False
+                    self._cv.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.seqs
+
+    def _lead_once(self) -> None:
+        """Commit one group from the head of the queue and wake its callers."""
+        if self._last_group > 1:
+            deadline = time.perf_counter() + COMMIT_DELAY_S
+            while len(self._queue) < self._last_group and time.perf_counter() < deadline:
+                time.sleep(0.00005)
+        with self._cv:
+            group: list[_Request] = []
+            n = size = 0
+            while self._queue and (not group or (n < GROUP_MAX_EVENTS and size < GROUP_MAX_BYTES)):
+                r = self._queue.popleft()
+                group.append(r)
+                n += len(r.items)
+                size += r.size
+        self._last_group = len(group)
+        try:
+            with self._write_mutex:
+                self._commit_group(group)
+        finally:
+            with self._cv:
+                for r in group:
+                    r.done = True
+                self._cv.notify_all()
+
+    def _commit_group(self, group: list[_Request]) -> None:
+        deadline: float | None = None
+        delay = 0.05
+        while True:
+            for r in group:
+                r.seqs, r.error = [], None
+            if self._closed:
+                self._fail(group, ClosedError("the event log is closed", hint="open the log again"))
+                return
+            try:
+                top = self._write_group(group)
+            except psycopg.Error as e:
+                if isinstance(e, psycopg.IntegrityError) or _lost(e):
+                    # Lost: the COMMIT may or may not have happened; the retry looks every id up.
+                    # IntegrityError: a writer that skipped the lock stored one of our ids first.
+                    self._drop_writer()
+                    now = time.monotonic()
+                    deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                    if now < deadline:
+                        _log.warning("append to %s: %s; retrying", self._where, str(e).strip().splitlines()[0]
+                                     if str(e).strip() else type(e).__name__)
+                        time.sleep(delay)
+                        delay = min(delay * 2, 1.0)
+                        continue
+                err = storage_error(e, "append failed", self._where)
+                err.__cause__ = e
+                self._fail(group, err)
+                return
+            except Exception as e:  # never leave a caller of this group waiting
+                err2 = e if isinstance(e, EventLogError) else StorageError(f"append failed: {e!r}")
+                if err2 is not e:
+                    err2.__cause__ = e
+                self._fail(group, err2)
+                return
+            if top:
+                self._wakeups.bump()
+            return
+
+    @staticmethod
+    def _fail(group: list[_Request], err: BaseException) -> None:
+        for r in group:
+            r.seqs, r.error = [], err
+
+    def _write_group(self, group: list[_Request]) -> int:
+        """One write transaction for ``group``; returns the new head seq (0 when nothing was written).
+
+        Fast path (one round trip), while this handle wrote the head it last saw: the group is
+        sealed on that head before the transaction, and the transaction takes the lock, checks
+        that the head (and each guarded stream version) is still what was assumed, and writes.
+        A check that fails, or an id already stored, aborts it (nothing written) and the group
+        goes the usual way (two round trips): lock and read first, then seal and write. A retry
+        after a lost connection always goes the usual way, so it looks every id up.
+        """
+        conn = self._writer_conn()
+        if self._cached_head is not None and self._fast_backoff == 0:
+            try:
+                top = self._write_fast(conn, group, *self._cached_head)
+            except (pgerr.DivisionByZero, pgerr.UniqueViolation):
+                self._abort(conn)
+                self._cached_head = None
+                for r in group:
+                    r.seqs, r.error = [], None
+                self._fast_backoff = FAST_PATH_BACKOFF  # another writer is about: read first for a while
+            else:
+                if top:
+                    self._after_commit(top, 0)
+                return top
+        self._fast_backoff = max(0, self._fast_backoff - 1)
+        top, newest_dict = self._write_slow(conn, group)
+        self._after_commit(top, newest_dict)
+        return top
+
+    def _after_commit(self, top: int, newest_dict: int) -> None:
+        if top:
+            self.commits += 1
+        if self._format == 2:
+            if newest_dict > self._compression.current:  # another host trained one: use it next time
+                self._adopt_dict(newest_dict)
+            elif top:
+                self._maybe_train(top)
+
+    def _seal(self, group: list[_Request], start: int, prev: str, found: dict[str, tuple[int, Any]],
+              versions: dict[str, int] | None, guards: list[tuple[str, int]]) -> tuple[int, str, list[Any]]:
+        """Plan and seal ``group`` on head ``(start, prev)``: returns the new head and the rows of
+        the ``write`` statement (empty when nothing is to be written)."""
+        seq = start
+        new: Counter[str] = Counter()
+        pending: dict[str, tuple[int, bytes]] = {}
+        seqs: list[int] = []
+        eids: list[str] = []
+        sessions: list[str | None] = []
+        bodies: list[bytes] = []
+        for r in group:
+            for i, it in self._plan(r, found, pending, versions, new, guards):
+                seq += 1
+                ts = time.time_ns()
+                raw, digest = codec.seal(it, seq, ts, prev)
+                if r.payloads is not None:
+                    c, d, payload = r.payloads[i]
+                    body = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
+                else:
+                    body = raw
+                prev = digest
+                seqs.append(seq)
+                eids.append(it.id)
+                sessions.append(it.session)
+                bodies.append(body)
+                pending[it.id] = (seq, body)
+                if it.session is not None:
+                    new[it.session] += 1
+                r.seqs[i] = seq
+        if seq == start:
+            return seq, prev, []
+        return seq, prev, [seqs, eids, sessions, bodies, list(new), list(new.values())]
+
+    def _write_fast(self, conn: psycopg.Connection[Any], group: list[_Request], start: int, start_hash: str) -> int:
+        guards: list[tuple[str, int]] = []
+        seq, prev, rows = self._seal(group, start, start_hash, {}, None, guards)
+        if not rows:
+            return 0
+        st = self._sql
+        streams, versions = [g[0] for g in guards], [g[1] for g in guards]
+        try:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev))
+                conn.execute("COMMIT")
+                conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
+        except BaseException:
+            self._abort(conn)
+            self._cached_head = None
+            raise
+        self._cached_head = (seq, prev)
+        return seq
+
+    def _write_slow(self, conn: psycopg.Connection[Any], group: list[_Request]) -> tuple[int, int]:
+        """Returns the new head seq (0: nothing written) and the newest dictionary id stored."""
+        st = self._sql
+        ids = [it.id for r in group for it in r.items]
+        guarded = sorted({str(r.items[0].session) for r in group if r.expected is not None})
+        top = 0
+        # Two round trips: BEGIN + lock + reads in the first sync, writes + COMMIT in the second.
+        try:
+            with conn.pipeline() as pipe:
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                head_cur = conn.execute(st.head_and_dict)
+                ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
+                ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
+                pipe.sync()
+                head = head_cur.fetchone()
+                if head is None:
+                    raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
+                found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
+                versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
+                start, newest_dict = int(head[0]), int(head[2] or 0)
+                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [])
+                if rows:
+                    conn.execute(st.write, (*rows, seq, prev))
+                    conn.execute("COMMIT")
+                    conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
+                    top = seq
+                else:
+                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
+        except BaseException:
+            self._abort(conn)
+            self._cached_head = None
+            raise
+        self._cached_head = (seq, prev)
+        return top, newest_dict
+
+    @staticmethod
+    def _abort(conn: psycopg.Connection[Any]) -> None:
+        """Roll back whatever transaction a failed write left open (a broken connection is dropped)."""
+        if conn.closed or conn.broken:
+            return
+        try:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+        except psycopg.Error:
+            _quiet_close(conn)
+
+    def _plan(self, r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
+              versions: dict[str, int] | None, new: Counter[str],
+              guards: list[tuple[str, int]]) -> list[tuple[int, codec.Prepared]]:
+        """What of request ``r`` to write, as ``(input index, event)``; sets ``r.seqs`` (stored
+        seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``.
+        ``versions`` None (the fast path): an ``expected_version`` is taken as right and becomes
+        a guard ``(stream, version it must have before this group)`` the transaction checks."""
+        r.seqs = [0] * len(r.items)
+        fresh: list[tuple[int, codec.Prepared]] = []
+        for i, it in enumerate(r.items):
+            hit = found.get(it.id)
+            if hit is None:
+                mine = pending.get(it.id)
+                hit = None if mine is None else (mine[0], mine[1])
+            if hit is None:
+                fresh.append((i, it))
+                continue
+            if not it.same_content(self._envelope(hit[0], hit[1])):
+                r.seqs, r.error = [], DuplicateEventError(it.id, hit[0])
+                return []
+            r.seqs[i] = hit[0]
+        if fresh and r.expected is not None:
+            stream = str(r.items[0].session)
+            if versions is None:
+                guards.append((stream, r.expected - new[stream]))
+                return fresh
+            actual = versions.get(stream, 0) + new[stream]  # earlier requests of this group count
+            if actual != r.expected:
+                r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
+                return []
+        return fresh
+
+    def append_sealed(self, raws: Sequence[bytes]) -> int:
+        """Append already-sealed events verbatim (they must continue this log's chain exactly:
+        seq head + 1, prev the head hash, hash recomputing, id new); all or nothing, raising
+        :class:`IntegrityError` naming the first that does not fit. Returns how many were written."""
+        self._check_open()
+        batch = [bytes(r) for r in raws]
+        if not batch:
+            return 0
+        deadline: float | None = None
+        end: tuple[int, str] | None = None  # the head a lost COMMIT would have left
+        with self._write_mutex:
+            self._cached_head = None
+            while True:
+                self._check_open()
+                try:
+                    conn = self._writer_conn()
+                    with conn.transaction():
+                        conn.execute(self._sql.lock, self._sql.lock_args)
+                        row = conn.execute(self._sql.head).fetchone()
+                        assert row is not None
+                        head = (int(row[0]), str(row[1]))
+                        if end is not None and head == end:
+                            raise psycopg.Rollback()  # the lost COMMIT did store them
+                        end = self._write_sealed(conn, batch, *head)
+                    conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
+                    break
+                except psycopg.Error as e:
+                    if not _lost(e):
+                        raise storage_error(e, "import failed", self._where) from e
+                    self._drop_writer()
+                    now = time.monotonic()
+                    deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                    if now >= deadline:
+                        raise storage_error(e, "import failed", self._where) from e
+                    time.sleep(0.1)
+        self._wakeups.bump()
+        return len(batch)
+
+    def _write_sealed(self, conn: psycopg.Connection[Any], batch: list[bytes], seq: int, prev: str) -> tuple[int, str]:
+        seqs: list[int] = []
+        eids: list[str] = []
+        sessions: list[str | None] = []
+        new: Counter[str] = Counter()
+        envs: list[dict[str, Any]] = []
+        for raw in batch:
+            env, reason = codec.check_stored(raw, seq + 1, prev)
+            if reason is not None or env is None:
+                raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+            seq += 1
+            eid, session = env.get("id"), env.get("session")
+            if type(eid) is not str or eid in eids:
+                raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
+            seqs.append(seq)
+            eids.append(eid)
+            envs.append(env)
+            sessions.append(None if session is None else str(session))
+            if session is not None:
+                new[str(session)] += 1
+            prev = str(env["hash"])
+        taken = conn.execute(self._sql.find_ids, (eids,)).fetchone()
+        if taken is not None:
+            raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
+        bodies = [stored.pack_envelope(env, self._compression) for env in envs] if self._format == 2 else batch
+        conn.execute(self._sql.write, (seqs, eids, sessions, bodies, list(new), list(new.values()), seq, prev))
+        return seq, prev
+
+    # ---------------------------------------------------------------- stored values (formats 1 and 2)
+
+    def _envelope(self, seq: int, body: bytes) -> dict[str, Any]:
+        try:
+            return stored.envelope(seq, bytes(body), self._compression)
+        except ValueError as e:
+            raise IntegrityError(f"event {seq} of {self._where} is damaged: {e}",
+                                 hint="run `eventlog log verify`; restore the log from a backup or an export") from e
+
+    def _canonical(self, seq: int, body: bytes) -> bytes:
+        """Canonical bytes of a stored value; an undecodable one is passed through as stored,
+        so that the chain check names it (it is not canonical JSON)."""
+        value = bytes(body)
+        try:
+            return stored.canonical_bytes(seq, value, self._compression)
+        except ValueError:
+            return value
+
+    def _load_dict(self, dict_id: int) -> bytes | None:
+        row = self._retrying("cannot read the log's compression dictionary",
+                             lambda c: c.execute(self._sql.get_dict, (dict_id,), binary=True).fetchone())
+        return None if row is None else bytes(row[0])
+
+    def _adopt_dict(self, dict_id: int) -> None:
+        raw = self._load_dict(dict_id)
+        if raw is not None and dict_id > self._compression.current:
+            self._compression.use(dict_id, raw)
+
+    def train_dictionary(self, samples: int = DICT_SAMPLES) -> int:
+        """Train the profile's zstd dictionary on the data of its last ``samples`` events (once:
+        the first host to store one wins, every host then uses it); returns the id in use (0 when
+        there is too little to learn from)."""
+        import zstandard
+
+        head = self.head()[0]
+        datas = [codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))]
+        datas = [d for d in datas if len(d) >= stored.COMPRESS_MIN_BYTES]
+        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
+            return 0
+        try:
+            samples_: list[bytes | bytearray | memoryview] = list(datas)
+            trained = zstandard.train_dictionary(stored.DICT_BYTES, samples_, level=stored.ZSTD_LEVEL).as_bytes()
+        except zstandard.ZstdError:
+            return 0
+        self._retrying("cannot store the compression dictionary", lambda c: c.execute(self._sql.add_dict, (1, trained)))
+        self._adopt_dict(1)
+        return self._compression.current
+
+    def _maybe_train(self, head: int) -> None:
+        """Train a dictionary in the background once a format-2 log without one holds
+        DICT_TRAIN_AFTER events (one attempt per threshold, doubled after a failure)."""
+        if self._compression.current or head < self._train_after or self._training or self._closed:
+            return
+        self._training = True
+
+        def train() -> None:
+            try:
+                if not self.train_dictionary():
+                    self._train_after *= 2
+            except EventLogError as e:
+                self._train_after *= 2
+                if not self._closed:
+                    _log.warning("training the compression dictionary of %s failed: %s", self._where, e)
+            finally:
+                self._training = False
+
+        threading.Thread(target=train, name="eventlog-pg-train-dict", daemon=True).start()
+
+    # ---------------------------------------------------------------- follow
+
+    def _wait_appended(self, seconds: float) -> None:
+        self._wakeups.wait(self._wakeups.current(), seconds)
+
+    def follow(self, from_seq: int = 1, timeout: float | None = None, *,
+               poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:
+        """Yield envelopes from ``from_seq`` on, waiting for new ones as they land anywhere.
+
+        Woken by this process's commits and by NOTIFY from other hosts; while the LISTEN
+        connection is down, re-reads every ``poll`` seconds. Rides out server restarts (reads
+        reconnect). Stops after ``timeout`` seconds without a new event, or when the log closes.
+        """
+        wk = self._wakeups
+        wk.ensure_listener()
+        nxt = max(1, from_seq)
+        idle_since = time.monotonic()
+        while not self._closed:
+            gen = wk.current()
+            got = False
+            try:
+                for env in self.read(nxt):
+                    got = True
+                    nxt = env["seq"] + 1
+                    yield env
+            except ClosedError:
+                return
+            except StorageError as e:  # the server is away for longer than reconnect_timeout
+                if self._closed:
+                    return
+                _log.warning("follow %s: %s; still trying", self._where, e)
+            now = time.monotonic()
+            if got:
+                idle_since = now
+                continue
+            if timeout is not None and now - idle_since >= timeout:
+                return
+            wait = LISTEN_FALLBACK_POLL_S if wk.listening else poll
+            if timeout is not None:
+                wait = min(wait, max(0.0, timeout - (now - idle_since)))
+            wk.wait(gen, wait)
+
+    # ---------------------------------------------------------------- reads
+
+    def head(self) -> tuple[int, str]:
+        """``(seq, hash)`` of the last event; ``(0, 64 zeros)`` for an empty log."""
+        row = self._retrying("cannot read the head", lambda c: c.execute(self._sql.head).fetchone())
+        if row is None:
+            raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
+        return int(row[0]), str(row[1])
+
+    def get(self, seq: int) -> dict[str, Any] | None:
+        """The envelope at ``seq``, or None."""
+        row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.get, (seq,), binary=True).fetchone())
+        return None if row is None else self._envelope(seq, row[0])
+
+    def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
+        """Envelopes with ``from_seq <= seq <= to_seq`` in seq order (``raw=True``: ``(seq, bytes)``),
+        fetched :data:`READ_CHUNK` at a time (a connection is never held between chunks)."""
+        self._check_open()
+        nxt = max(1, from_seq)
+        args: tuple[int, ...]
+        while True:
+            if to_seq is not None and nxt > to_seq:
+                return
+            if to_seq is None:
+                q, args = self._sql.read, (nxt, READ_CHUNK)
+            else:
+                q, args = self._sql.read_to, (nxt, to_seq, READ_CHUNK)
+            rows = self._retrying("cannot read the log", lambda c: c.execute(q, args, binary=True).fetchall())
+            for s, body in rows:
+                yield (int(s), self._canonical(int(s), body)) if raw else self._envelope(int(s), body)
+            if len(rows) < READ_CHUNK:
+                return
+            nxt = int(rows[-1][0]) + 1
+
+    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
+        """The envelopes of one session stream in seq order."""
+        self._check_open()
+        after = 0
+        while True:
+            rows = self._retrying("cannot read the log", lambda c: c.execute(
+                self._sql.session, (session, after, READ_CHUNK), binary=True).fetchall())
+            for s, body in rows:
+                yield self._envelope(int(s), body)
+            if len(rows) < READ_CHUNK:
+                return
+            after = int(rows[-1][0])
+
+    def stream_version(self, session: str) -> int:
+        """How many events the session stream holds (0 when unknown)."""
+        row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.version, (session,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    def event_seq(self, event_id: str) -> int | None:
+        """The seq of the event with this id, or None."""
+        row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.event_seq, (event_id,)).fetchone())
+        return None if row is None else int(row[0])
+
+    def verify(self) -> VerifyResult:
+        """Recompute the whole chain from one consistent snapshot (REPEATABLE READ, streamed by a
+        server-side cursor), so appends by other hosts meanwhile do not look like damage."""
+        self._check_open()
+
+        def run(conn: psycopg.Connection[Any]) -> VerifyResult:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                row = conn.execute(self._sql.head).fetchone()
+                head = (0, codec.ZERO_HASH) if row is None else (int(row[0]), str(row[1]))
+                with conn.cursor(name="eventlog_verify", binary=True) as cur:
+                    cur.itersize = READ_CHUNK
+                    cur.execute(self._sql.read_all)
+                    events = ((int(s), self._canonical(int(s), b)) for s, b in cur)
+                    return verify_chain(events, lambda: head)
+
+        return self._retrying("cannot verify the log", run)
+
+    def size_bytes(self) -> int:
+        """Bytes the profile's tables and indexes use on the server."""
+        row = self._retrying("cannot read the log size",
+                             lambda c: c.execute(self._sql.size, (self.info.schema,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    def __repr__(self) -> str:
+        return f"PostgresLog({redact(self.url)!r}, profile={self.profile!r}, durability={self.durability!r})"
+
+
+__all__ = ["DURABILITIES", "PostgresLog"]

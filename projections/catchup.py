@@ -1,0 +1,199 @@
+"""Catch-up: apply the log's new events to the projections, exactly once. Lease held throughout.
+
+state.db takes the events in batches, one SQLite transaction each, and every transaction also
+writes the cursor (the last seq and its hash): a crash anywhere leaves rows and cursor in
+step, and the next catch-up resumes after the cursor. The FTS index has its own cursor and is
+brought up to state.db's in a second transaction; a crash between the two is only lag.
+
+Nothing here repairs: a file that must be rebuilt raises :class:`projections.site.Broken` (or
+a SQLite fault), and :class:`projections.heal.Healer` decides what to rebuild.
+"""
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from projections import db as sql
+from projections import files, fts
+from projections.apply import Applier
+from projections.files import Generation
+from projections.health import HEALTHY, fts_command_check, judge_meta, read_meta
+from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
+from projections.site import Broken, Site, check_writable, write_cursor
+
+DEFAULT_BATCH = 1000
+
+
+class Writer:
+    """The lease holder's read-write connection: state.db, with the FTS file attached as ``f``.
+
+    Opened on first use, reopened when a pointer names another generation. Use only while
+    holding the projector lease; the projector closes it whenever the lease is let go (see
+    :class:`projections.lease.Lease`'s ``on_release``), so no read-write connection outlives
+    the lease.
+    """
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self._conn: sqlite3.Connection | None = None
+        self.state_gen: Generation | None = None
+        self._fts_gen: Generation | None = None
+
+    def state(self) -> sqlite3.Connection:
+        """The connection to the generation state.db names now; raises :class:`Broken` when
+        that file cannot be written or is not this profile's state projection."""
+        g = files.read_pointer(self.site.state_pointer())
+        if g is None:
+            raise Broken("missing", "no state.db generation")
+        if self._conn is not None and self.state_gen == g:
+            return self._conn
+        self.close()
+        check_writable(g, STATE_SCHEMA)
+        try:
+            conn = sql.connect_rw(g.path)
+        except sqlite3.Error as e:
+            raise Broken(sql.status_of(e), str(e)) from e
+        try:
+            if conn.execute("PRAGMA application_id").fetchone()[0] != STATE_APP_ID:
+                raise Broken("foreign", "application_id")
+            if conn.execute("PRAGMA user_version").fetchone()[0] != g.schema:
+                raise Broken("foreign", "user_version")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise Broken(sql.status_of(e), str(e)) from e
+        except Broken:
+            conn.close()
+            raise
+        fts.register(conn)
+        self._conn, self.state_gen = conn, g
+        return conn
+
+    def attach_fts(self, conn: sqlite3.Connection) -> Generation:
+        """Attach the generation fts.db names now as ``f`` (once per generation)."""
+        g = files.read_pointer(self.site.fts_pointer())
+        if g is None:
+            raise Broken("missing", "no fts.db generation")
+        if self._fts_gen == g:
+            return g
+        if self._fts_gen is not None:
+            conn.execute("DETACH DATABASE f")
+            self._fts_gen = None
+        check_writable(g, FTS_SCHEMA)
+        sql.attach_rw(conn, g.path, "f")
+        self._fts_gen = g
+        if conn.execute("PRAGMA f.application_id").fetchone()[0] != FTS_APP_ID:
+            raise Broken("foreign", "application_id")
+        if conn.execute("PRAGMA f.user_version").fetchone()[0] != g.schema:
+            raise Broken("foreign", "user_version")
+        return g
+
+    def detach_fts(self) -> None:
+        """Let go of the FTS file (before it is rebuilt); closes the whole connection when the
+        detach itself fails."""
+        if self._conn is not None and self._fts_gen is not None:
+            try:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                self._conn.execute("DETACH DATABASE f")
+            except sqlite3.Error:
+                self.close()
+        self._fts_gen = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+        self._conn = None
+        self.state_gen = None
+        self._fts_gen = None
+
+
+class CatchUp:
+    """Applies new events to state.db (:meth:`apply`), then to the FTS index (:meth:`sync_fts`)."""
+
+    def __init__(self, site: Site, writer: Writer, batch_size: int = DEFAULT_BATCH) -> None:
+        self.site = site
+        self.writer = writer
+        self.batch_size = max(1, int(batch_size))
+
+    def apply(self) -> int:
+        """Apply the events past state.db's cursor, up to the log head, in batches of
+        ``batch_size``. Returns how many were applied. Raises :class:`Broken` (or a SQLite
+        fault) when state.db must be rebuilt first."""
+        conn = self.writer.state()
+        meta = read_meta(conn)
+        status, detail = judge_meta(meta, "state", self.site.profile, self.site.view())
+        if status not in HEALTHY:
+            raise Broken(status, detail)
+        last_seq, stop = meta["last_seq"], self.site.log.head()[0]
+        if last_seq >= stop:
+            return 0
+        applier = self.site.applier(conn)
+        batch: list[dict[str, Any]] = []
+        applied = 0
+        for env in self.site.log.read(last_seq + 1, stop):
+            batch.append(env)
+            if len(batch) >= self.batch_size:
+                _commit_batch(conn, applier, batch)
+                applied += len(batch)
+                batch = []
+        if batch:
+            _commit_batch(conn, applier, batch)
+            applied += len(batch)
+        return applied
+
+    def sync_fts(self) -> None:
+        """Bring the FTS index up to state.db's cursor. When search is degraded in this process
+        (``site.fts_fault``) FTS5's own integrity check decides first, and a healthy index
+        clears the fault. Raises :class:`Broken` or ``sqlite3.DatabaseError`` when the index
+        must be rebuilt (any SQLite error on it: a dropped shadow table reads as "SQL logic
+        error")."""
+        conn = self.writer.state()
+        self.writer.attach_fts(conn)
+        smeta, fmeta = read_meta(conn), read_meta(conn, "f")
+        status, detail = judge_meta(fmeta, "fts", self.site.profile, self.site.view())
+        if status not in HEALTHY:
+            raise Broken(status, detail)
+        if fmeta["last_seq"] > smeta["last_seq"]:
+            raise Broken("ahead", "index is past state.db")
+        if self.site.fts_fault:
+            conn.execute("BEGIN IMMEDIATE")  # the check needs the write lock we hold
+            try:
+                problem = fts_command_check(conn, "f")
+            finally:
+                conn.execute("ROLLBACK")
+            if problem:
+                raise Broken("corrupt", problem)
+        if fmeta["last_seq"] < smeta["last_seq"]:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                fts.sync(conn, fmeta["last_seq"], smeta["last_seq"])
+                write_cursor(conn, smeta["last_seq"], smeta["last_hash"], "f")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        self.site.fts_fault = None
+
+    def cursor(self) -> int:
+        """state.db's cursor, through the writer connection."""
+        return int(read_meta(self.writer.state())["last_seq"])
+
+
+def _commit_batch(conn: sqlite3.Connection, applier: Applier, batch: list[dict[str, Any]]) -> None:
+    """One transaction: the batch's rows and the cursor at its last event."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for env in batch:
+            applier.apply(env)
+        applier.flush()
+        last = batch[-1]
+        write_cursor(conn, last["seq"], last.get("hash"))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

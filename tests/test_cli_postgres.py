@@ -1,0 +1,76 @@
+"""The CLI on a PostgreSQL log: --log-url / EVENTLOG_LOG_URL select it for every command, and
+`eventlog log copy --to/--from` moves a log between backends keeping seqs and hashes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from eventlog.cli import main
+from eventlog.log import EventLog
+from eventlog.log.contract import stored
+from eventlog.log.postgres import PostgresLog
+
+pytestmark = pytest.mark.postgres
+
+
+def run(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), input=input, env=env, catch_exceptions=False)
+
+
+def test_log_url_selects_postgres_for_every_command(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    base = ["--home", str(tmp_path / "h1"), "--profile", pg_profile, "--log-url", pg_url]
+    res = run(*base, "log", "verify")
+    assert res.exit_code == 1 and "may not use it" in res.output  # not created by a read
+    events = "\n".join(json.dumps({"type": "session.created", "session": f"s{i}", "data": {"source": "cli"}})
+                       for i in range(3))
+    res = run(*base, "append", "--json", input=events)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"seqs": [1, 2, 3]}
+    res = run(*base, "messages", "add", "s1", "--role", "user", "--content", "hello from host one", "--json")
+    assert res.exit_code == 0, res.output
+    other_host = ["--home", str(tmp_path / "h2"), "--profile", pg_profile]
+    res = run(*other_host, "sessions", "show", "s1", "--json", env={"EVENTLOG_LOG_URL": pg_url})
+    assert res.exit_code == 0, res.output
+    assert [m["content"] for m in json.loads(res.output)["messages"]] == ["hello from host one"]
+    res = run(*other_host, "log", "verify", "--json", env={"EVENTLOG_LOG_URL": pg_url})
+    assert res.exit_code == 0 and json.loads(res.output)["head_seq"] == 4
+    res = run(*other_host, "doctor", "--json", env={"EVENTLOG_LOG_URL": pg_url})
+    assert res.exit_code == 0, res.output
+    assert not (tmp_path / "h2" / "profiles" / pg_profile / "log").exists()  # no local log was made
+
+
+def test_log_copy_to_and_from_postgres(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    home = ["--home", str(tmp_path / "h"), "--profile", pg_profile]
+    events = "\n".join(json.dumps({"type": "session.created", "session": f"s{i}", "data": {"source": "cli"}})
+                       for i in range(25))
+    assert run(*home, "append", input=events).exit_code == 0
+    res = run(*home, "log", "copy", "--to", pg_url, "--json")
+    assert res.exit_code == 0, res.output
+    out: dict[str, Any] = json.loads(res.output)
+    assert (out["copied"], out["skipped"], out["head_seq"], out["verify"]["ok"]) == (25, 0, 25, True)
+    with EventLog.open(tmp_path / "h" / "profiles" / pg_profile / "log") as lm, \
+            PostgresLog.open(pg_url, profile=pg_profile) as pg:
+        assert stored(pg) == stored(lm) and pg.head() == lm.head()
+    res = run(*home, "log", "copy", "--to", pg_url)  # again: everything is there already
+    assert res.exit_code == 0 and res.output.startswith("copied 0 events (25 already there)")
+
+    back = ["--home", str(tmp_path / "back"), "--profile", pg_profile]
+    res = run(*back, "log", "copy", "--from", pg_url, "--json")
+    assert res.exit_code == 0 and json.loads(res.output)["head_seq"] == 25
+    res = run(*back, "sessions", "list", "--json")
+    assert res.exit_code == 0 and len(json.loads(res.output)) == 25
+
+    res = run(*home, "log", "copy")
+    assert res.exit_code == 2 and "exactly one of --to and --from" in res.output
+    other = ["--home", str(tmp_path / "other"), "--profile", pg_profile]
+    theirs = "\n".join(json.dumps({"type": "session.created", "session": f"t{i}", "data": {"source": "cli"}})
+                       for i in range(30))
+    assert run(*other, "append", input=theirs).exit_code == 0
+    res = run(*other, "log", "copy", "--to", pg_url)  # another log's events: refused, nothing written
+    assert res.exit_code == 1 and "holds another log" in res.output
+    with PostgresLog.open(pg_url, profile=pg_profile) as pg:
+        assert pg.head()[0] == 25

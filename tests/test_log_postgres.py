@@ -1,0 +1,204 @@
+"""The log contract (eventlog.log.contract) against PostgresLog on a real server, plus what only
+a shared server has: byte-identical chains with the LMDB log, privileges, the registry."""
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from eventlog.errors import ConcurrencyError, StorageError, ValidationError
+from eventlog.log import Log
+from eventlog.log.contract import Edit, GroupCommitContract, LogContract, ev, stored
+from eventlog.log.lmdb import EventLog
+from eventlog.log.pg_schema import grant_login
+from eventlog.log.postgres import PostgresLog
+
+pytestmark = pytest.mark.postgres
+_NAMES = itertools.count(1)
+
+
+def superuser(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def schema_of(url: str, profile: str) -> str:
+    with superuser(url) as c:
+        row = c.execute("SELECT schema_name FROM eventlog.profiles WHERE name = %s", (profile,)).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
+class TestPostgresLog(LogContract, GroupCommitContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, pg_url: str, pg_profile: str) -> None:
+        self.url = pg_url
+        self.base = pg_profile
+
+    def make_log(self, tmp_path: Path) -> Log:
+        return PostgresLog.open(self.url, profile=f"{self.base}-{next(_NAMES)}")
+
+    def reopen(self, log: Log) -> Log:
+        assert isinstance(log, PostgresLog)
+        log.close()
+        return PostgresLog.open(self.url, profile=log.profile)
+
+    def tamper(self, log: Log, edit: Edit) -> Log:
+        """Edits the canonical bytes through a superuser connection (no role of eventlog may); a
+        changed event is written back as a format-1 value (the canonical JSON itself, which
+        every reader accepts), a removed one deleted. Damage to format-2 bytes: see below."""
+        assert isinstance(log, PostgresLog)
+        before = dict(log.read(raw=True))
+        log.close()
+        after = dict(before)
+        edit(after)
+        schema = schema_of(self.url, log.profile)
+        with superuser(self.url) as c:
+            for seq in before.keys() - after.keys():
+                c.execute(f'DELETE FROM "{schema}".events WHERE seq = %s', (seq,))
+            # Two rows may trade bodies (a swap): move ids aside first so the unique index holds.
+            changed = {s: raw for s, raw in after.items() if before.get(s) != raw}
+            for seq in changed:
+                c.execute(f"UPDATE \"{schema}\".events SET id = 'tmp-' || seq WHERE seq = %s", (seq,))
+            for seq, raw in changed.items():
+                c.execute(f'UPDATE "{schema}".events SET body = %s, id = %s WHERE seq = %s',
+                          (raw, f"tampered-{seq}", seq))
+        return PostgresLog.open(self.url, profile=log.profile)
+
+
+# ---- beyond the contract ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def pglog(pg_url: str, pg_profile: str) -> Any:
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        yield lg
+
+
+def test_chain_and_bytes_are_identical_to_the_lmdb_log(pglog: PostgresLog, tmp_path: Path) -> None:
+    pglog.append([dict(ev("a", text="héllo ☃", n=i), id=f"x-{i}") for i in range(20)])
+    pglog.append([ev(None, k=[1, 2.5, None, {"z": "y"}])])
+    with EventLog.open(tmp_path / "lmdb", profile="p") as lm:
+        assert lm.append_sealed(stored(pglog)) == 21  # an LMDB log accepts the PostgreSQL chain verbatim
+        assert lm.verify().ok and lm.head() == pglog.head() and stored(lm) == stored(pglog)
+        lm.append([ev("b", n=1), ev("b", n=2)])
+        assert pglog.append_sealed(stored(lm)[21:]) == 2  # and the other way round
+    assert pglog.verify().ok and pglog.head()[0] == 23
+
+
+def test_events_are_stored_in_format_2_and_damage_to_those_bytes_is_found(pg_url: str, pglog: PostgresLog) -> None:
+    pglog.append([ev(i=i, text="alpha beta gamma " * 20) for i in range(3000)])  # past DICT_TRAIN_AFTER
+    deadline = time.monotonic() + 20
+    while not pglog._compression.current and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pglog._compression.current == 1, "a dictionary is trained once the log holds 2,000 events"
+    pglog.append([ev(i=i, text="alpha beta gamma " * 20) for i in range(3000, 3010)])
+    schema = pglog.info.schema
+    with superuser(pg_url) as c:
+        kinds = dict(c.execute(f'SELECT seq, get_byte(body, 0) FROM "{schema}".events WHERE seq IN (5, 3010)').fetchall())
+        assert kinds == {5: 2, 3010: 2}  # format 2's kind byte, not '{'
+        codecs = c.execute(f'SELECT body FROM "{schema}".events WHERE seq = 3010').fetchone()
+        assert codecs is not None and len(codecs[0]) < len(stored(pglog)[3009]) / 2
+    with PostgresLog.open(pg_url, profile=pglog.profile) as other:  # another handle decodes with the stored dictionary
+        assert other.get(3010) == pglog.get(3010) and other.verify().ok
+    with superuser(pg_url) as c:  # one byte of compressed data flipped
+        c.execute(f'UPDATE "{schema}".events SET body = overlay(body placing '
+                  f"set_byte(substring(body from length(body) - 3 for 1), 0, "
+                  f"get_byte(substring(body from length(body) - 3 for 1), 0) # 85) "
+                  f'from length(body) - 3 for 1) WHERE seq = 3005')
+    res = pglog.verify()
+    assert not res.ok and res.first_bad_seq == 3005, res
+
+
+def test_events_are_immutable_for_the_profile_role(pg_url: str, pglog: PostgresLog) -> None:
+    pglog.append([ev(n=1)])
+    role, schema = pglog.info.role, pglog.info.schema
+    with superuser(pg_url) as c:
+        c.execute(f'SET ROLE "{role}"')
+        for stmt in (f'UPDATE "{schema}".events SET body = body', f'DELETE FROM "{schema}".events',
+                     f'TRUNCATE "{schema}".events', f'DROP TABLE "{schema}".events'):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute(stmt)
+        assert c.execute(f'SELECT count(*) FROM "{schema}".events').fetchone() == (1,)
+    assert pglog.verify().ok
+
+
+def test_a_profile_role_cannot_read_another_profiles_schema(pg_url: str, pg_server: Any, pg_profile: str) -> None:
+    a, b = f"{pg_profile}-a", f"{pg_profile}-b"
+    with PostgresLog.open(pg_url, profile=a) as la, PostgresLog.open(pg_url, profile=b) as lb:
+        la.append([ev(secret="of a")])
+        lb.append([ev(secret="of b")])
+        sa, sb = la.info.schema, lb.info.schema
+    login = f"host_{pg_profile.replace('-', '_')}"
+    with superuser(pg_url) as c:
+        c.execute(f"CREATE ROLE \"{login}\" LOGIN PASSWORD 'pw-a'")
+        grant_login(c, a, login)
+    url_a = pg_server.url(user=login, password="pw-a")
+    with PostgresLog.open(url_a, profile=a) as mine:  # the login reaches its own profile
+        assert [e["data"]["secret"] for e in mine.read()] == ["of a"]
+        mine.append([ev(secret="more of a")])
+    with pytest.raises(StorageError) as info:
+        PostgresLog.open(url_a, profile=b)  # the registry does not even name b's schema to it
+    assert "may not use it" in str(info.value)
+    with psycopg.connect(url_a, autocommit=True) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(f'SELECT body FROM "{sb}".events')
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute("SELECT * FROM eventlog.profiles")
+        assert c.execute("SELECT count(*) FROM eventlog.profile(%s)", (b,)).fetchone() == (0,)
+        assert c.execute(f'SELECT count(*) FROM "{sa}".events').fetchone() == (2,)  # its own, by inheritance
+        c.execute(f'SET ROLE "{la.info.role}"')
+        assert c.execute(f'SELECT count(*) FROM "{sa}".events').fetchone() == (2,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(f'SELECT body FROM "{sb}".events')
+
+
+def test_profile_names_up_to_64_characters_get_their_own_schema(pg_url: str, pg_profile: str) -> None:
+    long_a = (pg_profile + "-" + "a" * 64)[:64]
+    long_b = long_a[:-1] + "b"  # equal in the first 63 bytes: would collide as identifiers
+    with PostgresLog.open(pg_url, profile=long_a) as la, PostgresLog.open(pg_url, profile=long_b) as lb:
+        la.append([ev(n=1)])
+        assert lb.head()[0] == 0 and la.info.schema != lb.info.schema
+    with pytest.raises(ValidationError):
+        PostgresLog.open(pg_url, profile="../bad")
+
+
+def test_an_unreachable_server_is_a_storage_error_with_a_hint(pg_server: Any) -> None:
+    url = f"postgresql://postgres:x@127.0.0.1:{pg_server.port + 1 if pg_server.port < 65535 else 1}/eventlog"
+    with pytest.raises(StorageError) as info:
+        PostgresLog.open(url, profile="p", connect_timeout=2)
+    assert "cannot reach PostgreSQL" in str(info.value) and "x@" not in str(info.value)
+
+
+def test_two_handles_share_one_order_and_expected_version(pg_url: str, pg_profile: str) -> None:
+    with PostgresLog.open(pg_url, profile=pg_profile) as a, PostgresLog.open(pg_url, profile=pg_profile) as b:
+        seqs: list[int] = []
+        lock = threading.Lock()
+
+        def work(lg: PostgresLog, w: int) -> None:
+            for i in range(30):
+                got = lg.append([ev(f"w{w}", i=i)])
+                with lock:
+                    seqs.extend(got)
+
+        ts = [threading.Thread(target=work, args=(lg, w)) for w, lg in enumerate([a, b, a, b])]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert sorted(seqs) == list(range(1, 121))
+        assert a.append([ev("w0", i=30)], expected_version=30) == [121]
+        with pytest.raises(ConcurrencyError):
+            b.append([ev("w0", i=31)], expected_version=30)
+        assert a.verify().ok and b.head() == a.head()
+
+
+def test_nosync_durability_and_bad_options(pg_url: str, pg_profile: str) -> None:
+    with PostgresLog.open(pg_url, profile=pg_profile, durability="nosync") as lg:
+        assert lg.append([ev(n=1)]) == [1] and lg.durability == "nosync"
+    with pytest.raises(ValidationError):
+        PostgresLog.open(pg_url, profile=pg_profile, durability="fsync")

@@ -1,0 +1,136 @@
+"""SessionStore on a PostgreSQL log: selecting it (URL, EVENTLOG_LOG_URL), a host's projections
+recognising another or a rewound log, and copying logs between backends."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from eventlog import SessionStore
+from eventlog.errors import IntegrityError, ValidationError
+from eventlog.log import EventLog, open_log
+from eventlog.log.contract import ev, stored
+from eventlog.log.copy import copy_log
+from eventlog.log.postgres import PostgresLog
+from eventlog.profiles import profile_dir
+from projections.projector import Projector
+
+pytestmark = pytest.mark.postgres
+
+
+def state_status(home: Path, profile: str, log: Any) -> str:
+    with Projector(profile_dir(home, profile), log, profile) as pj:
+        return str(pj.health(full=False)["state"]["status"])
+
+
+def fill(store: SessionStore, sid: str, n: int) -> None:
+    store.create_session(sid, source="cli")
+    for i in range(n):
+        store.append_message(sid, "user", f"message {i} of {sid}")
+
+
+def test_a_url_selects_postgres_and_the_store_closes_what_it_opened(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    with SessionStore.open(tmp_path / "h", pg_profile, log=pg_url, follower=False) as store:
+        assert isinstance(store.log, PostgresLog)
+        fill(store, "s1", 3)
+        assert [m["content"] for m in store.get_messages("s1")][-1] == "message 2 of s1"
+        log = store.log
+    assert log.closed
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:  # the events are on the server, not in the home
+        assert lg.head()[0] == 4 and lg.verify().ok
+    assert not (tmp_path / "h" / "profiles" / pg_profile / "log").exists()
+
+
+def test_EVENTLOG_LOG_URL_selects_postgres(tmp_path: Path, pg_url: str, pg_profile: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVENTLOG_LOG_URL", pg_url)
+    with SessionStore.open(tmp_path / "h", pg_profile, follower=False) as store:
+        assert isinstance(store.log, PostgresLog) and store.log.profile == pg_profile
+        fill(store, "env", 1)
+    with SessionStore.open(tmp_path / "other-host", pg_profile, follower=False) as store:
+        assert [s["id"] for s in store.list_sessions()] == ["env"]  # a second home projects the same log
+
+
+def test_open_log_needs_a_profile_for_a_url_and_knows_its_schemes(tmp_path: Path, pg_url: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        open_log(pg_url)
+    assert info.value.field == "profile"
+    with pytest.raises(ValidationError):
+        open_log("mysql://x@y/z", profile="p")
+    with open_log(tmp_path / "lmdb", profile="p") as lg:
+        assert isinstance(lg, EventLog)
+
+
+def test_pointing_a_host_at_another_log_is_detected_and_rebuilt(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    home = tmp_path / "h"
+    with PostgresLog.open(pg_url, profile=f"{pg_profile}-b") as other:
+        with SessionStore.open(home, pg_profile, log=other, follower=False) as store:
+            fill(store, "from-b", 4)
+    with SessionStore.open(home, pg_profile, log=pg_url, follower=False) as store:
+        fill(store, "from-a", 4)
+    with PostgresLog.open(pg_url, profile=f"{pg_profile}-b") as other:
+        assert state_status(home, pg_profile, other) == "foreign"  # the projection follows log a
+        with SessionStore.open(home, pg_profile, log=other, follower=False) as store:
+            assert [s["id"] for s in store.list_sessions()] == ["from-b"]
+        assert state_status(home, pg_profile, other) == "ok"
+
+
+def _rewind(url: str, profile: str, keep: int) -> None:
+    """What restoring an older backup of the server does to a profile's log: events after
+    ``keep`` are gone and the head is back there (done as the superuser: no role of eventlog can)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        row = c.execute("SELECT schema_name FROM eventlog.profiles WHERE name = %s", (profile,)).fetchone()
+        assert row is not None
+        s = row[0]
+        with PostgresLog.open(url, profile=profile) as lg:
+            env = lg.get(keep)
+            assert env is not None
+        with c.transaction():
+            c.execute(f'DELETE FROM "{s}".events WHERE seq > %s', (keep,))
+            c.execute(f'UPDATE "{s}".head SET seq = %s, hash = %s', (keep, env["hash"]))
+            c.execute(f'DELETE FROM "{s}".streams')
+            c.execute(f'INSERT INTO "{s}".streams SELECT session, count(*) FROM "{s}".events '
+                      f'WHERE session IS NOT NULL GROUP BY session')
+
+
+@pytest.mark.parametrize("then_diverges", [False, True])
+def test_a_rewound_log_is_detected_and_rebuilt(tmp_path: Path, pg_url: str, pg_profile: str, then_diverges: bool) -> None:
+    home = tmp_path / "h"
+    with SessionStore.open(home, pg_profile, log=pg_url, follower=False) as store:
+        fill(store, "kept", 2)
+        fill(store, "lost", 5)
+    _rewind(pg_url, pg_profile, keep=3)
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert lg.verify().ok and lg.head()[0] == 3
+        if then_diverges:  # other events now stand where the projection's cursor points
+            lg.append([{"type": "session.created", "session": f"new{i}", "data": {"source": "cli"}} for i in range(9)])
+        expect = "foreign" if then_diverges else "ahead"
+        assert state_status(home, pg_profile, lg) == expect
+    with SessionStore.open(home, pg_profile, log=pg_url, follower=False) as store:
+        ids = sorted(s["id"] for s in store.list_sessions(limit=None))
+        assert ids == sorted(["kept"] + ([f"new{i}" for i in range(9)] if then_diverges else []))
+        assert [m["content"] for m in store.get_messages("kept")] == ["message 0 of kept", "message 1 of kept"]
+
+
+def test_copy_between_backends_keeps_seqs_and_hashes(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    with EventLog.open(tmp_path / "src", profile="p") as src:
+        src.append([dict(ev(f"s{i % 7}", i=i, text="☃" * (i % 5)), id=f"e{i}") for i in range(2500)])
+        with PostgresLog.open(pg_url, profile=pg_profile) as pg:
+            seen: list[int] = []
+            res = copy_log(src, pg, progress=lambda done, total: seen.append(done))
+            assert (res.copied, res.skipped, res.head_seq) == (2500, 0, 2500) and res.verify.ok
+            assert seen == [1000, 2000, 2500]
+            assert stored(pg) == stored(src) and pg.head() == src.head()
+            assert pg.stream_version("s3") == src.stream_version("s3") and pg.event_seq("e77") == 78
+            pg.append([ev("s1", after="copy")])
+            with EventLog.open(tmp_path / "back", profile="p") as back:
+                back.append_sealed(stored(pg)[:100])  # an interrupted copy back resumes where it stopped
+                res = copy_log(pg, back)
+                assert (res.copied, res.skipped) == (2401, 100) and stored(back) == stored(pg)
+            with EventLog.open(tmp_path / "diverged", profile="p") as diverged:
+                diverged.append([ev(n=1)])
+                with pytest.raises(IntegrityError):
+                    copy_log(pg, diverged)
+                assert diverged.head()[0] == 1
