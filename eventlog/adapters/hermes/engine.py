@@ -1,0 +1,252 @@
+"""One engine per ``db_path`` per process: the log, the projection writer, the lease.
+
+Every ``SessionDB`` opened on a path in this process shares one :class:`Engine` (reference
+counted), because py-lmdb refuses to open one environment twice in a process. (This small
+registry is meant to give way to eventlog's own shared environments once they exist.)
+
+A write (:meth:`Engine.write`) runs, under the thread mutex and the projection lease:
+
+1. catch the projection up with the log (another process's tail after a crash);
+2. ``BEGIN IMMEDIATE`` on the projection, then the caller's function, which builds events and
+   applies each with the fold (:func:`.apply.apply`) — Hermes' validation and conflicts raise
+   here, before anything is appended, and an event that changed no row is dropped;
+3. append the events to the log (durable on return), then store the cursor and commit.
+
+Readers of ``db_path`` therefore see a write as soon as its caller returns. If the process dies
+between steps 3 and its commit, the next writer's step 1 (or the next open) applies the events.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from eventlog.adapters.hermes import events, projection
+from eventlog.adapters.hermes.apply import apply
+from eventlog.profiles import make_dir
+
+log = logging.getLogger("eventlog.adapters.hermes")
+T = TypeVar("T")
+
+_registry: dict[str, "Engine"] = {}
+_registry_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    # A forked child must open its own environments; the parent's stay the parent's.
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    for engine in list(_registry.values()):
+        engine._forked = True
+    _registry.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class Tx:
+    """What a write function gets: the projection connection inside the open transaction, and
+    :meth:`emit` to apply an event and keep it for the log."""
+
+    __slots__ = ("conn", "events")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, type_: str, session_id: Any, data: dict[str, Any]) -> Any:
+        """Apply the event now; keep it only when it changed rows (an event that changed
+        nothing would replay to nothing)."""
+        ev = events.event(type_, session_id, data)
+        before = self.conn.total_changes
+        result = apply(self.conn, ev)
+        if self.conn.total_changes != before:
+            self.events.append(ev)
+        return result
+
+
+class Engine:
+    def __init__(self, layout: projection.Layout) -> None:
+        self.layout = layout
+        self.refs = 0
+        self.mutex = threading.RLock()
+        self.lease = projection.Lease(layout.dir)
+        self.log: Any = None
+        self._writer: sqlite3.Connection | None = None
+        self._writer_path: Path | None = None
+        self._writer_target: str | None = None
+        self._cursor = 0
+        self._forked = False
+        self.closed = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def acquire(cls, db_path: str | os.PathLike[str]) -> "Engine":
+        layout = projection.Layout(db_path)
+        key = str(layout.pointer)
+        with _registry_lock:
+            engine = _registry.get(key)
+            if engine is None or engine.closed:
+                engine = cls(layout)
+                engine._open()
+                _registry[key] = engine
+            engine.refs += 1
+            return engine
+
+    def release(self) -> None:
+        with _registry_lock:
+            self.refs -= 1
+            if self.refs > 0 or self.closed:
+                return
+            if _registry.get(str(self.layout.pointer)) is self:
+                del _registry[str(self.layout.pointer)]
+            self._close()
+
+    def _open(self) -> None:
+        from eventlog.log.lmdb import EventLog
+
+        make_dir(self.layout.dir)
+        try:
+            with self.lease:
+                if self.layout.is_foreign_file():
+                    from eventlog.adapters.hermes.importer import adopt
+
+                    adopt(self.layout)
+                self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
+                current = self.layout.current()
+                why = projection.problem(current, self.log)
+                if why is not None:
+                    if current is not None:
+                        log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
+                    projection.rebuild(self.layout, self.log)
+                self._sync(self._connection())
+        except BaseException:
+            self._close()
+            raise
+
+    def _close(self) -> None:
+        self.closed = True
+        if self._forked:
+            return
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.lease.close()
+        if self.log is not None:
+            self.log.close()
+
+    # ---- the projection writer ----------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """The writer connection on the generation ``db_path`` names now (reopened after a swap)."""
+        try:
+            target = os.readlink(self.layout.pointer)
+        except OSError:
+            target = None
+        if self._writer is not None and target is not None and target == self._writer_target:
+            return self._writer
+        current = self.layout.current()
+        if current is None or projection.problem(current, self.log) is not None:
+            current = projection.rebuild(self.layout, self.log)
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = projection.connect(current)
+        self._writer_path = current
+        self._writer_target = os.readlink(self.layout.pointer)
+        return self._writer
+
+    def _sync(self, conn: sqlite3.Connection) -> None:
+        """Bring the projection level with the log (under the lease)."""
+        head, head_hash = self.log.head()
+        _, cursor, cursor_hash = projection.read_cursor(conn)
+        if cursor == head and cursor_hash == head_hash:
+            self._cursor = cursor
+            return
+        if cursor > head or (cursor == head and cursor_hash != head_hash):
+            log.warning("hermes projection %s does not match the log; rebuilding it", self.layout.pointer)
+            projection.rebuild(self.layout, self.log)
+            conn = self._connection()
+            _, cursor, _ = projection.read_cursor(conn)
+        self._cursor = projection.catch_up(conn, self.log, cursor, head)
+
+    def write(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` as one atomic write (see the module docstring); returns its result."""
+        with self.mutex, self.lease:
+            conn = self._connection()
+            self._sync(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            tx = Tx(conn)
+            try:
+                result = fn(tx)
+                if tx.events:
+                    seqs = self.log.append(tx.events)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            if not tx.events:
+                conn.execute("ROLLBACK")
+                return result
+            head, head_hash = self.log.head()
+            if seqs[0] != self._cursor + 1 or head != seqs[-1]:
+                # Someone appended without the lease: replay the log in its order instead.
+                conn.execute("ROLLBACK")
+                self._sync(conn)
+                return result
+            projection.write_cursor(conn, head, head_hash)
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:  # the events are durable in the log; the next sync applies them
+                log.warning("hermes projection commit failed after append (%s); it will catch up", e)
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                return result
+            self._cursor = head
+            self._touch()
+            return result
+
+    def _touch(self) -> None:
+        # Hermes' mcp_serve polls the mtime of state.db; in WAL mode a commit leaves the main file
+        # untouched, so mark it (utime opens no descriptor: no POSIX lock can be disturbed).
+        try:
+            if self._writer_path is not None:
+                os.utime(self._writer_path)
+        except OSError:
+            pass
+
+    def refresh(self) -> None:
+        """Read-your-writes for readers of this process: if the log is ahead of what this process
+        knows is applied and the projection lags, catch it up — unless a writer holds the lease
+        (it catches up first thing). Never waits for a writer."""
+        head, _ = self.log.head()
+        if head == self._cursor:
+            return
+        if not self.mutex.acquire(blocking=False):
+            return
+        try:
+            if self.lease.try_enter():
+                try:
+                    self._sync(self._connection())
+                finally:
+                    self.lease.__exit__(None, None, None)
+        finally:
+            self.mutex.release()
+
+    def rebuild(self) -> Path:
+        """Rebuild the projection from the log now (``eventlog``-side repair)."""
+        with self.mutex, self.lease:
+            path = projection.rebuild(self.layout, self.log)
+            self._sync(self._connection())
+            return path
+
+
+def finalizer(owner: object, engine: Engine) -> weakref.finalize:
+    """Release ``engine`` when ``owner`` is garbage-collected without being closed."""
+    return weakref.finalize(owner, engine.release)
