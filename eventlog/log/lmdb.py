@@ -61,6 +61,9 @@ GROUP_MAX_BYTES = 64 * 1024 * 1024
 DURABILITIES = ("sync", "nosync")
 
 _SEQ = 8
+_Thread = threading.Thread
+"""Bound at import: an embedding runtime's tests may monkeypatch ``threading.Thread`` (Hermes'
+run thread targets inline that way), which must not turn the reader sweep into an endless call."""
 _live_logs: "weakref.WeakSet[EventLog]" = weakref.WeakSet()
 
 
@@ -163,7 +166,7 @@ class EventLog(LogBase):
         self._appended = threading.Condition()
         self.profile = profile
         self._sweep_lock = threading.Lock()
-        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
+        self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self.commits = 0
         """Write transactions committed by this handle (group commit shares them)."""
         self._init_meta(profile)

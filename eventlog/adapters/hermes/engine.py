@@ -27,6 +27,7 @@ from typing import Any, Callable, TypeVar
 
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply
+from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir
 
 log = logging.getLogger("eventlog.adapters.hermes")
@@ -109,8 +110,6 @@ class Engine:
             self._close()
 
     def _open(self) -> None:
-        from eventlog.log.lmdb import EventLog
-
         make_dir(self.layout.dir)
         try:
             with self.lease:
