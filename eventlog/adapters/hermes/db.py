@@ -97,6 +97,23 @@ class SessionDB(Reads):
     _IMPORT_MAX_TOTAL_BYTES = 25 * 1024 * 1024
     _FTS_TABLES = ("messages_fts", "messages_fts_trigram")
 
+    @staticmethod
+    def _is_fts5_unavailable_error(exc: BaseException) -> bool:
+        """The SQLite build lacks FTS5, or only its trigram tokenizer (never another tokenizer)."""
+        err = str(exc).lower()
+        return ("no such module" in err and "fts5" in err) or "no such tokenizer: trigram" in err
+
+    @staticmethod
+    def _is_trigram_unavailable_error(exc: BaseException) -> bool:
+        return "no such tokenizer: trigram" in str(exc).lower()
+
+    def _fts_table_exists(self, name: str) -> bool:
+        try:
+            self._row(f"SELECT 1 FROM {name} LIMIT 0")
+            return True
+        except sqlite3.OperationalError:
+            return False
+
     def __init__(self, db_path: Optional[Path] = None, read_only: bool = False) -> None:
         self.db_path = db_path or default_db_path()
         self.read_only = read_only
