@@ -34,13 +34,13 @@ log = logging.getLogger("eventlog.adapters.hermes")
 T = TypeVar("T")
 
 _registry: dict[str, "Engine"] = {}
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()  # re-entrant: a GC finalizer may release an engine mid-acquire
 
 
 def _forget_after_fork() -> None:
     # A forked child must open its own environments; the parent's stay the parent's.
     global _registry_lock
-    _registry_lock = threading.Lock()
+    _registry_lock = threading.RLock()
     for engine in list(_registry.values()):
         engine._forked = True
     _registry.clear()
