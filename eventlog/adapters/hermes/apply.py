@@ -531,10 +531,13 @@ def _imported(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
 
 @rule("hermes.parents_attached")
 def _parents(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
+    """Parent links set, each only if its parent exists (an imported dangling link is dropped)."""
     n = 0
     for child, parent in d.get("links") or []:
-        n += conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?",
-                          (from_json(parent), from_json(child))).rowcount
+        parent = from_json(parent)
+        if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone() is not None:
+            n += conn.execute("UPDATE sessions SET parent_session_id = ? WHERE id = ?",
+                              (parent, from_json(child))).rowcount
     return n
 
 
@@ -558,7 +561,7 @@ def _rows(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
 
 
 IMPORTABLE: dict[str, frozenset[str]] = {
-    "sessions": frozenset(schema.SESSION_NAMES),
+    "sessions": frozenset({"rowid", *schema.SESSION_NAMES}),
     "messages": frozenset(schema.MESSAGE_NAMES),
     "session_model_usage": frozenset(c for c, _ in schema.USAGE_COLUMNS),
     "state_meta": frozenset({"key", "value"}),

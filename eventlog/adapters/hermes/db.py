@@ -29,6 +29,8 @@ from eventlog.adapters.hermes.reads import Reads, prune_filter
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
+CHECK_EVERY_S = 0.1
+
 
 class UnsupportedRawWrite(sqlite3.OperationalError):
     """A raw SQL write through ``_execute_write``: it could not reach the log."""
@@ -122,6 +124,8 @@ class SessionDB(Reads):
         self._finalizer: Any = None
         self._conn: Optional[sqlite3.Connection] = None
         self._target: str | None = None
+        self._generation = 0
+        self._next_check = 0.0
         self._fts_enabled = True
         self._trigram_available = True
         try:
@@ -140,6 +144,8 @@ class SessionDB(Reads):
 
     def _connect_reader(self) -> None:
         path = Path(self.db_path)
+        if self._engine is not None:
+            self._generation = self._engine.generation
         try:
             self._target = os.readlink(path)
         except OSError:
@@ -153,22 +159,29 @@ class SessionDB(Reads):
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The read connection, current: it follows a swap this process's writer made at once,
+        and every :data:`CHECK_EVERY_S` looks for a swap another process made and lets the
+        engine catch up a tail a crashed writer left (writes of live processes are applied
+        before they return, so they are always visible)."""
         with self._lock:
             conn = self._conn
             if conn is None:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-            if self._target is not None:
+            engine = self._engine
+            if engine is not None and engine.generation != self._generation:
+                self._connect_reader()
+            now = time.monotonic()
+            if now >= self._next_check:
+                self._next_check = now + CHECK_EVERY_S
                 try:
-                    target = os.readlink(self.db_path)
+                    target: str | None = os.readlink(self.db_path)
                 except OSError:
                     target = None
-                if target != self._target:  # the projection was rebuilt: follow the pointer
+                if target != self._target:
                     self._connect_reader()
-                    conn = self._conn
-                    assert conn is not None
-            if self._engine is not None:
-                self._engine.refresh()
-            yield conn
+                if engine is not None:
+                    engine.refresh()
+            yield self._conn  # type: ignore[misc]
 
     def close(self) -> None:
         """Close this handle (others on the same path keep working); idempotent."""

@@ -81,6 +81,8 @@ class Engine:
         self._writer: sqlite3.Connection | None = None
         self._writer_path: Path | None = None
         self._writer_target: str | None = None
+        self.generation = 0
+        """Bumped whenever the writer moves to another generation file (readers follow)."""
         self._cursor = 0
         self._forked = False
         self.closed = False
@@ -156,6 +158,7 @@ class Engine:
         if self._writer is not None:
             self._writer.close()
         self._writer = projection.connect(current)
+        self.generation += 1
         self._writer_path = current
         self._writer_target = os.readlink(self.layout.pointer)
         return self._writer

@@ -39,37 +39,57 @@ SIDECARS = ("-wal", "-shm", "-journal")
 
 
 def snapshot(source: Path, into: Path) -> sqlite3.Connection:
-    """A private copy of ``source`` (read-only open + backup API), opened for reading."""
+    """A private copy of ``source`` (read-only open + backup API) brought to Hermes' current
+    schema by Hermes itself when it is installed (its migrations, backfills and repairs run on
+    the copy: the import holds what Hermes would show after opening the file), opened for
+    reading."""
     src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
     try:
         dest = sqlite3.connect(str(into))
         src.backup(dest)
+        dest.close()
     finally:
         src.close()
-    return dest
+    from eventlog.adapters.hermes.install import original_session_db
+
+    hermes_db = original_session_db()
+    if hermes_db is not None:
+        hermes_db(db_path=into).close()
+    return sqlite3.connect(str(into))
 
 
 def source_events(conn: sqlite3.Connection) -> Iterator[dict[str, Any]]:
-    """``hermes.rows_imported`` events for every importable table of a Hermes database
-    (parents before children, by rowid), then its AUTOINCREMENT counters."""
+    """``hermes.rows_imported`` events for every importable table of a Hermes database, in rowid
+    order with the rowids of ``sessions`` kept (ties in Hermes' orderings follow them). Sessions
+    go in without their parent links, which follow as one ``hermes.parents_attached`` (so any
+    order, even a parent cycle an old database may hold, imports); then the other tables and
+    the AUTOINCREMENT counters."""
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     for table in TABLE_ORDER:
         if table not in tables:
             continue
         columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[1] in IMPORTABLE[table]]
+        parent = columns.index("parent_session_id") if table == "sessions" and "parent_session_id" in columns else -1
+        if table == "sessions":
+            columns = ["rowid", *columns]
+            parent += 1 if parent >= 0 else 0
+        links: list[list[Any]] = []
         rows: list[list[Any]] = []
         size = 0
-        order = "parent_session_id IS NOT NULL, rowid" if table == "sessions" else "rowid"
-        cursor = conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
-        for row in cursor:
+        for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid"):
             values = [sql_value(v) for v in row]
+            if parent > 0 and values[parent] is not None:
+                links.append([values[1], values[parent]])
+                values[parent] = None
             rows.append(values)
-            size += sum(len(v) if isinstance(v, str) else 8 for v in row)
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
             if len(rows) >= ROWS_PER_EVENT or size >= BYTES_PER_EVENT:
                 yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
                 rows, size = [], 0
         if rows:
             yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
+        for i in range(0, len(links), ROWS_PER_EVENT * 4):
+            yield event("hermes.parents_attached", None, {"links": links[i:i + ROWS_PER_EVENT * 4]})
     if "sqlite_sequence" in tables:
         seqs = [[name, seq] for name, seq in conn.execute("SELECT name, seq FROM sqlite_sequence")
                 if name in IMPORTABLE]
