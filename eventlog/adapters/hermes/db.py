@@ -1054,11 +1054,8 @@ class SessionDB(Reads):
                 "has_topics_enabled": flag(has_topics_enabled),
                 "allows_users_to_create_topics": flag(allows_users_to_create_topics)}
 
-        def fn(tx: Tx) -> None:
-            self._topic_tables(tx)
-            tx.emit("hermes.topic_mode_enabled", None, data)
-
-        self._write(fn)
+        self.apply_telegram_topic_migration()  # its own write, as in Hermes: it stays if the next fails
+        self._write(lambda tx: tx.emit("hermes.topic_mode_enabled", None, data))
 
     def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
         data = {"chat_id": str(chat_id), "now": time.time(), "clear_bindings": bool(clear_bindings)}
@@ -1075,11 +1072,8 @@ class SessionDB(Reads):
                 "session_key": str(session_key), "managed_mode": sql_value(managed_mode), "now": time.time()}
         sid = str(session_id)
 
-        def fn(tx: Tx) -> None:
-            self._topic_tables(tx)
-            tx.emit("hermes.topic_bound", sid, data)
-
-        self._write(fn)
+        self.apply_telegram_topic_migration()
+        self._write(lambda tx: tx.emit("hermes.topic_bound", sid, data))
 
     # ---- handoff -----------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ def source_events(conn: sqlite3.Connection) -> Iterator[dict[str, Any]]:
             if len(rows) >= ROWS_PER_EVENT or size >= BYTES_PER_EVENT:
                 yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
                 rows, size = [], 0
-        if rows:
+        if rows or table.startswith("telegram_"):  # topic tables exist once opted in, even empty
             yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
         for i in range(0, len(links), ROWS_PER_EVENT * 4):
             yield event("hermes.parents_attached", None, {"links": links[i:i + ROWS_PER_EVENT * 4]})
