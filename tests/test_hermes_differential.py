@@ -165,6 +165,23 @@ OPS = st.one_of(
     op("fail_handoff", session_id=sid, error=st.just("nope")),
     op("import_exported", source_id=sid, new_id=st.sampled_from(["i1", "i2", "s1"]), parent=st.sampled_from([None, "s2", "i1"])),
 )
+PRELUDE: list[tuple[str, dict[str, Any]]] = [
+    ("create_session", {"session_id": "s1", "source": "cli", "model": "gpt", "cwd": "/repo"}),
+    ("create_session", {"session_id": "s2", "source": "telegram", "user_id": "u1", "session_key": "k1",
+                        "chat_id": "chat1", "chat_type": "dm"}),
+    ("create_session", {"session_id": "s3", "source": "tui"}),
+    ("create_session", {"session_id": "c1", "source": "cli", "parent_session_id": "s1"}),
+    ("create_session", {"session_id": "c2", "source": "cli", "parent_session_id": "s2",
+                        "model_config": {"_delegate_from": "s2"}}),
+    ("create_session", {"session_id": "odd id/with space", "source": "cron"}),
+    ("append_message", {"session_id": "s1", "message": {"role": "user", "content": "hello world"}}),
+    ("append_message", {"session_id": "s1", "message": {"role": "assistant", "content": "hi", "reasoning": "think"}}),
+    ("append_message", {"session_id": "s2", "message": {"role": "user", "content": "deploy the docker image",
+                                                        "platform_message_id": "p1"}}),
+    ("append_message", {"session_id": "c1", "message": {"role": "user", "content": "hello world"}}),
+]
+"""Sessions every sequence starts from (a root with a child, a gateway session with a delegate
+subagent, a TUI and a cron session whose id is not an eventlog stream id)."""
 EXAMPLES = int(os.environ.get("HERMES_DIFF_EXAMPLES", "60"))
 STEP = st.one_of(st.just(0.0), st.just(0.5), st.floats(1, 100), st.just(2 * 86400.0), st.just(95 * 86400.0))
 
@@ -287,7 +304,7 @@ def test_random_sequences_match_the_real_sessiondb(clock: Clock, steps: list[Any
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         real, ours = Real(Path(a) / "state.db"), Facade(Path(b) / "state.db")
         try:
-            for i, ((name, kw), step) in enumerate(steps):
+            for i, ((name, kw), step) in enumerate([(p, 1.0) for p in PRELUDE] + steps):
                 clock.now += step
                 expected, got = outcome(real, name, kw), outcome(ours, name, kw)
                 assert got == expected, f"step {i}: {name}({kw})"
@@ -313,7 +330,7 @@ def test_switching_an_existing_state_db_is_lossless(clock: Clock, steps: list[An
     with tempfile.TemporaryDirectory() as a:
         path = Path(a) / "state.db"
         real = Real(path)
-        for (name, kw), step in steps:
+        for (name, kw), step in [(p, 1.0) for p in PRELUDE] + steps:
             clock.now += step
             outcome(real, name, kw)
         expected_reads = reads(real)
