@@ -61,9 +61,34 @@ ENRICHABLE = ("model", "model_config", "system_prompt", "session_key", "chat_id"
 """Columns a repeated create fills in when they are still NULL (Hermes' insert-or-enrich)."""
 
 
+def _insert_imported(conn: sqlite3.Connection, table: str, fixed: dict[str, Any], d: dict[str, Any],
+                     allowed: frozenset[str], renamed: dict[str, str]) -> int:
+    """A row copied from a Hermes database (``imported: true``): the columns it carries, as stored
+    (a column's ``<name>_json`` text wins over the decoded copy given for eventlog's fold)."""
+    row = dict(fixed)
+    for key, value in d.items():
+        column = renamed.get(key, key)
+        if column in allowed and (column not in row or key != column):
+            row[column] = from_json(value)
+    sql = f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
+    return conn.execute(sql, tuple(row.values())).rowcount
+
+
+_SESSION_IMPORTED = frozenset(schema.SESSION_NAMES) - {"id", "parent_session_id"}
+_MESSAGE_IMPORTED = frozenset(schema.MESSAGE_NAMES) - {"session_id"}
+_USAGE_IMPORTED = frozenset(c for c, _ in schema.USAGE_COLUMNS) - {"session_id"}
+_JSON_RENAMES = {"tool_calls_json": "tool_calls", "reasoning_details_json": "reasoning_details",
+                 "codex_reasoning_items_json": "codex_reasoning_items",
+                 "codex_message_items_json": "codex_message_items"}
+
+
 @rule("session.created")
 def _session_created(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """A new row; if the id exists meanwhile, the create only fills its NULL columns."""
+    """A new row; if the id exists meanwhile, the create only fills its NULL columns. An imported
+    row is copied as stored (its parent link follows in ``hermes.parents_attached``)."""
+    if d.get("imported"):
+        fixed = {"id": sid, **({"rowid": d["rowid"]} if "rowid" in d else {})}
+        return _insert_imported(conn, "sessions", fixed, d, _SESSION_IMPORTED, {"model_config_json": "model_config"})
     values = [_v(d, f) for f in _CREATED_FIELDS]
     if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is None:
         conn.execute(_INSERT_SESSION, (sid, *values))
@@ -197,6 +222,10 @@ def _titled(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     session is a compression ancestor of this one, which hands it over. ``only_if_empty``
     (automatic titles) sets it only on an untitled session."""
     title = _v(d, "title")
+    if d.get("imported"):  # an import's title: the imported row has it already, unless renamed since
+        row = conn.execute("SELECT title FROM sessions WHERE id = ?", (sid,)).fetchone()
+        if row is None or row[0] == title:
+            return 0
     only_if_empty = bool(d.get("only_if_empty"))
     if only_if_empty:
         row = conn.execute("SELECT title FROM sessions WHERE id = ?", (sid,)).fetchone()
@@ -239,8 +268,9 @@ def _archive(conn: sqlite3.Connection, sid: Any, flag: int) -> int:
 
 @rule("session.archived")
 def _archived(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """The whole compression chain is archived (an unarchived root would resurface its tip)."""
-    return _archive(conn, sid, 1)
+    """The whole compression chain is archived (an unarchived root would resurface its tip). An
+    imported flag is already in its imported row."""
+    return 0 if d.get("imported") else _archive(conn, sid, 1)
 
 
 @rule("session.unarchived")
@@ -264,6 +294,8 @@ def _usage(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     also accumulates in ``session_model_usage`` per (model, route, task); auxiliary usage
     (``task`` set) goes only there, under its own route.
     """
+    if d.get("imported"):
+        return _insert_imported(conn, "session_model_usage", {"session_id": sid}, d, _USAGE_IMPORTED, {})
     g = d.get
     tokens = [from_json(g(k, 0)) for k in _TOKEN_FIELDS]
     est, act = _v(d, "estimated_cost_usd"), _v(d, "actual_cost_usd")
@@ -368,7 +400,13 @@ def _insert_messages(conn: sqlite3.Connection, sid: Any, messages: Iterable[dict
 
 @rule("message.appended")
 def _appended(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """One message row (the id chosen by its writer) and the session's counters."""
+    """One message row (the id chosen by its writer) and the session's counters; an imported
+    row is copied as stored (the imported session row already holds its counters)."""
+    if d.get("imported"):
+        if "content_json" in d:
+            d = {**d, "content_text": CONTENT_JSON_PREFIX + d["content_json"]}
+        return _insert_imported(conn, "messages", {"session_id": sid}, d, _MESSAGE_IMPORTED,
+                                {**_JSON_RENAMES, "content_text": "content"})
     conn.execute(_INSERT_MESSAGE, (sid, *message_row(d), 1))
     calls = d.get("n_tool_calls", 0)
     if calls:
@@ -554,7 +592,7 @@ def _rows(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
         return 1
     if table.startswith("telegram_"):
         schema.create_topic_tables(conn)
-    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    sql = f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     rows = d.get("rows") or []
     conn.executemany(sql, ([from_json(v) for v in r] for r in rows))
     return len(rows)

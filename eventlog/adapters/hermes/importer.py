@@ -20,21 +20,16 @@ import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from eventlog.adapters.hermes import projection
-from eventlog.adapters.hermes.apply import IMPORTABLE
-from eventlog.adapters.hermes.events import event, sql_value
 from eventlog.errors import StorageError
 from projections.files import fsync_dir
+from sqlite_export.hermes import hermes_events
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
-ROWS_PER_EVENT = 500
-BYTES_PER_EVENT = 4 << 20
-EVENTS_PER_APPEND = 64
-TABLE_ORDER = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing", "compression_locks",
-               "async_delegations", "telegram_dm_topic_mode", "telegram_dm_topic_bindings")
+EVENTS_PER_APPEND = 256
 SIDECARS = ("-wal", "-shm", "-journal")
 
 
@@ -56,46 +51,6 @@ def snapshot(source: Path, into: Path) -> sqlite3.Connection:
     if hermes_db is not None:
         hermes_db(db_path=into).close()
     return sqlite3.connect(str(into))
-
-
-def source_events(conn: sqlite3.Connection) -> Iterator[dict[str, Any]]:
-    """``hermes.rows_imported`` events for every importable table of a Hermes database, in rowid
-    order with the rowids of ``sessions`` kept (ties in Hermes' orderings follow them). Sessions
-    go in without their parent links, which follow as one ``hermes.parents_attached`` (so any
-    order, even a parent cycle an old database may hold, imports); then the other tables and
-    the AUTOINCREMENT counters."""
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for table in TABLE_ORDER:
-        if table not in tables:
-            continue
-        columns = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")') if r[1] in IMPORTABLE[table]]
-        parent = columns.index("parent_session_id") if table == "sessions" and "parent_session_id" in columns else -1
-        if table == "sessions":
-            columns = ["rowid", *columns]
-            parent += 1 if parent >= 0 else 0
-        links: list[list[Any]] = []
-        rows: list[list[Any]] = []
-        size = 0
-        for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY rowid"):
-            values = [sql_value(v) for v in row]
-            if parent > 0 and values[parent] is not None:
-                links.append([values[1], values[parent]])
-                values[parent] = None
-            rows.append(values)
-            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
-            if len(rows) >= ROWS_PER_EVENT or size >= BYTES_PER_EVENT:
-                yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
-                rows, size = [], 0
-        if rows or table.startswith("telegram_"):  # topic tables exist once opted in, even empty
-            yield event("hermes.rows_imported", None, {"table": table, "columns": columns, "rows": rows})
-        for i in range(0, len(links), ROWS_PER_EVENT * 4):
-            yield event("hermes.parents_attached", None, {"links": links[i:i + ROWS_PER_EVENT * 4]})
-    if "sqlite_sequence" in tables:
-        seqs = [[name, seq] for name, seq in conn.execute("SELECT name, seq FROM sqlite_sequence")
-                if name in IMPORTABLE]
-        if seqs:
-            yield event("hermes.rows_imported", None, {"table": "sqlite_sequence", "columns": ["name", "seq"],
-                                                       "rows": seqs})
 
 
 def adopt(layout: projection.Layout) -> int:
@@ -127,7 +82,7 @@ def adopt(layout: projection.Layout) -> int:
             target = EventLog.open(staging, profile=projection.PROFILE)
             try:
                 batch: list[dict[str, Any]] = []
-                for ev in source_events(conn):
+                for ev in hermes_events(conn):
                     batch.append(ev)
                     if len(batch) >= EVENTS_PER_APPEND:
                         written += len(target.append(batch))
