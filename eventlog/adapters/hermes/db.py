@@ -261,12 +261,18 @@ class SessionDB(Reads):
         values = {"session_key": session_key, "source": source, "user_id": user_id, "chat_id": chat_id,
                   "chat_type": chat_type, "thread_id": thread_id}
         optional = {"display_name": display_name, "origin_json": origin_json}
+        peer_sql = ("SELECT session_key, source, user_id, chat_id, chat_type, thread_id, display_name, origin_json"
+                    " FROM sessions WHERE id = ?")
+
+        def unchanged(row: Any) -> bool:
+            return row is not None and all(_same(row[i], v) for i, v in enumerate(values.values())) and all(
+                v is None or _same(row[6 + i], v) for i, v in enumerate(optional.values()))
+
+        if unchanged(self._row(peer_sql, (session_id,))):  # the gateway re-records it every turn
+            return
 
         def fn(tx: Tx) -> None:
-            row = tx.conn.execute("SELECT session_key, source, user_id, chat_id, chat_type, thread_id, display_name,"
-                                  " origin_json FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            if row is not None and all(_same(row[i], v) for i, v in enumerate(values.values())) and all(
-                    v is None or _same(row[6 + i], v) for i, v in enumerate(optional.values())):
+            if unchanged(tx.conn.execute(peer_sql, (session_id,)).fetchone()):
                 return
             data = {k: sql_value(v, k) for k, v in values.items()}
             for k, v in optional.items():
@@ -392,6 +398,11 @@ class SessionDB(Reads):
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         """The assembled system prompt snapshot (nothing is written when it is unchanged)."""
         value = sql_value(system_prompt, "system_prompt")
+        # The common case (every agent init re-stores the same prompt) answers from a read: the
+        # call takes effect at that read, no writer is waited for.
+        current = self._row("SELECT system_prompt FROM sessions WHERE id = ?", (session_id,))
+        if current is None or _same(current[0], system_prompt):
+            return
 
         def fn(tx: Tx) -> None:
             row = tx.conn.execute("SELECT system_prompt FROM sessions WHERE id = ?", (session_id,)).fetchone()
@@ -1013,12 +1024,17 @@ class SessionDB(Reads):
         now = time.time()
         pairs = [(k, v) for k, v in entries.items() if k and v] if entries else []
         encoded = [[sql_value(k), sql_value(v)] for k, v in pairs]
+        routing_sql = "SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?"
+
+        def unchanged(current: list[Any]) -> bool:
+            return len(current) == len(pairs) and {(r[0], r[1]) for r in current} == set(pairs) and all(
+                type(k) is str and type(v) is str for k, v in pairs)
+
+        if unchanged(self._rows(routing_sql, (scope,))):  # the gateway saves its index every turn
+            return
 
         def fn(tx: Tx) -> None:
-            current = tx.conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
-                                      (scope,)).fetchall()
-            if len(current) == len(pairs) and {(r[0], r[1]) for r in current} == set(pairs) and all(
-                    type(k) is str and type(v) is str for k, v in pairs):
+            if unchanged(tx.conn.execute(routing_sql, (scope,)).fetchall()):
                 return
             tx.emit("hermes.routing_replaced", None, {"scope": sql_value(scope), "entries": encoded, "updated_at": now})
 

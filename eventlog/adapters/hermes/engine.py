@@ -6,14 +6,15 @@ registry is meant to give way to eventlog's own shared environments once they ex
 
 A write (:meth:`Engine.write`) runs, under the thread mutex and the projection lease:
 
-1. catch the projection up with the log (another process's tail after a crash);
-2. ``BEGIN IMMEDIATE`` on the projection, then the caller's function, which builds events and
+1. ``BEGIN IMMEDIATE`` on the projection, then the caller's function, which builds events and
    applies each with the fold (:func:`.apply.apply`) — Hermes' validation and conflicts raise
    here, before anything is appended, and an event that changed no row is dropped;
-3. append the events to the log (durable on return), then store the cursor and commit.
+2. append the events to the log (durable on return);
+3. if they landed right after the projection's cursor, store the new cursor and commit; if not
+   (a writer died between its append and its commit), roll back and apply the log in order.
 
-Readers of ``db_path`` therefore see a write as soon as its caller returns. If the process dies
-between steps 3 and its commit, the next writer's step 1 (or the next open) applies the events.
+Readers of ``db_path`` therefore see a write as soon as its caller returns. Concurrent writes of
+one process are committed in groups (one projection transaction, one log append: one sync).
 """
 from __future__ import annotations
 
@@ -71,6 +72,22 @@ class Tx:
         return result
 
 
+class _Request:
+    __slots__ = ("fn", "result", "error", "done")
+
+    def __init__(self, fn: Callable[[Tx], Any]) -> None:
+        self.fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+MAX_GROUP = 256
+"""Most write calls one projection transaction and one log append serve (group commit)."""
+HASH_EVERY = 1024
+"""The cursor's log identity (an applied event's hash, a log read) is refreshed this often."""
+
+
 class Engine:
     def __init__(self, layout: projection.Layout) -> None:
         self.layout = layout
@@ -84,6 +101,10 @@ class Engine:
         self.generation = 0
         """Bumped whenever the writer moves to another generation file (readers follow)."""
         self._cursor = 0
+        self._hash_seq = 0
+        self._queue: list[_Request] = []
+        self._leading = False
+        self._turn = threading.Condition(threading.Lock())
         self._forked = False
         self.closed = False
 
@@ -112,24 +133,52 @@ class Engine:
             self._close()
 
     def _open(self) -> None:
+        """Open the log; import a Hermes database found at ``db_path``; rebuild a projection
+        that is missing or unusable, catch up one that lags. A healthy, current projection is
+        served without taking the lease (a one-shot never waits for a busy writer)."""
         make_dir(self.layout.dir)
         try:
-            with self.lease:
-                if self.layout.is_foreign_file():
-                    from eventlog.adapters.hermes.importer import adopt
+            if self.layout.is_foreign_file():
+                with self.lease:
+                    if self.layout.is_foreign_file():
+                        from eventlog.adapters.hermes.importer import adopt
 
-                    adopt(self.layout)
-                self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
-                current = self.layout.current()
-                why = projection.problem(current, self.log)
-                if why is not None:
-                    if current is not None:
-                        log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
+                        adopt(self.layout)
+            self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
+            if self._usable() is None:
+                return
+            with self.lease:
+                why = self._usable()
+                if why is None:
+                    return
+                if why:
+                    log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
                     projection.rebuild(self.layout, self.log)
                 self._sync(self._connection())
         except BaseException:
             self._close()
             raise
+
+    def _usable(self) -> str | None:
+        """None when the projection is healthy and level with the log; "" when it only lags;
+        else why it must be rebuilt."""
+        current = self.layout.current()
+        if current is None and not os.path.lexists(self.layout.pointer):
+            return "no projection yet"
+        why = projection.problem(current, self.log)
+        if why is not None:
+            return why
+        assert current is not None
+        conn = projection.connect(current, readonly=True)
+        try:
+            _, seq, hash_seq, _ = projection.read_cursor(conn)
+        finally:
+            conn.close()
+        self._hash_seq = hash_seq
+        if seq == self.log.head()[0]:
+            self._cursor = seq
+            return None
+        return ""
 
     def _close(self) -> None:
         self.closed = True
@@ -165,42 +214,94 @@ class Engine:
 
     def _sync(self, conn: sqlite3.Connection) -> None:
         """Bring the projection level with the log (under the lease)."""
-        head, head_hash = self.log.head()
-        _, cursor, cursor_hash = projection.read_cursor(conn)
-        if cursor == head and cursor_hash == head_hash:
-            self._cursor = cursor
-            return
-        if cursor > head or (cursor == head and cursor_hash != head_hash):
-            log.warning("hermes projection %s does not match the log; rebuilding it", self.layout.pointer)
+        head = self.log.head()[0]
+        cursor = projection.read_seq(conn)
+        if cursor > head:
+            log.warning("hermes projection %s is ahead of its log; rebuilding it", self.layout.pointer)
             projection.rebuild(self.layout, self.log)
             conn = self._connection()
-            _, cursor, _ = projection.read_cursor(conn)
-        self._cursor = projection.catch_up(conn, self.log, cursor, head)
+            cursor = projection.read_seq(conn)
+        if cursor < head:
+            cursor = projection.catch_up(conn, self.log, cursor, head)
+            self._hash_seq = cursor
+        self._cursor = cursor
 
     def write(self, fn: Callable[[Tx], T]) -> T:
-        """Run ``fn`` as one atomic write (see the module docstring); returns its result."""
+        """Run ``fn`` as one atomic write (see the module docstring); returns its result.
+
+        Concurrent calls of this process are committed in groups: the first caller leads, runs
+        every queued function in one projection transaction (each in its own savepoint, so one
+        that raises undoes only its own rows) and appends all their events in one log append, so
+        one sync serves them all."""
+        req = _Request(fn)
+        turn = self._turn
+        with turn:
+            self._queue.append(req)
+            while not req.done and (self._leading or self._queue[0] is not req):
+                turn.wait()
+            if not req.done:
+                self._leading = True
+                group, self._queue[:] = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+        if not req.done:
+            try:
+                self._commit(group)
+            finally:
+                with turn:
+                    for r in group:
+                        r.done = True
+                    self._leading = False
+                    turn.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result  # type: ignore[no-any-return]
+
+    def _commit(self, group: list[_Request]) -> None:
         with self.mutex, self.lease:
             conn = self._connection()
-            self._sync(conn)
             conn.execute("BEGIN IMMEDIATE")
-            tx = Tx(conn)
+            events: list[dict[str, Any]] = []
             try:
-                result = fn(tx)
-                if tx.events:
-                    seqs = self.log.append(tx.events)
-            except BaseException:
+                cursor = projection.read_seq(conn)
+                alone = len(group) == 1
+                for r in group:
+                    tx = Tx(conn)
+                    if alone:
+                        try:
+                            r.result = r.fn(tx)
+                        except BaseException as e:
+                            r.error = e
+                    else:
+                        conn.execute("SAVEPOINT w")
+                        try:
+                            r.result = r.fn(tx)
+                            conn.execute("RELEASE w")
+                        except BaseException as e:
+                            conn.execute("ROLLBACK TO w")
+                            conn.execute("RELEASE w")
+                            r.error = e
+                    if r.error is None:
+                        events += tx.events
+                if not events:
+                    conn.execute("ROLLBACK")
+                    return
+                seqs = self.log.append(events)
+            except BaseException as e:
                 conn.execute("ROLLBACK")
-                raise
-            if not tx.events:
-                conn.execute("ROLLBACK")
-                return result
-            head, head_hash = self.log.head()
-            if seqs[0] != self._cursor + 1 or head != seqs[-1]:
-                # Someone appended without the lease: replay the log in its order instead.
+                for r in group:
+                    r.error = r.error or e
+                return
+            if seqs[0] != cursor + 1:
+                # The log holds events this projection has not applied (a writer died between its
+                # append and its commit, or one wrote without the lease): replay in log order.
                 conn.execute("ROLLBACK")
                 self._sync(conn)
-                return result
-            projection.write_cursor(conn, head, head_hash)
+                return
+            last = seqs[-1]
+            known_hash = None
+            if last - self._hash_seq >= HASH_EVERY or self._hash_seq == 0:
+                env = self.log.get(last)
+                known_hash = env["hash"] if env else None
+            projection.write_cursor(conn, last, known_hash)
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as e:  # the events are durable in the log; the next sync applies them
@@ -209,10 +310,11 @@ class Engine:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-                return result
-            self._cursor = head
+                return
+            self._cursor = last
+            if known_hash is not None:
+                self._hash_seq = last
             self._touch()
-            return result
 
     def _touch(self) -> None:
         # Hermes' mcp_serve polls the mtime of state.db; in WAL mode a commit leaves the main file

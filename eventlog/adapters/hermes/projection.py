@@ -146,16 +146,27 @@ def connect(path: Path, *, readonly: bool = False, timeout: float = 30.0) -> sql
     return conn
 
 
-def read_cursor(conn: sqlite3.Connection) -> tuple[int, int, str]:
-    """(projection_version, seq, hash); raises sqlite3.Error when the file is not a projection."""
-    row = conn.execute(f"SELECT projection_version, seq, hash FROM {schema.CURSOR_TABLE} WHERE id = 1").fetchone()
+def read_cursor(conn: sqlite3.Connection) -> tuple[int, int, int, str]:
+    """(projection_version, seq, hash_seq, hash); raises sqlite3.Error when the file is not a
+    projection."""
+    row = conn.execute(f"SELECT projection_version, seq, hash_seq, hash FROM {schema.CURSOR_TABLE} WHERE id = 1"
+                       ).fetchone()
     if row is None:
         raise sqlite3.DatabaseError("projection cursor row is missing")
-    return int(row[0]), int(row[1]), str(row[2])
+    return int(row[0]), int(row[1]), int(row[2]), str(row[3])
 
 
-def write_cursor(conn: sqlite3.Connection, seq: int, hash_: str) -> None:
-    conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET seq = ?, hash = ? WHERE id = 1", (seq, hash_))
+def read_seq(conn: sqlite3.Connection) -> int:
+    return int(conn.execute(f"SELECT seq FROM {schema.CURSOR_TABLE} WHERE id = 1").fetchone()[0])
+
+
+def write_cursor(conn: sqlite3.Connection, seq: int, hash_: str | None = None) -> None:
+    """The cursor at ``seq``; with ``hash_`` (that event's hash) also the log identity."""
+    if hash_ is None:
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET seq = ? WHERE id = 1", (seq,))
+    else:
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET seq = ?, hash_seq = ?, hash = ? WHERE id = 1",
+                     (seq, seq, hash_))
 
 
 def problem(path: Path | None, eventlog: Any) -> str | None:
@@ -173,7 +184,7 @@ def problem(path: Path | None, eventlog: Any) -> str | None:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         if app_id != schema.APPLICATION_ID:
             return f"{path.name} is not a Hermes projection"
-        version, seq, hash_ = read_cursor(conn)
+        version, seq, hash_seq, hash_ = read_cursor(conn)
         conn.execute("SELECT id FROM sessions LIMIT 1").fetchall()
     except sqlite3.Error as e:
         return f"{path.name} is unreadable: {e}"
@@ -184,10 +195,10 @@ def problem(path: Path | None, eventlog: Any) -> str | None:
     head_seq, head_hash = eventlog.head()
     if seq > head_seq:
         return f"{path.name} is ahead of the log ({seq} > {head_seq})"
-    if seq:
-        env = eventlog.get(seq)
+    if hash_seq:
+        env = eventlog.get(hash_seq)
         if env is None or env.get("hash") != hash_:
-            return f"{path.name} was derived from another log (hash at seq {seq} differs)"
+            return f"{path.name} was derived from another log (hash at seq {hash_seq} differs)"
     return None
 
 

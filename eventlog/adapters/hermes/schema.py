@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 
 HERMES_SCHEMA_VERSION = 22
-PROJECTION_VERSION = 1
+PROJECTION_VERSION = 2
 APPLICATION_ID = 0x48654C67  # "HeLg": marks a file as an eventlog Hermes projection
 
 # (name, declaration) in Hermes' column order: ``SELECT *`` dicts keep this key order.
@@ -232,13 +232,16 @@ TOPIC_SQL = (
 """Created only when a ``hermes.topic_tables_created`` event is applied (Hermes creates them on
 the first explicit ``/topic`` opt-in, never at startup)."""
 
-# The projection's own bookkeeping: which log it derives from and how far (one row).
+# The projection's own bookkeeping, one row: how far it is (``seq``, the last event applied) and
+# which log it derives from (``hash`` of the event at ``hash_seq``, one it applied; the writer
+# refreshes it every so often rather than on every write, which would cost a log read each).
 CURSOR_TABLE = "eventlog_projection"
 CURSOR_SQL = (
     f"CREATE TABLE IF NOT EXISTS {CURSOR_TABLE} (\n"
     "    id INTEGER PRIMARY KEY CHECK (id = 1),\n"
     "    projection_version INTEGER NOT NULL,\n"
     "    seq INTEGER NOT NULL,\n"
+    "    hash_seq INTEGER NOT NULL,\n"
     "    hash TEXT NOT NULL\n"
     ");\n"
 )
@@ -251,7 +254,7 @@ def create(conn: sqlite3.Connection) -> None:
         for statement in _statements(script):
             conn.execute(statement)
     conn.execute("INSERT INTO schema_version (version) VALUES (?)", (HERMES_SCHEMA_VERSION,))
-    conn.execute(f"INSERT INTO {CURSOR_TABLE} (id, projection_version, seq, hash) VALUES (1, ?, 0, ?)",
+    conn.execute(f"INSERT INTO {CURSOR_TABLE} (id, projection_version, seq, hash_seq, hash) VALUES (1, ?, 0, 0, ?)",
                  (PROJECTION_VERSION, "0" * 64))
 
 
