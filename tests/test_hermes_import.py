@@ -353,3 +353,12 @@ def test_any_cells_are_kept_exactly(tmp_path_factory: pytest.TempPathFactory, se
     again = import_hermes(log, path)
     assert again.events == 0 and again.already_present == report.events
     assert log.verify().ok
+
+
+def test_catalogue_versions_are_in_step() -> None:
+    from eventlog.sessions.events import CURRENT_VERSIONS
+    from sqlite_export.hermes import CURRENT_VERSIONS as USED
+
+    for kind in ("session.created", "message.appended", "session.titled", "session.ended", "session.archived",
+                 "session.unarchived", "session.reopened", "session.meta_updated", "usage.recorded"):
+        assert USED.get(kind, 1) == CURRENT_VERSIONS[kind], kind

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -82,6 +83,9 @@ class _Request:
         self.done = False
 
 
+NO_PROJECTION = "no projection yet"
+GATHER_S = 0.0004
+"""How long a group's leader waits for the previous group's writers to queue again."""
 MAX_GROUP = 256
 """Most write calls one projection transaction and one log append serve (group commit)."""
 HASH_EVERY = 1024
@@ -104,6 +108,7 @@ class Engine:
         self._hash_seq = 0
         self._queue: list[_Request] = []
         self._leading = False
+        self._last_group = 1
         self._turn = threading.Condition(threading.Lock())
         self._forked = False
         self.closed = False
@@ -152,7 +157,8 @@ class Engine:
                 if why is None:
                     return
                 if why:
-                    log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
+                    if why != NO_PROJECTION:
+                        log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
                     projection.rebuild(self.layout, self.log)
                 self._sync(self._connection())
         except BaseException:
@@ -164,7 +170,7 @@ class Engine:
         else why it must be rebuilt."""
         current = self.layout.current()
         if current is None and not os.path.lexists(self.layout.pointer):
-            return "no projection yet"
+            return NO_PROJECTION
         why = projection.problem(current, self.log)
         if why is not None:
             return why
@@ -241,7 +247,14 @@ class Engine:
                 turn.wait()
             if not req.done:
                 self._leading = True
+                # With concurrent writers about, give the callers just woken from the previous
+                # group a moment to queue again, so one sync serves them all (a lone writer never
+                # waits).
+                deadline = time.perf_counter() + GATHER_S
+                while len(self._queue) < self._last_group and time.perf_counter() < deadline:
+                    turn.wait(0.00005)
                 group, self._queue[:] = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                self._last_group = len(group)
         if not req.done:
             try:
                 self._commit(group)

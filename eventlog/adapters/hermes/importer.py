@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from eventlog.adapters.hermes import projection
+from eventlog.adapters.hermes.projection import fsync_dir
 from eventlog.errors import StorageError
-from projections.files import fsync_dir
 from sqlite_export.hermes import hermes_events
 
 log = logging.getLogger("eventlog.adapters.hermes")

@@ -34,8 +34,7 @@ from typing import Any, Iterable
 
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.apply import apply
-from eventlog.profiles import make_dir
-from projections.files import create_empty, fsync_dir, fsync_file, remove_file
+from eventlog.profiles import FILE_MODE, make_dir
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
@@ -131,6 +130,38 @@ class Lease:
             if self._fd is not None:
                 os.close(self._fd)  # also releases a flock still held
                 self._fd = None
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a finished generation no connection has open (a fresh descriptor, closed at once:
+    no lock of a live connection can be on it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_file(path: Path) -> None:
+    """Delete a generation file and its sidecars (only files no pointer names)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def create_empty(path: Path) -> None:
+    remove_file(path)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
 
 
 def connect(path: Path, *, readonly: bool = False, timeout: float = 30.0) -> sqlite3.Connection:
