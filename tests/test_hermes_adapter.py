@@ -242,18 +242,49 @@ def test_read_only_on_a_missing_database_fails_like_hermes(tmp_path: Path) -> No
         SessionDB(tmp_path / "missing" / "state.db", read_only=True)
 
 
-def test_raw_sql_writes_fail_loudly_and_reach_nothing(path: Path) -> None:
+def test_raw_sql_writes_are_recorded_and_survive_a_rebuild(path: Path) -> None:
+    """Hermes code that bypasses the methods (maintenance UPDATEs on ``_conn``, the API server's
+    ``_execute_write`` callback) gets its rows into the log as row images."""
     db = SessionDB(path)
     db.create_session("s1", "cli")
-    before = head(db)
+    db.append_message("s1", "user", "hi")
     assert db._conn is not None
-    with pytest.raises(sqlite3.OperationalError, match="readonly"):
-        db._conn.execute("UPDATE sessions SET title = 'sneaky' WHERE id = 's1'")
+    before = head(db)
+    cur = db._conn.execute("UPDATE sessions SET started_at = 1.5, title = 'raw' WHERE id = 's1'")
+    assert cur.rowcount == 1
+    db._conn.commit()  # accepted, nothing pending
+
+    def create(conn: sqlite3.Connection) -> Any:
+        if conn.execute("SELECT id FROM sessions WHERE id = ?", ("api",)).fetchone():
+            return None
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('api', 'api_server', 2.5)")
+        return dict(conn.execute("SELECT * FROM sessions WHERE id = 'api'").fetchone())
+
+    assert db._execute_write(create)["source"] == "api_server"
+    db._conn.execute("DELETE FROM messages WHERE session_id = 's1'")
+    assert head(db) == before + 3
+    rows = dump(path)
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert dump(path) == rows
+    assert (db.get_session("s1")["title"], db.get_session("s1")["started_at"]) == ("raw", 1.5)
+    assert db.get_messages("s1") == [] and db.search_messages("hi") == []
+    # Reads as Hermes code does them.
+    assert [r["id"] for r in db._conn.execute("SELECT id FROM sessions ORDER BY id").fetchall()] == ["api", "s1"]
+    db.close()
+
+
+def test_raw_schema_changes_are_refused_and_reach_nothing(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    before, rows = head(db), dump(path)
+    assert db._conn is not None
     with pytest.raises(UnsupportedRawWrite):
-        db._execute_write(lambda conn: conn.execute("DELETE FROM sessions"))
-    # Raw reads are fine (Hermes' dashboard does them).
-    assert db._conn.execute("SELECT id FROM sessions").fetchall()[0]["id"] == "s1"
-    assert head(db) == before and db.get_session("s1")["title"] is None
+        db._conn.execute("ALTER TABLE sessions ADD COLUMN extra TEXT")
+    with pytest.raises(UnsupportedRawWrite):
+        db._execute_write(lambda conn: conn.execute("DROP TABLE state_meta"))
+    db._conn.execute("CREATE TABLE IF NOT EXISTS sessions (id TEXT)")  # exists: nothing to do
+    assert head(db) == before and dump(path) == rows
     db.close()
 
 
@@ -398,3 +429,37 @@ def test_eventlogs_own_tools_read_the_hermes_log(path: Path) -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["cli", "gpt", "First", "session", "compression"]
+
+
+def test_a_projection_changed_behind_the_logs_back_is_rebuilt(path: Path) -> None:
+    """Another program dropping an index of the file (as an old Hermes repair might): the
+    next open rebuilds the projection from the log."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.set_session_title("s1", "kept")
+    db.close()
+    target = path.resolve()
+    conn = sqlite3.connect(target)
+    conn.execute("DROP INDEX idx_sessions_title_unique")
+    conn.commit()
+    conn.close()
+    db = SessionDB(path)
+    assert path.resolve() != target
+    assert db.get_session("s1")["title"] == "kept"
+    db.create_session("s2", "cli")
+    with pytest.raises(ValueError):  # the unique title index is back
+        db.set_session_title("s2", "kept")
+    db.close()
+
+
+def test_raw_writes_to_tables_that_are_not_hermes_data_are_refused(path: Path) -> None:
+    db = SessionDB(path)
+    assert db._conn is not None
+    before = head(db)
+    for sql in ("UPDATE schema_version SET version = 15", "DELETE FROM sqlite_sequence",
+                "UPDATE eventlog_projection SET seq = 0", "DELETE FROM messages_fts_data"):
+        with pytest.raises(UnsupportedRawWrite):
+            db._conn.execute(sql)
+    db._conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('optimize')")  # an FTS command: fine
+    assert head(db) == before
+    db.close()

@@ -612,6 +612,14 @@ IMPORTABLE: dict[str, frozenset[str]] = {
 }
 
 
+@rule("hermes.rows_written")
+def _rows_written(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
+    """Row images of a raw SQL write (see :mod:`.raw`)."""
+    from eventlog.adapters.hermes.raw import apply_rows_written
+
+    return apply_rows_written(conn, d)
+
+
 # ---- key/value, gateway routing, locks -----------------------------------------------------
 
 @rule("hermes.meta_set")

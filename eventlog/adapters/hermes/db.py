@@ -4,11 +4,10 @@ Same constructor, methods, return shapes and exceptions as ``hermes_state.Sessio
 hermes-agent 0.19.0. Writes become events in the log beside ``db_path`` (see :mod:`.engine`);
 reads answer from the Hermes-schema projection at ``db_path`` (see :mod:`.reads`).
 
-``self._conn`` is a read-only connection to that projection (``sqlite3.Row`` rows, like
-Hermes'): code that runs raw ``SELECT``s on it sees every row. Raw writes through it fail with
-``sqlite3.OperationalError`` ("attempt to write a readonly database"), and ``_execute_write``
-raises :class:`UnsupportedRawWrite`: a write that bypasses the log would be lost at the next
-rebuild, so it is refused instead of diverging silently.
+``self._conn`` looks like Hermes' connection (``sqlite3.Row`` rows): raw ``SELECT``s on it read
+the projection; raw ``INSERT``/``UPDATE``/``DELETE`` on it, and ``_execute_write(fn)``, are
+recorded in the log as row images (:mod:`.raw`), so they survive a rebuild like every other
+write; raw schema changes raise :class:`UnsupportedRawWrite`.
 """
 from __future__ import annotations
 
@@ -25,6 +24,7 @@ from typing import Any, Callable, Iterator, Optional
 from eventlog.adapters.hermes import text
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
 from eventlog.adapters.hermes.events import sql_value
+from eventlog.adapters.hermes.raw import RawConnection, UnsupportedRawWrite, capture
 from eventlog.adapters.hermes.reads import Reads, prune_filter
 
 log = logging.getLogger("eventlog.adapters.hermes")
@@ -32,10 +32,7 @@ log = logging.getLogger("eventlog.adapters.hermes")
 CHECK_EVERY_S = 0.1
 
 
-class UnsupportedRawWrite(sqlite3.OperationalError):
-    """A raw SQL write through ``_execute_write``: it could not reach the log."""
-
-
+__all__ = ["SessionDB", "UnsupportedRawWrite"]
 def default_db_path() -> Path:
     """Hermes' default: ``hermes_state.DEFAULT_DB_PATH`` when Hermes is importable (tests and
     profiles re-point it), else ``$HERMES_HOME/state.db`` (``~/.hermes``)."""
@@ -122,12 +119,14 @@ class SessionDB(Reads):
         self._lock = threading.RLock()
         self._engine: Engine | None = None
         self._finalizer: Any = None
-        self._conn: Optional[sqlite3.Connection] = None
+        self._reader: Optional[sqlite3.Connection] = None
+        self._conn: Optional[RawConnection] = None
         self._target: str | None = None
         self._generation = 0
         self._next_check = 0.0
         self._fts_enabled = True
         self._trigram_available = True
+        self._busy_timeout = 30.0
         try:
             if not read_only:
                 Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
@@ -150,12 +149,16 @@ class SessionDB(Reads):
             self._target = os.readlink(path)
         except OSError:
             self._target = None
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=1.0,
+        # Reads never wait on the writer (WAL); the timeout only bounds a checkpoint's brief lock.
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=self._busy_timeout,
                                isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        old, self._conn = self._conn, conn
+        conn.row_factory = sqlite3.Row if self._reader is None else self._reader.row_factory
+        conn.execute("PRAGMA foreign_keys=ON")  # what Hermes' connection reports
+        old, self._reader = self._reader, conn
         if old is not None:
             old.close()
+        if self._conn is None:
+            self._conn = RawConnection(self)
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -164,7 +167,7 @@ class SessionDB(Reads):
         engine catch up a tail a crashed writer left (writes of live processes are applied
         before they return, so they are always visible)."""
         with self._lock:
-            conn = self._conn
+            conn = self._reader
             if conn is None:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             engine = self._engine
@@ -181,14 +184,15 @@ class SessionDB(Reads):
                     self._connect_reader()
                 if engine is not None:
                     engine.refresh()
-            yield self._conn  # type: ignore[misc]
+            yield self._reader  # type: ignore[misc]
 
     def close(self) -> None:
         """Close this handle (others on the same path keep working); idempotent."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+            self._conn = None
             if self._finalizer is not None:
                 self._finalizer()
                 self._finalizer = None
@@ -204,14 +208,46 @@ class SessionDB(Reads):
         if self.read_only:
             raise sqlite3.OperationalError("attempt to write a readonly database")
         engine = self._engine
-        if engine is None or self._conn is None:
+        if engine is None or self._reader is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
         return engine.write(fn)
 
+    def _raw(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        return self._write(lambda tx: capture(tx, fn))
+
     def _execute_write(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        raise UnsupportedRawWrite(
-            "raw SQL writes are not supported by eventlog's SessionDB: they would bypass the log "
-            "(use the SessionDB methods; see docs/HERMES.md)")
+        """Run Hermes-style raw SQL ``fn(conn)`` as one write, recorded in the log (:mod:`.raw`)."""
+        return self._raw(fn)
+
+    def _try_wal_checkpoint(self) -> Any:
+        """A PASSIVE WAL checkpoint of the projection (layout only); never raises."""
+        try:
+            return self._on_writer(lambda conn: conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone())
+        except Exception as exc:
+            log.warning("WAL checkpoint (PASSIVE) failed: %s", exc)
+            return None
+
+    @staticmethod
+    def _parse_schema_columns(schema_sql: str) -> dict[str, dict[str, str]]:
+        """{table: {column: declaration}} of a schema script, as SQLite itself parses it."""
+        ref = sqlite3.connect(":memory:")
+        try:
+            ref.executescript(schema_sql)
+            out: dict[str, dict[str, str]] = {}
+            for (table,) in ref.execute("SELECT name FROM sqlite_master WHERE type = 'table'"
+                                        " AND name NOT LIKE 'sqlite_%'").fetchall():
+                cols: dict[str, str] = {}
+                for _, name, kind, notnull, default, pk in ref.execute(f'PRAGMA table_info("{table}")'):
+                    parts = [kind] if kind else []
+                    if notnull and not pk:
+                        parts.append("NOT NULL")
+                    if default is not None:
+                        parts.append(f"DEFAULT {default}")
+                    cols[name] = " ".join(parts)
+                out[table] = cols
+            return out
+        finally:
+            ref.close()
 
     # ---- sessions ----------------------------------------------------------------------
 

@@ -72,6 +72,10 @@ class Tx:
             self.events.append(ev)
         return result
 
+    def record(self, type_: str, session_id: Any, data: dict[str, Any]) -> None:
+        """Keep an event whose effect is already in the transaction (raw SQL, see :mod:`.raw`)."""
+        self.events.append(events.event(type_, session_id, data))
+
 
 class _Request:
     __slots__ = ("fn", "result", "error", "done")

@@ -47,7 +47,7 @@ HERMES_TYPES = frozenset({
     "hermes.meta_set", "hermes.topic_tables_created", "hermes.topic_mode_enabled",
     "hermes.topic_mode_disabled", "hermes.topic_bound", "hermes.topic_unbound",
     "hermes.handoff_requested", "hermes.handoff_claimed", "hermes.handoff_completed", "hermes.handoff_failed",
-    "hermes.rows_imported",
+    "hermes.rows_imported", "hermes.rows_written",
 })
 TYPES = CORE_TYPES | HERMES_TYPES
 VERSION = 1

@@ -217,10 +217,14 @@ def problem(path: Path | None, eventlog: Any) -> str | None:
             return f"{path.name} is not a Hermes projection"
         version, seq, hash_seq, hash_ = read_cursor(conn)
         conn.execute("SELECT id FROM sessions LIMIT 1").fetchall()
+        objects = {f"{t} {n}" for t, n in conn.execute("SELECT type, name FROM sqlite_master")}
     except sqlite3.Error as e:
         return f"{path.name} is unreadable: {e}"
     finally:
         conn.close()
+    missing = expected_objects() - objects
+    if missing:
+        return f"{path.name} lacks {', '.join(sorted(missing)[:3])} (changed behind the log's back)"
     if version != schema.PROJECTION_VERSION:
         return f"{path.name} is of projection version {version}, this program writes {schema.PROJECTION_VERSION}"
     head_seq, head_hash = eventlog.head()
@@ -231,6 +235,21 @@ def problem(path: Path | None, eventlog: Any) -> str | None:
         if env is None or env.get("hash") != hash_:
             return f"{path.name} was derived from another log (hash at seq {hash_seq} differs)"
     return None
+
+
+_EXPECTED: set[str] = set()
+
+
+def expected_objects() -> set[str]:
+    """Tables, indexes and triggers every projection has ("type name"), from the DDL itself."""
+    if not _EXPECTED:
+        ref = sqlite3.connect(":memory:")
+        try:
+            schema.create(ref)
+            _EXPECTED.update(f"{t} {n}" for t, n in ref.execute("SELECT type, name FROM sqlite_master"))
+        finally:
+            ref.close()
+    return _EXPECTED
 
 
 def apply_events(conn: sqlite3.Connection, envelopes: Iterable[dict[str, Any]]) -> tuple[int, str | None, int]:

@@ -823,7 +823,7 @@ class Reads:
         return {"cooldown_until": until, "remaining_seconds": until - now, "error": row[1]}
 
     def get_compression_fallback_streak(self, session_id: str) -> int:
-        if not session_id or self._conn is None:
+        if not session_id or self._reader is None:  # type: ignore[attr-defined]
             return 0
         row = self._row("SELECT compression_fallback_streak FROM sessions WHERE id = ?", (session_id,))
         if row is None:
