@@ -95,6 +95,9 @@ class SessionDB(Reads):
     _IMPORT_MAX_SESSION_BYTES = 5 * 1024 * 1024
     _IMPORT_MAX_TOTAL_BYTES = 25 * 1024 * 1024
     _FTS_TABLES = ("messages_fts", "messages_fts_trigram")
+    _OPTIMIZE_EVERY_N_WRITES = 1000
+    """Writes of this handle between two FTS segment merges (each message write adds a segment;
+    unmerged, they slow every search and every insert)."""
 
     @staticmethod
     def _is_fts5_unavailable_error(exc: BaseException) -> bool:
@@ -127,6 +130,7 @@ class SessionDB(Reads):
         self._fts_enabled = True
         self._trigram_available = True
         self._busy_timeout = 30.0
+        self._write_count = 0
         try:
             if not read_only:
                 Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +214,14 @@ class SessionDB(Reads):
         engine = self._engine
         if engine is None or self._reader is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        return engine.write(fn)
+        result = engine.write(fn)
+        self._write_count += 1
+        if self._write_count % self._OPTIMIZE_EVERY_N_WRITES == 0:
+            try:
+                self.optimize_fts()
+            except Exception:  # layout only: never fails the write that triggered it
+                pass
+        return result
 
     def _raw(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         return self._write(lambda tx: capture(tx, fn))
