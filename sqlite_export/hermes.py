@@ -393,13 +393,13 @@ def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None =
                 continue
             yield usage_event(names, row, warn)
     if warn is not None:
-        for sid, rows in orphans.items():
-            shown = ", ".join(str(r) for r in rows[:20]) + (" ..." if len(rows) > 20 else "")
+        for sid, left in orphans.items():
+            shown = ", ".join(str(r) for r in left[:20]) + (" ..." if len(left) > 20 else "")
             warn(f"session {sid!r} is not in the source: its rows ({shown}) were left out (orphans)")
-    for table, known in ROW_TABLES.items():
+    for table, declared in ROW_TABLES.items():
         if table not in tables:
             continue
-        names = [c for c in _columns(conn, table) if c in known]
+        names = [c for c in _columns(conn, table) if c in declared]
         order = " ORDER BY rowid" if _has_rowid(conn, table) else ""
         rows: list[list[Any]] = []
         size = 0

@@ -152,7 +152,7 @@ def _reset(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
 @rule("session.meta_updated")
 def _meta_updated(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     """The given columns replaced (Hermes: a model switch; a frontend's cwd, branch and repo root)."""
-    values = {c: _v(d, c) for c in ("model", "cwd", "git_branch", "git_repo_root") if c in d}
+    values: dict[str, Any] = {c: _v(d, c) for c in ("model", "cwd", "git_branch", "git_repo_root") if c in d}
     return _set_columns(conn, sid, values) if values else 0
 
 

@@ -486,10 +486,11 @@ class SessionDB(Reads):
                                 "reasoning_tokens"), tokens):
             if not (type(value) is int and value == 0):
                 data[name] = sql_value(value, name)
-        for name, value in (("estimated_cost_usd", estimated_cost_usd), ("actual_cost_usd", actual_cost_usd),
+        extra: tuple[tuple[str, Any], ...] = (("estimated_cost_usd", estimated_cost_usd), ("actual_cost_usd", actual_cost_usd),
                             ("cost_status", cost_status), ("cost_source", cost_source),
                             ("pricing_version", pricing_version), ("model", model), ("provider", billing_provider),
-                            ("base_url", billing_base_url), ("billing_mode", billing_mode)):
+                            ("base_url", billing_base_url), ("billing_mode", billing_mode))
+        for name, value in extra:
             _put(data, name, value)
         if not (type(api_call_count) is int and api_call_count == 0):
             data["api_call_count"] = sql_value(api_call_count, "api_call_count")
@@ -522,8 +523,9 @@ class SessionDB(Reads):
                             ("reasoning_tokens", reasoning_tokens)):
             if value:
                 data[name] = sql_value(value, name)
-        for name, value in (("model", model), ("provider", billing_provider), ("base_url", billing_base_url),
-                            ("estimated_cost_usd", estimated_cost_usd)):
+        route: tuple[tuple[str, Any], ...] = (("model", model), ("provider", billing_provider),
+                                              ("base_url", billing_base_url), ("estimated_cost_usd", estimated_cost_usd))
+        for name, value in route:
             _put(data, name, value)
 
         def fn(tx: Tx) -> None:

@@ -70,8 +70,8 @@ def adopt(layout: projection.Layout) -> int:
     if head > 0:
         raise StorageError(
             f"{layout.pointer} is a Hermes database, but an eventlog log already exists at {layout.log_dir}",
-            hint=f"move one of them away: the log holds this profile's history since the switch; "
-                 f"import the file into a fresh directory to compare")
+            hint="move one of them away: the log holds this profile's history since the switch; "
+                 "import the file into a fresh directory to compare")
     source = Path(os.path.realpath(layout.pointer))
     staging = layout.profile / "log.importing"
     shutil.rmtree(staging, ignore_errors=True)

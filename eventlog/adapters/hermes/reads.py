@@ -11,7 +11,7 @@ import logging
 import re
 import sqlite3
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from eventlog.adapters.hermes import schema, text
 
@@ -969,7 +969,9 @@ def prune_filter(**filters: Any) -> tuple[str, list[Any]]:
     unknown = set(filters) - set(_PRUNE_FILTERS)
     if unknown:
         raise TypeError(f"_prune_filter_where() got an unexpected keyword argument '{sorted(unknown)[0]}'")
-    f = filters.get
+    def f(key: str) -> Any:
+        return filters.get(key)
+
     clauses = ["s.ended_at IS NOT NULL"]
     params: list[Any] = []
 
@@ -984,11 +986,11 @@ def prune_filter(**filters: Any) -> tuple[str, list[Any]]:
     if f("source"):
         add("s.source = ?", f("source"))
     if f("title_like"):
-        add("LOWER(COALESCE(s.title, '')) LIKE ?", f"%{f('title_like').lower()}%")
+        add("LOWER(COALESCE(s.title, '')) LIKE ?", f"%{str(f('title_like')).lower()}%")
     if f("end_reason"):
         add("s.end_reason = ?", f("end_reason"))
     if f("cwd_prefix"):
-        clause, extra = cwd_prefix_clause(f("cwd_prefix"))
+        clause, extra = cwd_prefix_clause(str(f("cwd_prefix")))
         clauses.append(clause)
         params.extend(extra)
     if f("min_messages") is not None:
@@ -996,14 +998,14 @@ def prune_filter(**filters: Any) -> tuple[str, list[Any]]:
     if f("max_messages") is not None:
         add("s.message_count <= ?", f("max_messages"))
     if f("model_like"):
-        add("LOWER(COALESCE(s.model, '')) LIKE ?", f"%{f('model_like').lower()}%")
+        add("LOWER(COALESCE(s.model, '')) LIKE ?", f"%{str(f('model_like')).lower()}%")
     if f("provider"):
-        add("LOWER(COALESCE(s.billing_provider, '')) = ?", f("provider").lower())
+        add("LOWER(COALESCE(s.billing_provider, '')) = ?", str(f("provider")).lower())
     for key in ("user_id", "chat_id", "chat_type"):
         if f(key):
             add(f"s.{key} = ?", f(key))
     if f("branch_like"):
-        add("LOWER(COALESCE(s.git_branch, '')) LIKE ?", f"%{f('branch_like').lower()}%")
+        add("LOWER(COALESCE(s.git_branch, '')) LIKE ?", f"%{str(f('branch_like')).lower()}%")
     tokens = "(COALESCE(s.input_tokens, 0) + COALESCE(s.output_tokens, 0))"
     cost = "COALESCE(s.actual_cost_usd, s.estimated_cost_usd, 0)"
     calls = "COALESCE(s.tool_call_count, 0)"
@@ -1017,8 +1019,3 @@ def prune_filter(**filters: Any) -> tuple[str, list[Any]]:
     elif f("archived") is False:
         clauses.append("s.archived = 0")
     return " AND ".join(clauses), params
-
-
-def iter_chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
