@@ -110,6 +110,7 @@ class Engine:
         """Bumped whenever the writer moves to another generation file (readers follow)."""
         self._cursor = 0
         self._hash_seq = 0
+        self._validated: Path | None = None
         self._queue: list[_Request] = []
         self._leading = False
         self._last_group = 1
@@ -143,8 +144,9 @@ class Engine:
 
     def _open(self) -> None:
         """Open the log; import a Hermes database found at ``db_path``; rebuild a projection
-        that is missing or unusable, catch up one that lags. A healthy, current projection is
-        served without taking the lease (a one-shot never waits for a busy writer)."""
+        that is missing or unusable. A usable one is served as it stands, without the lease: a
+        lag is a writer's commit under way (it applies its own events), or, when the lease is
+        free, a dead writer's tail, applied here: an open never waits for a busy writer."""
         make_dir(self.layout.dir)
         try:
             if self.layout.is_foreign_file():
@@ -155,23 +157,24 @@ class Engine:
                         adopt(self.layout)
             self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
             if self._usable() is None:
+                if self._cursor < self.log.head()[0]:
+                    self._take_tail()
                 return
             with self.lease:
                 why = self._usable()
                 if why is None:
                     return
-                if why:
-                    if why != NO_PROJECTION:
-                        log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
-                    projection.rebuild(self.layout, self.log)
-                self._sync(self._connection())
+                if why != NO_PROJECTION:
+                    log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
+                projection.rebuild(self.layout, self.log)
+                self._validated = self.layout.current()
         except BaseException:
             self._close()
             raise
 
     def _usable(self) -> str | None:
-        """None when the projection is healthy and level with the log; "" when it only lags;
-        else why it must be rebuilt."""
+        """None when the projection can serve (perhaps after a catch-up); else why it must be
+        rebuilt."""
         current = self.layout.current()
         if current is None and not os.path.lexists(self.layout.pointer):
             return NO_PROJECTION
@@ -185,10 +188,9 @@ class Engine:
         finally:
             conn.close()
         self._hash_seq = hash_seq
-        if seq == self.log.head()[0]:
-            self._cursor = seq
-            return None
-        return ""
+        self._cursor = seq
+        self._validated = current
+        return None
 
     def _close(self) -> None:
         self.closed = True
@@ -212,8 +214,9 @@ class Engine:
         if self._writer is not None and target is not None and target == self._writer_target:
             return self._writer
         current = self.layout.current()
-        if current is None or projection.problem(current, self.log) is not None:
+        if current is None or (current != self._validated and projection.problem(current, self.log) is not None):
             current = projection.rebuild(self.layout, self.log)
+        self._validated = current
         if self._writer is not None:
             self._writer.close()
         self._writer = projection.connect(current)
@@ -342,13 +345,21 @@ class Engine:
         except OSError:
             pass
 
-    def refresh(self) -> None:
-        """Read-your-writes for readers of this process: if the log is ahead of what this process
-        knows is applied and the projection lags, catch it up — unless a writer holds the lease
-        (it catches up first thing). Never waits for a writer."""
-        head, _ = self.log.head()
-        if head == self._cursor:
+    def refresh(self, reader: sqlite3.Connection) -> None:
+        """Read-your-writes for readers: the projection (seen through ``reader``) level with the
+        log. A writer holds the lease from its append to its commit, so a lag while the lease is
+        free is a dead writer's tail: it is applied here. A lag while the lease is held is a
+        commit under way: never waited for."""
+        head = self.log.head()[0]
+        if head <= self._cursor:
             return
+        applied = projection.read_seq(reader)
+        if applied >= head:
+            self._cursor = applied
+            return
+        self._take_tail()
+
+    def _take_tail(self) -> None:
         if not self.mutex.acquire(blocking=False):
             return
         try:

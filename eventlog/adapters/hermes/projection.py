@@ -271,21 +271,30 @@ def apply_events(conn: sqlite3.Connection, envelopes: Iterable[dict[str, Any]]) 
 
 def catch_up(conn: sqlite3.Connection, eventlog: Any, cursor: int, head: int) -> int:
     """Apply the log's events after ``cursor`` up to ``head`` in transactions of :data:`BATCH`
-    events, each with its cursor; returns the seq reached."""
+    events, each with its cursor; returns the seq reached. A batch is applied straight first;
+    if one of its events is refused, the batch is applied again with each event in a savepoint
+    (that event skipped, see :func:`apply_events`)."""
     while cursor < head:
         upto = min(head, cursor + BATCH)
+        envelopes = list(eventlog.read(cursor + 1, upto))
+        if not envelopes:
+            break
         conn.execute("BEGIN IMMEDIATE")
         try:
-            last, last_hash, _ = apply_events(conn, eventlog.read(cursor + 1, upto))
-            if last:
-                write_cursor(conn, last, last_hash or "")
+            try:
+                for env in envelopes:
+                    apply(conn, env)
+            except (sqlite3.Error, ValueError, TypeError, OverflowError):
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                apply_events(conn, envelopes)
+            last = envelopes[-1]
+            write_cursor(conn, int(last["seq"]), last.get("hash") or "")
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        if not last:
-            break
-        cursor = last
+        cursor = int(envelopes[-1]["seq"])
     return cursor
 
 
@@ -319,10 +328,13 @@ def rebuild(layout: Layout, eventlog: Any) -> Path:
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("BEGIN")
-        schema.create(conn)
+        schema.create(conn, fts_triggers=False)
         conn.execute("COMMIT")
         head, _ = eventlog.head()
         catch_up(conn, eventlog, 0, head)
+        conn.execute("BEGIN")
+        schema.fill_fts(conn)
+        conn.execute("COMMIT")
         conn.execute("PRAGMA journal_mode=WAL")
     finally:
         conn.close()
