@@ -57,12 +57,17 @@ class Clock(types.ModuleType):
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    from eventlog.adapters.hermes import db as facade_db
-    from eventlog.adapters.hermes import reads as facade_reads
+    import importlib
+    import pkgutil
+
+    import eventlog.adapters.hermes as facade
 
     c = Clock()
-    for module in (hermes_state, facade_db, facade_reads):
-        monkeypatch.setattr(module, "time", c)
+    monkeypatch.setattr(hermes_state, "time", c)
+    for info in pkgutil.iter_modules(facade.__path__):  # every adapter module that reads the clock
+        module = importlib.import_module(f"{facade.__name__}.{info.name}")
+        if getattr(module, "time", None) is real_time:
+            monkeypatch.setattr(module, "time", c)
     return c
 
 
