@@ -111,6 +111,7 @@ class Engine:
         self._cursor = 0
         self._hash_seq = 0
         self._validated: Path | None = None
+        self._served: Path | None = None
         self._queue: list[_Request] = []
         self._leading = False
         self._last_group = 1
@@ -189,7 +190,7 @@ class Engine:
             conn.close()
         self._hash_seq = hash_seq
         self._cursor = seq
-        self._validated = current
+        self._validated = self._served = current
         return None
 
     def _close(self) -> None:
@@ -220,7 +221,9 @@ class Engine:
         if self._writer is not None:
             self._writer.close()
         self._writer = projection.connect(current)
-        self.generation += 1
+        if current != self._served:  # readers of this process follow the writer to a new file
+            self.generation += 1
+            self._served = current
         self._writer_path = current
         self._writer_target = os.readlink(self.layout.pointer)
         return self._writer
@@ -357,14 +360,17 @@ class Engine:
         if applied >= head:
             self._cursor = applied
             return
-        self._take_tail()
+        self._take_tail(reader)
 
-    def _take_tail(self) -> None:
+    def _take_tail(self, reader: sqlite3.Connection | None = None) -> None:
         if not self.mutex.acquire(blocking=False):
             return
         try:
             if self.lease.try_enter():
                 try:
+                    # The writer we saw may have committed and left just now: look again first.
+                    if reader is not None and projection.read_seq(reader) >= self.log.head()[0]:
+                        return
                     self._sync(self._connection())
                 finally:
                     self.lease.__exit__(None, None, None)
