@@ -10,9 +10,12 @@ are exercised).
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time as real_time
 import types
@@ -350,3 +353,48 @@ def test_switching_an_existing_state_db_is_lossless(clock: Clock, steps: list[An
             assert reads(ours) == expected_reads
         finally:
             ours.close()
+
+
+def _hermes_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HERMES_")}
+    env["HERMES_HOME"] = str(home)
+    return subprocess.run([sys.executable, "-m", "eventlog.adapters.hermes", "sessions", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_hermes_command_runs_on_an_eventlog_backed_home(tmp_path: Path) -> None:
+    """The launcher: a home written by plain Hermes is switched by the first command, and the
+    real `hermes sessions` commands read and write through eventlog from then on."""
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+    db = Real(home / "state.db")
+    db.create_session("20250101_100000_abcd", "cli", model="gpt", system_prompt="You are Hermes")
+    db.append_message("20250101_100000_abcd", "user", "how do lighthouses work")
+    db.set_session_title("20250101_100000_abcd", "Lighthouses")
+    db.close()
+
+    listed = _hermes_cli(home, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "Lighthouses" in listed.stdout and "how do lighthouses work" in listed.stdout
+    assert (home / "state.db").is_symlink() and (home / "state.db.pre-eventlog").exists()
+
+    renamed = _hermes_cli(home, "rename", "20250101_100000_abcd", "Beacons")
+    assert renamed.returncode == 0, renamed.stderr
+    out = home / "export.jsonl"
+    exported = _hermes_cli(home, "export", str(out))
+    assert exported.returncode == 0, exported.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["id"], r["title"], r["system_prompt"]) for r in rows] == [
+        ("20250101_100000_abcd", "Beacons", "You are Hermes")]
+    assert rows[0]["messages"][0]["content"] == "how do lighthouses work"
+
+    # The rename is an event in the log (eventlog's own tools see it too).
+    from eventlog.log.lmdb import EventLog
+
+    log = EventLog.open(home / "state.db.eventlog" / "profiles" / "default" / "log")
+    try:
+        titled = [e["data"]["title"] for e in log.read() if e["type"] == "session.titled"]
+    finally:
+        log.close()
+    assert titled[-1] == "Beacons"
