@@ -79,6 +79,9 @@ GROUP_MAX_BYTES = 64 * 1024 * 1024
 DURABILITIES = ("sync", "nosync")
 
 _SEQ = 8
+_Thread = threading.Thread
+"""Bound at import: an embedding runtime's tests may monkeypatch ``threading.Thread`` (Hermes'
+run thread targets inline that way), which must not turn the reader sweep into an endless call."""
 _live_logs: "weakref.WeakSet[_Environment]" = weakref.WeakSet()
 
 
@@ -254,7 +257,7 @@ class _Environment:
             env.close()
             raise
         _live_logs.add(self)
-        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
+        self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self._sweeper.start()
 
     def _attach(self, env: lmdb.Environment) -> None:
@@ -607,7 +610,7 @@ class _Environment:
             finally:
                 self._training = False
 
-        self._trainer = threading.Thread(target=train, name="eventlog-train-dict", daemon=True)
+        self._trainer = _Thread(target=train, name="eventlog-train-dict", daemon=True)
         self._trainer.start()
 
     def close(self) -> None:
