@@ -107,6 +107,9 @@ class Applier:
         self._usage: dict[tuple[str, str], list[Any]] = {}
         self._usage_dirty: set[tuple[str, str]] = set()
         self._messages: list[tuple[Any, ...]] = []
+        self.skipped: dict[str, int] = {}
+        """Events of types this program does not project (a newer program's, an extension's),
+        by type; added to the ``skipped_types`` meta row at the next flush (shown by doctor)."""
         self.docs: list[tuple[int, str, str]] | None = None
         """When a list: (message id, session id, lower-cased search text) of each message
         inserted, for an FTS index built alongside (see fts.search_doc: same text)."""
@@ -136,6 +139,7 @@ class Applier:
                 return
         handler = HANDLERS.get(kind)
         if handler is None:
+            self.skipped[kind] = self.skipped.get(kind, 0) + 1
             return
         data = env.get("data")
         if type(data) is not dict:
@@ -146,6 +150,14 @@ class Applier:
         """Write the buffered rows of the hot path to the tables. The cached rows are then
         dropped (the next event may change the tables behind them) unless ``keep_cache``:
         between two hot-path events nothing else writes them."""
+        if self.skipped:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'skipped_types'").fetchone()
+            counts = orjson.loads(row[0]) if row and isinstance(row[0], (str, bytes)) else {}
+            for kind, n in self.skipped.items():
+                counts[kind] = int(counts.get(kind, 0)) + n
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('skipped_types', ?)",
+                            (orjson.dumps(counts, option=orjson.OPT_SORT_KEYS).decode(),))
+            self.skipped = {}
         if self._messages:
             self.db.executemany(_INSERT_MESSAGE, self._messages)
             self._messages = []

@@ -48,13 +48,7 @@ def saver(tmp_path: Path) -> Iterator[EventlogSaver]:
 
 def rebuild(saver: EventlogSaver) -> None:
     """Drop the langgraph read model and derive it again from the log."""
-    store = saver._open()
-    if hasattr(store, "append_events"):
-        store.rebuild()
-    else:
-        from eventlog.adapters import _standin
-
-        _standin.rebuild(store, lg_model.NAMESPACE)
+    saver._open().rebuild()
 
 
 # ---------------------------------------------------------------- the conformance suite

@@ -393,13 +393,14 @@ def test_sessions_of_a_profile_share_one_store_closed_with_the_last(home: Path) 
     a, b = make(home, "a"), make(home, "b")
     run(a.add_items([user("1")]))
     run(b.add_items([user("2")]))
-    assert a._store is b._store and a._store is not None
-    store = a._store
+    assert a._store is not None and b._store is not None and a._store._core is b._store._core
+    store, other = a._store, b._store
     assert _shared.references(store) == 2
     a.close()
-    assert _shared.references(store) == 1 and contents(run(b.get_items())) == ["2"]
+    assert _shared.references(store) == 0 and _shared.references(other) == 1
+    assert contents(run(b.get_items())) == ["2"]
     b.close()
-    assert _shared.references(store) == 0
+    assert _shared.references(other) == 0 and other._core.refs == 0
 
 
 def test_listing_search_stats_and_verify_see_agent_conversations(home: Path) -> None:

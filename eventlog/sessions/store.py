@@ -13,9 +13,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sqlite3
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 from eventlog.errors import (
     ClosedError,
@@ -31,6 +33,7 @@ from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
+from eventlog.sessions.extensions import Extension, Registry
 from eventlog.sessions.fold import Fold, content_text
 from eventlog.sessions.reads import ReadModel, typed_read
 
@@ -156,6 +159,11 @@ class Projections(Protocol):
                 out_path: str | Path | None = None, progress: Any = None) -> dict[str, Any]: ...
     def health(self, full: bool = True) -> dict[str, Any]: ...
     def cursor(self) -> int: ...
+    def register_read_models(self, models: dict[str, Any], upcast: Any) -> None: ...
+    @property
+    def following(self) -> bool: ...
+    def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
+    def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None: ...
     def start_follower(self) -> None: ...
     def stop_follower(self) -> None: ...
     def lease_holder(self) -> int | None: ...
@@ -186,6 +194,25 @@ class _Shared:
         self.followers = 0  # handles that asked for a follower: it runs while any is open
         self.last_seq = 0  # the last append of any handle: reads see every handle's writes
         self._seq_lock = threading.Lock()
+        self.registry = Registry()
+
+    def add_extensions(self, extensions: Any) -> None:
+        """Register ``extensions`` (a list of :class:`Extension`) for every handle of this core."""
+        if extensions is None:
+            return
+        if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
+            raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
+        with self._seq_lock:
+            new = [rm for ext in extensions for rm in getattr(ext, "read_models", ())
+                   if rm.name not in self.registry.read_models]
+            for ext in extensions:
+                self.registry.add(ext)
+            if self.projector is not None and self.registry.read_models:
+                self.projector.register_read_models(dict(self.registry.read_models), self.registry.upcast)
+        if self.projector is not None:
+            head = self.log.head()[0]
+            for rm in new:  # built (or brought up to the log) now, as the store opens
+                self.projector.advance_read_model(rm.name, head)
 
     def appended(self, seq: int) -> None:
         with self._seq_lock:
@@ -276,6 +303,7 @@ class SessionStore:
             log = os.environ.get(LOG_URL_ENV) or None
         if log is not None and not isinstance(log, (Log, str, os.PathLike)):
             raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
+        extensions = options.pop("extensions", None)
         kind = options.get("read_model", "projection")
         follower = bool(options.get("follower", True)) if kind == "projection" else False
         key = (os.path.realpath(d), "lmdb" if log is None else (f"object:{id(log)}" if isinstance(log, Log)
@@ -291,6 +319,7 @@ class SessionStore:
                     _shared[key] = core
             else:
                 cls._check_options(core, options)
+            core.add_extensions(extensions)
             core.refs += 1
             if follower:
                 core.want_follower()
@@ -298,7 +327,7 @@ class SessionStore:
 
     @staticmethod
     def _check_options(core: _Shared, options: dict[str, Any]) -> None:
-        allowed = {"durability", "map_size", "read_model", "follower", "batch_size", "check"}
+        allowed = {"durability", "map_size", "read_model", "follower", "batch_size", "check", "extensions"}
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
@@ -634,6 +663,52 @@ class SessionStore:
         self._deleted.update(doomed)
         self._live.difference_update(doomed)
         return seq
+
+    def append_events(self, events: Iterable[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+        """Append events of registered types (the session catalogue's or an extension's,
+        ``SessionStore.open(extensions=[...])``) in one atomic batch; returns their seqs.
+
+        Each is ``{"type", "session"?, "data", "id"?}``, checked by its type's validator
+        (:class:`ValidationError` naming ``events[i].<field>``; nothing is appended). An event of
+        the session catalogue must name a live session (or one the batch creates); the domain
+        rules of the store's own methods (unique titles, provenance, ...) are theirs: use the
+        methods for those. ``expected_version``: as for :meth:`eventlog.log.Log.append`.
+        """
+        self._check()
+        if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
+            raise ValidationError("events", f"must be a list of event objects, got {type(events).__name__}")
+        registry = self._core.registry
+        batch = [registry.event(e, i) for i, e in enumerate(events)]
+        if not batch:
+            return []
+        created = {e["session"] for e in batch if e["type"] == "session.created"}
+        for i, e in enumerate(batch):
+            sid = e["session"]
+            if (registry.is_catalogue(e["type"]) and e["type"] != "session.created" and sid not in created
+                    and sid not in self._live):
+                try:
+                    self._need_live(sid)
+                except NotFoundError:
+                    raise NotFoundError("session", sid) from None
+                self._remember(sid)
+        return self._append(batch, expected_version=expected_version)
+
+    @contextmanager
+    def read_model(self, name: str, *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
+        """A read-only SQLite connection on state.db where extension read model ``name`` holds
+        every event this process appended — and, in a process without a follower of its own,
+        every event in the log as of the call — waiting at most ``wait`` seconds for another
+        process's catch-up. Close it (``with``) before the next write."""
+        self._check()
+        if name not in self._core.registry.read_models:
+            raise ValidationError("name", f"no read model {name!r} is registered on this store",
+                                  hint="pass its extension to SessionStore.open(extensions=[...])")
+        projector = self._need_projector()
+        # As every read: with a follower of its own the process sees its own writes at once and
+        # others' within the follower's poll; without one, everything in the log as of now.
+        target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
+        with projector.read_model(name, target, wait) as conn:
+            yield conn
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""

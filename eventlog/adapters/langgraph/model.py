@@ -37,11 +37,7 @@ import orjson
 
 from eventlog.adapters._ids import map_id
 from eventlog.errors import ValidationError
-
-try:
-    from eventlog.sessions.extensions import EventType, Extension, ReadModel
-except ImportError:  # STAND-IN until issue 13's extension mechanism lands on main
-    from eventlog.adapters._standin import EventType, Extension, ReadModel
+from eventlog.sessions.extensions import EventType, Extension, ReadModel
 
 NAMESPACE = "langgraph"
 MESSAGE_KIND = "langgraph:message"
