@@ -19,7 +19,8 @@ from eventlog.sessions.store import SessionStore
 def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
             extensions: Sequence[Extension] = ()) -> SessionStore:
     """A store handle on ``(home, profile)`` with ``extensions`` registered."""
-    return SessionStore.open(None if home is None else os.fspath(home), profile, extensions=list(extensions) if extensions else None)
+    return SessionStore.open(None if home is None else os.fspath(home), profile,
+                             extensions=list(extensions) if extensions else None)
 
 
 def release(store: SessionStore) -> None:

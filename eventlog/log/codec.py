@@ -10,7 +10,6 @@ bool, None): nothing is ever pickled, evaluated or coerced from another type on 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -33,6 +32,14 @@ ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 ENVELOPE_INPUT_KEYS = frozenset({"type", "session", "data", "id", "v"})
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """The integers JSON values may hold (SQLite's and most readers' limit)."""
+
+
+def _sha256(data: bytes) -> Any:
+    """hashlib.sha256, imported on first use: loading OpenSSL's hashlib costs a read-only
+    one-shot (which never hashes) several milliseconds."""
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def canonical(obj: Any) -> bytes:
@@ -209,7 +216,7 @@ def seal(p: Prepared, seq: int, ts: int, prev: str) -> tuple[bytes, str]:
     """
     tail = b"".join((p._id_part, prev.encode(), b'","seq":', str(seq).encode(), p._mid_part, str(ts).encode(),
                      p._tail_part))
-    h = hashlib.sha256(bytes.fromhex(prev))
+    h = _sha256(bytes.fromhex(prev))
     h.update(b'{"data":')
     h.update(p.data_bytes)
     h.update(tail)
@@ -238,7 +245,7 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
     except orjson.JSONEncodeError as e:
         return env, f"event does not re-encode ({e})"
     try:
-        actual = hashlib.sha256(bytes.fromhex(expect_prev) + encoded).hexdigest()
+        actual = _sha256(bytes.fromhex(expect_prev) + encoded).hexdigest()
     except ValueError:
         return env, "prev is not a hex sha256"
     if actual != claimed:

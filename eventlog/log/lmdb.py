@@ -25,7 +25,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import threading
 import time
 import weakref
@@ -1004,6 +1003,11 @@ class _Environment:
             return 0, codec.ZERO_HASH
         return key_seq(raw[:_SEQ]), raw[_SEQ:].hex()
 
+    def hash_at(self, seq: int) -> str | None:
+        with self._read() as txn:
+            raw = txn.get(seq_key(seq), db=self._events)
+            return None if raw is None else stored.hash_of(bytes(raw))
+
     def get(self, seq: int) -> dict[str, Any] | None:
         """The envelope at ``seq``, or ``None``."""
         with self._read() as txn:
@@ -1121,6 +1125,8 @@ def _unlink(path: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
+    import shutil
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -1287,6 +1293,11 @@ class EventLog(LogBase):
 
     def get(self, seq: int) -> dict[str, Any] | None:
         return self._live().get(seq)
+
+    def hash_at(self, seq: int) -> str | None:
+        """The hash recorded by the event at ``seq`` (None when there is none), read from its
+        header without decoding its data."""
+        return self._live().hash_at(seq)
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         core = self._live()

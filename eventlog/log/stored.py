@@ -204,6 +204,20 @@ def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
                      str(p.ts).encode(), b',"type":', dumps(p.type), b',"v":', str(p.v).encode(), b"}"))
 
 
+def hash_of(value: bytes) -> str | None:
+    """The hash an event stored as ``value`` records (either format), without decoding its data;
+    None when the value does not say."""
+    if value[:1] == b"{":
+        try:
+            h = codec.decode(value).get("hash")
+        except ValueError:
+            return None
+        return h if isinstance(h, str) else None
+    if len(value) < 33 or value[0] != KIND_EVENT:
+        return None
+    return bytes(value[1:33]).hex()
+
+
 def envelope(seq: int, value: bytes, compression: Compression) -> dict[str, Any]:
     """The envelope of the event stored as ``value`` at ``seq`` (either format), without
     building its canonical bytes first. Raises ``ValueError`` when it cannot be decoded."""

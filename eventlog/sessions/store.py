@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from eventlog.errors import (
     ClosedError,
@@ -33,9 +33,11 @@ from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
-from eventlog.sessions.extensions import Extension, Registry
 from eventlog.sessions.fold import Fold, content_text
 from eventlog.sessions.reads import ReadModel, typed_read
+
+if TYPE_CHECKING:
+    from eventlog.sessions.extensions import Registry
 
 _log = logging.getLogger("eventlog.sessions")
 
@@ -194,12 +196,24 @@ class _Shared:
         self.followers = 0  # handles that asked for a follower: it runs while any is open
         self.last_seq = 0  # the last append of any handle: reads see every handle's writes
         self._seq_lock = threading.Lock()
-        self.registry = Registry()
+        self._registry: Registry | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The event types and read models of this profile's stores (built on first use: the
+        extension machinery is not loaded by stores that never use it)."""
+        if self._registry is None:
+            from eventlog.sessions.extensions import Registry
+
+            self._registry = Registry()
+        return self._registry
 
     def add_extensions(self, extensions: Any) -> None:
         """Register ``extensions`` (a list of :class:`Extension`) for every handle of this core."""
         if extensions is None:
             return
+        from eventlog.sessions.extensions import Extension
+
         if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
             raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
         with self._seq_lock:
