@@ -48,7 +48,7 @@ from eventlog.errors import (
     WriterBusyError,
 )
 from eventlog.log import codec, residency, stored
-from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
+from eventlog.log.base import LogBase, VerifyResult, check_erase_seqs, erase_event, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import FILE_MODE, flock_holder, fsync_dir, fsync_file, make_dir, restrict_file
 
@@ -948,6 +948,61 @@ class _Environment:
                 return []
         return fresh
 
+    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+        """Replace the events at ``seqs`` by their erased form and append the ``log.erased``
+        record, in one write transaction; returns its seq (0: every seq was erased already).
+        The replaced values' bytes stay in pages LMDB freed: :meth:`compact` removes them."""
+        self._check()
+        wanted = check_erase_seqs(seqs)
+        with self._writing():
+            txn = self._env.begin(write=True)
+            try:
+                listed: list[list[Any]] = []
+                stubs: list[tuple[bytes, bytes]] = []
+                for q in wanted:
+                    value = txn.get(seq_key(q), db=self._events)
+                    if value is None:
+                        raise ValidationError("seqs", f"the log holds no event {q}")
+                    value = bytes(value)
+                    if stored.is_stub_value(value):
+                        continue
+                    env = self._envelope(q, value)
+                    if env.get("type") == codec.ERASED_TYPE:
+                        raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
+                    listed.append([q, env["hash"]])
+                    gone = codec.stub(env)
+                    stubs.append((seq_key(q), stored.pack_stub(gone) if self.format == FORMAT_2
+                                  else codec.canonical(gone)))
+                if not listed:
+                    txn.abort()
+                    return 0
+                p = codec.prepare(erase_event(listed, data), log_type=True)
+                head = txn.get(b"head", db=self._meta)
+                start, prev = (key_seq(head[:_SEQ]), bytes(head[_SEQ:]).hex()) if head else (0, codec.ZERO_HASH)
+                seq, ts = start + 1, time.time_ns()
+                raw, digest = codec.seal(p, seq, ts, prev)
+                if self.format == FORMAT_2:
+                    c, d, payload = self.compression.compress(p.data_bytes)
+                    raw = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
+                key = seq_key(seq)
+                if not txn.put(key, raw, db=self._events, append=True):
+                    raise StorageError(f"seq {seq} could not be appended (key out of order)")
+                txn.put(p.id.encode(), key, db=self._ids, overwrite=False)
+                for k, v in stubs:
+                    txn.put(k, v, db=self._events)
+                txn.put(b"head", key + bytes.fromhex(digest), db=self._meta)
+                txn.commit()
+            except lmdb.Error as e:
+                txn.abort()
+                raise storage_error(e, "erase failed", self.path) from e
+            except BaseException:
+                txn.abort()
+                raise
+        self.commits += 1
+        with self._appended:
+            self._appended.notify_all()
+        return seq
+
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (an audit import); returns how many were written.
 
@@ -971,7 +1026,12 @@ class _Environment:
                         raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
                     seq += 1
                     key = seq_key(seq)
-                    value = stored.pack_envelope(env, self.compression) if self.format == FORMAT_2 else bytes(raw)
+                    if self.format != FORMAT_2:
+                        value = bytes(raw)
+                    elif codec.is_stub(env):
+                        value = stored.pack_stub(env)
+                    else:
+                        value = stored.pack_envelope(env, self.compression)
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")
@@ -1329,6 +1389,16 @@ class EventLog(LogBase):
     def release_pages(self) -> int:
         """Drop this process's mapping of the log pages it has touched (see :mod:`eventlog.log.residency`)."""
         return self._live().release_pages()
+
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, compact: bool = True) -> int:
+        """Erase the content of the events at ``seqs`` (see :meth:`eventlog.log.Log.erase`), then —
+        unless ``compact=False`` — :meth:`compact` the log so no freed page keeps their bytes."""
+        core = self._live()
+        self._check_writable()
+        seq = core.erase(seqs, data)
+        if seq and compact:
+            core.compact()
+        return seq
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file with only its live pages and switch every process to it
