@@ -134,6 +134,12 @@ class Applier:
         self.seq = seq
         h = env.get("hash")
         self.hash = h if type(h) is str else None
+        if env.get("erased") is True and "data" not in env:
+            return  # an erased event: its content is gone, as if it had never been appended
+        if kind == "log.erased":
+            self.flush()
+            self._erased(env.get("data"), seq)
+            return
         if type(sid) is not str or type(kind) is not str:
             if not isinstance(sid, str) or not isinstance(kind, str):
                 return
@@ -355,6 +361,22 @@ class Applier:
             db.execute("DELETE FROM messages WHERE session_id = ?", (m,))
             db.execute("DELETE FROM sessions WHERE id = ?", (m,))
             db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (m, seq))
+
+    def _erased(self, data: Any, seq: int) -> None:
+        """The log's erase record: the rows of the sessions it names go (their events are stubs
+        now, so a build from the start never makes them), and a tombstone tells the FTS index to
+        drop their documents. The connection deletes securely (SQLite overwrites what it frees)."""
+        names = data.get("sessions") if isinstance(data, dict) else None
+        db = self.db
+        db.execute("PRAGMA secure_delete = ON")
+        for sid in names if isinstance(names, list) else []:
+            if not isinstance(sid, str):
+                continue
+            db.execute("DELETE FROM reactions WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (sid, seq))
 
     def _rewound(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         mid = as_int(data.get("message_id"))

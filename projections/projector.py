@@ -228,6 +228,20 @@ class Projector:
         stats.update(which=which, seconds=seconds, events_per_s=stats["events"] / seconds if seconds > 0 else 0.0)
         return stats
 
+    def purge(self, timeout: float | None = None) -> dict[str, Any]:
+        """After an erase: rebuild state.db and the FTS index into new generation files (built
+        from the log, where the erased content is gone), then remove every other generation of
+        this program's projections with its WAL and shared-memory files, so that no file under the
+        profile keeps what was erased (a process still reading an old file keeps its open copy
+        until it lets go; the name is gone). Waits for the lease at most ``timeout``."""
+        started = time.perf_counter()
+        with self._locked(timeout):
+            built = self._builder.rebuild_state(with_fts=True)
+            self.extensions.catch_up()
+            removed = files.collect_garbage(self.dir, "state", set()) + files.collect_garbage(self.dir, "fts", set())
+        return {"events": built["events"], "files": built["files"], "removed": removed,
+                "seconds": time.perf_counter() - started}
+
     # ---- extension read models ------------------------------------------------------------------
 
     def register_read_models(self, models: dict[str, Any], upcast: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

@@ -15,6 +15,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
@@ -165,6 +166,7 @@ class Projections(Protocol):
     @property
     def following(self) -> bool: ...
     def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
+    def purge(self, timeout: float | None = None) -> dict[str, Any]: ...
     def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None: ...
     def start_follower(self) -> None: ...
     def stop_follower(self) -> None: ...
@@ -254,6 +256,16 @@ class _Shared:
 _shared: dict[tuple[str, str, str], _Shared] = {}
 _shared_lock = threading.Lock()
 _opening: dict[tuple[str, str, str], threading.Lock] = {}
+
+
+def _user() -> str:
+    """Who erases, for the audit record: the OS user name (``unknown`` when it cannot be told)."""
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:  # no user database entry (a container): say so rather than fail the erase
+        return "unknown"
 
 
 def _close_all_at_exit() -> None:
@@ -723,6 +735,98 @@ class SessionStore:
         target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
         with projector.read_model(name, target, wait) as conn:
             yield conn
+
+    def erase_session(self, session_id: str, reason: str, *, by: str | None = None) -> dict[str, Any]:
+        """Make the content of a session — and of its descendants (the lineage rule of
+        :meth:`delete_session`) — unrecoverable: every event of their streams is replaced by its
+        erased form (type, time and hash kept; data gone) and one ``log.erased`` record says who
+        (``by``, default the OS user), when, why (``reason``) and which events; the log is then
+        compacted and the projections rebuilt so that no file under the profile keeps the words.
+        The chain still verifies. Works on deleted sessions too (a tombstone keeps the words;
+        this does not). Returns ``{"seq", "sessions", "events"}``; erasing again finds nothing
+        left (``seq`` 0, ``events`` 0). NotFoundError for a session the log never had."""
+        self._check()
+        sid = ev.validate_session_id(session_id)
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
+            raise ValidationError("reason", "must be a non-empty text of at most 1000 characters")
+        members = self._lineage_in_log(sid)
+        if not members:
+            raise NotFoundError("session", sid)
+        seqs = [env["seq"] for member in members for env in self.log.read_session(member)]
+        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
+        erase = getattr(self.log, "erase")
+        seq = int(erase(seqs, data))
+        self._live.difference_update(members)
+        self._deleted.update(members)
+        if seq:
+            self._core.appended(seq)
+            if self._projector is not None:
+                self._projector.purge()
+            else:
+                self._reads.advance(seq)
+        return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
+
+    def _lineage_in_log(self, sid: str) -> list[str]:
+        """``sid`` and its descendants, live or deleted, read from the log (erased ones count
+        too: the stubs keep their session). Empty when the log never had ``sid``."""
+        if not any(env.get("type") == "session.created" for env in self.log.read_session(sid)):
+            return []
+        members, frontier = [sid], {sid}
+        children: dict[str, list[str]] = {}
+        for env in self.log.read():
+            if env.get("type") == "session.created" and isinstance(env.get("data"), dict):
+                parent = env["data"].get("parent_session_id")
+                if isinstance(parent, str) and isinstance(env.get("session"), str):
+                    children.setdefault(parent, []).append(env["session"])
+            elif env.get("type") == "log.erased" and isinstance(env.get("data"), dict):
+                # An erased session.created no longer names its parent; the erase record does.
+                named = env["data"].get("sessions")
+                if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
+                    children.setdefault(named[0], []).extend(n for n in named[1:])
+        while frontier:
+            nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
+            members.extend(sorted(nxt))
+            frontier = nxt
+        return members
+
+    def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
+                  by: str | None = None) -> dict[str, Any]:
+        """Erase every session (with its lineage) whose last activity is older than
+        ``older_than_s`` seconds — in one erase, one compaction. ``dry_run``: only say which.
+        Returns ``{"sessions", "erased_events", "seq"}``."""
+        self._check()
+        if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
+            raise ValidationError("older_than", "must be a duration of 0 seconds or more")
+        cutoff = time.time() - older_than_s
+        old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
+               if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
+        members: list[str] = []
+        for sid in old:
+            for m in self._lineage_in_log(sid):
+                if m not in members:
+                    members.append(m)
+        if dry_run or not members:
+            return {"sessions": members, "erased_events": 0, "seq": 0, "dry_run": dry_run}
+        seqs = [env["seq"] for m in members for env in self.log.read_session(m)]
+        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
+        seq = int(getattr(self.log, "erase")(seqs, data))
+        self._live.difference_update(members)
+        self._deleted.update(members)
+        if seq:
+            self._core.appended(seq)
+            if self._projector is not None:
+                self._projector.purge()
+        return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the log file so freed space returns to the filesystem (LMDB log only); see
+        :meth:`eventlog.log.lmdb.EventLog.compact`. ``{"bytes_before", "bytes_after", "generation"}``."""
+        self._check()
+        compact = getattr(self.log, "compact", None)
+        if compact is None:
+            raise ValidationError("log", "this log backend does not compact (only the LMDB log does)")
+        result: dict[str, Any] = compact()
+        return result
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""
