@@ -4,7 +4,6 @@ intact; retention erases by age; a raw byte scan is the judge."""
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 import pytest
