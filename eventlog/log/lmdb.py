@@ -1234,7 +1234,8 @@ def verify_environment(env_dir: Path) -> VerifyResult:
 
 
 _open_envs: dict[str, _Environment] = {}
-_open_envs_lock = threading.Lock()
+_open_envs_lock = threading.RLock()
+"""Re-entrant: a garbage collection inside an open may run a finalizer that closes another handle."""
 
 
 class EventLog(LogBase):
