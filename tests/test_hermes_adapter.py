@@ -20,6 +20,7 @@ from eventlog.adapters.hermes import SessionDB
 from eventlog.adapters.hermes.db import UnsupportedRawWrite
 from eventlog.adapters.hermes.projection import Layout
 from eventlog.adapters.hermes.schema import PROJECTION_VERSION, create
+from eventlog.log.lmdb import generation_dir
 from sqlite_export.hermes import map_session_id
 
 TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing", "compression_locks",
@@ -85,8 +86,9 @@ def test_layout_and_event_types(path: Path) -> None:
     db = SessionDB(path)
     workload(db)
     layout = Layout(path)
-    assert path.is_symlink() and Path(os.readlink(path)).name == f"state.1.v{PROJECTION_VERSION}.db"
-    assert (layout.log_dir / "data.mdb").exists()
+    # The workload ends with a delete: an erase, which rebuilt the projection as generation 2.
+    assert path.is_symlink() and Path(os.readlink(path)).name == f"state.2.v{PROJECTION_VERSION}.db"
+    assert (generation_dir(layout.log_dir) / "data.mdb").is_file()
     assert db.get_session("s1")["title"] == "First session"
     db.close()
     kinds = [e["type"] for e in events(path)]
@@ -95,7 +97,7 @@ def test_layout_and_event_types(path: Path) -> None:
         assert core in kinds
     assert {"hermes.messages_rewound", "hermes.routing_replaced", "hermes.compression_lock_acquired",
             "hermes.meta_set", "hermes.sessions_deleted"} <= set(kinds)
-    odd = [e for e in events(path) if e["type"] == "message.appended" and e["data"].get("sid")]
+    odd = [e for e in events(path) if e["type"] == "message.appended" and e.get("data", {}).get("sid")]
     # An id eventlog's stream field cannot hold: a stable stand-in there, the real one in the data.
     assert odd and odd[0]["data"]["sid"] == "odd id/with space"
     assert odd[0]["session"] == map_session_id("odd id/with space")
@@ -463,3 +465,39 @@ def test_raw_writes_to_tables_that_are_not_hermes_data_are_refused(path: Path) -
     db._conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('optimize')")  # an FTS command: fine
     assert head(db) == before
     db.close()
+
+
+def test_what_hermes_deletes_is_erased_from_every_file(path: Path) -> None:
+    """Hermes' delete_session maps to eventlog's erase: the words are gone from the log, the
+    projection and every generation, the chain verifies, other sessions keep theirs, and message
+    ids are never handed out again."""
+    from eventlog.log.lmdb import EventLog
+
+    marker = "HermesSecretMarker42"
+    db = SessionDB(db_path=path)
+    try:
+        db.create_session("secret", source="cli")
+        db.create_session("other", source="cli")
+        for i in range(20):
+            db.append_message("secret", role="user", content=f"{marker} number {i}")
+        kept = db.append_message("other", role="user", content="plain words")
+        db.set_session_title("secret", f"Title {marker}")
+        last_secret = db.append_message("secret", role="assistant", content=f"{marker} last")
+
+        def traces() -> list[str]:
+            return [str(p) for p in path.parent.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+                    and any(f in p.read_bytes() for f in (marker.encode(), marker.lower().encode(),
+                                                          marker.encode("utf-16-le")))]
+
+        assert traces()
+        assert db.delete_session("secret") is True
+        assert traces() == []
+        assert db.get_session("secret") is None and [m["content"] for m in db.get_messages("other")] == ["plain words"]
+        new_id = db.append_message("other", role="user", content="after the erase")
+        assert new_id > last_secret > kept  # AUTOINCREMENT: no id of a deleted row again
+    finally:
+        db.close()
+    log_dir = next(path.parent.rglob("data.mdb")).parent
+    with EventLog.open(log_dir if (log_dir / "lock.mdb").exists() else log_dir.parent) as lg:
+        res = lg.verify()
+        assert res.ok and res.erased >= 22

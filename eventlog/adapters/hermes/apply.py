@@ -779,3 +779,15 @@ def _handoff_completed(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) ->
 @rule("hermes.handoff_failed")
 def _handoff_failed(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     return _set_columns(conn, sid, {"handoff_state": "failed", "handoff_error": _v(d, "error")})
+
+
+@rule("log.erased")
+def _erased(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> None:
+    """eventlog's erase record: the erased sessions' events are stubs (never applied again);
+    the AUTOINCREMENT counters it carries keep a rebuild from reusing a deleted row's id."""
+    counters = d.get("sqlite_sequence")
+    for name, seq in (counters.items() if isinstance(counters, dict) else ()):
+        if isinstance(name, str) and isinstance(seq, int) and not isinstance(seq, bool):
+            conn.execute("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (seq, name))
+            if conn.execute("SELECT changes()").fetchone()[0] == 0:
+                conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (name, seq))

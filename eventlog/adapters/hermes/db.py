@@ -740,7 +740,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 return []
             return list(tx.emit("hermes.sessions_deleted", None, {"ids": [sql_value(i) for i in ids], **flags}) or [])
 
-        return list(self._write(fn))
+        gone = list(self._write(fn))
+        if gone:
+            # What Hermes deletes is gone from the disk, not only from the views (an erase).
+            assert self._engine is not None
+            self._engine.erase([g for g in gone if isinstance(g, str)], "deleted through Hermes' SessionDB")
+        return gone
 
     def delete_session(self, session_id: str, sessions_dir: Optional[Path] = None) -> bool:
         """Delete a session and its messages; its delegate subagents go with it, other children

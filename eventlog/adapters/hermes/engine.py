@@ -377,6 +377,33 @@ class Engine:
         finally:
             self.mutex.release()
 
+    def erase(self, session_ids: list[str], reason: str) -> int:
+        """Make the content of these (deleted) sessions unrecoverable: their events become stubs
+        with one ``log.erased`` record (eventlog's erase; the log is compacted), then the
+        projection is rebuilt into a new generation and every older one removed, so no file
+        keeps what Hermes deleted. The AUTOINCREMENT counters are carried in the record, so a
+        rebuild never hands out an id a deleted row had. Returns the record's seq (0: nothing)."""
+        with self.mutex, self.lease:
+            seqs = [env["seq"] for sid in session_ids for env in self.log.read_session(sid)]
+            if not seqs:
+                return 0
+            conn = self._connection()
+            sequences = {str(n): int(s) for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")}
+            import getpass
+
+            try:
+                who = getpass.getuser()
+            except Exception:  # no user database entry (a container)
+                who = "unknown"
+            seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": session_ids,
+                                            "sqlite_sequence": sequences}))
+            path = projection.rebuild(self.layout, self.log)
+            for name in os.listdir(self.layout.dir):  # the replaced generation held the words
+                if name.startswith("state.") and name.endswith(".db") and name != path.name:
+                    projection.remove_file(self.layout.dir / name)
+            self._sync(self._connection())
+            return seq
+
     def rebuild(self) -> Path:
         """Rebuild the projection from the log now (``eventlog``-side repair)."""
         with self.mutex, self.lease:
