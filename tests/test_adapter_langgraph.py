@@ -294,3 +294,25 @@ def test_a_fork_from_an_older_checkpoint_leaves_the_original_branch_intact(saver
         "one", "echo: one", "two", "echo: two"]
     assert [m.content for m in graph.get_state(config).values["messages"]] == [
         "one", "echo: one", "branch", "echo: branch"]
+
+
+def test_delete_thread_can_erase_the_thread_from_every_file(tmp_path: Path) -> None:
+    marker = "LangGraphSecretMarker"
+    config = {"configurable": {"thread_id": "secret-thread"}}
+    with EventlogSaver(home=tmp_path, erase_deleted=True) as saver:
+        graph = _chat_graph(saver)
+        graph.invoke({"messages": [("user", f"remember {marker}")]}, config)
+        graph.invoke({"messages": [("user", "keep me")]}, {"configurable": {"thread_id": "kept"}})
+
+        def traces() -> list[str]:
+            return [str(p) for p in tmp_path.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+                    and any(f in p.read_bytes() for f in (marker.encode(), marker.lower().encode(),
+                                                          marker.encode("utf-16-le")))]
+
+        assert traces()
+        saver.delete_thread("secret-thread")
+        assert saver.get_tuple(config) is None and traces() == []
+        assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
+    with SessionStore.open(tmp_path, follower=False) as store:
+        assert store.log.verify().ok and store.log.verify().erased > 0
+        assert store.get_session("lg:secret-thread") is None

@@ -559,3 +559,25 @@ def test_another_process_adding_and_popping_is_seen_by_a_live_session(home: Path
     other("await s.clear_session()")
     assert run(s.get_items()) == [] and run(s.pop_item()) is None
     s.close()
+
+
+def test_clear_session_can_erase_the_items_from_every_file(home: Path) -> None:
+    from eventlog.errors import ConflictError, NotFoundError
+
+    marker = "OpenAIAgentsSecretMarker"
+    s, other = make(home, "secret"), make(home, "kept")
+    run(s.add_items([user(f"{marker} one"), user(f"{marker} two")]))
+    run(other.add_items([user("plain")]))
+
+    def traces() -> list[str]:
+        return [str(p) for p in home.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+                and any(f in p.read_bytes() for f in (marker.encode(), marker.lower().encode()))]
+
+    assert traces()
+    run(s.clear_session(erase=True))
+    assert traces() == [] and run(s.get_items()) == []
+    assert contents(run(other.get_items())) == ["plain"]
+    with pytest.raises((ConflictError, NotFoundError)):
+        run(s.add_items([user("again")]))  # an erased session id stays taken
+    s.close()
+    other.close()

@@ -334,9 +334,20 @@ class EventlogSession:
                 self._history = _History(h.version + 1, h.ids[:at], h.items[:at])
                 return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
-    async def clear_session(self, *, wrapper: Any = None) -> None:
-        """Remove every item from the history (a rewind from the first one; the log keeps them)."""
-        await _settled(self._call(self._clear))
+    async def clear_session(self, *, wrapper: Any = None, erase: bool = False) -> None:
+        """Remove every item from the history: a rewind from the first one (the log keeps them
+        for audit), or with ``erase=True`` an erase (:meth:`SessionStore.erase_session`): the
+        items are gone from every file, an audit record stays, and this session id cannot be
+        used again (an erased id stays taken: later calls raise ConflictError)."""
+        await _settled(self._call(self._erase if erase else self._clear))
+
+    def _erase(self) -> None:
+        store = self._open()
+        with self._history_lock:
+            if store.get_session(self.key) is not None or store.version(self.key):
+                store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
+            self._history = _History(store.version(self.key), [], [])
+            self._created = True
 
     def _clear(self) -> None:
         store = self._open()

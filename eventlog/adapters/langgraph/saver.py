@@ -88,18 +88,22 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     ``get_tuple`` and ``list`` read the ``langgraph`` read model, never the log. Messages of the
     root graph's ``messages`` channel are mirrored into the thread's session once each (by
     message id), so eventlog's search, transcripts and stats cover LangGraph conversations;
-    ``delete_thread`` also rewinds them (the log keeps them).
+    ``delete_thread`` also rewinds them (the log keeps them) — or, with ``erase_deleted=True``,
+    erases the thread's whole stream (:meth:`SessionStore.erase_session`: checkpoints, writes and
+    messages gone from every file, an audit record kept; the thread id cannot be used again).
 
     Savers of one (home, profile) share one store in the process.
     """
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
-                 serde: SerializerProtocol | None = None, mirror_messages: bool = True) -> None:
+                 serde: SerializerProtocol | None = None, mirror_messages: bool = True,
+                 erase_deleted: bool = False) -> None:
         super().__init__(serde=serde)
         validate_profile(profile)
         self._home = home
         self._profile = profile
         self._mirror = mirror_messages
+        self._erase_deleted = erase_deleted
         self._store: SessionStore | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -361,6 +365,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         sid = self._session(store, tid)
         self._append(store, [{"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}])
         self._mirrored.pop(sid, None)
+        if self._erase_deleted:
+            store.erase_session(sid, "EventlogSaver.delete_thread (erase_deleted=True)")
+            self._sessions.discard(sid)
+            return
         self._rewind_all(store, sid)
 
     def _rewind_all(self, store: SessionStore, sid: str) -> None:
