@@ -124,6 +124,20 @@ def test_retention_erases_sessions_older_than_the_cutoff(tmp_path: Path) -> None
         assert lg.verify().ok
 
 
+def test_retention_also_erases_deleted_sessions_whose_words_the_log_keeps(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        gone = store.create_session(source="cli")
+        store.append_message(gone, "user", f"deleted {MARKER}")
+        store.delete_session(gone)
+        kept = store.create_session(source="cli")
+        store.append_message(kept, "user", "kept")
+        assert store.retention(365 * 86400)["sessions"] == [] and traces(tmp_path)
+        done = store.retention(0.0)  # older than now: everything
+        assert set(done["sessions"]) == {gone, kept} and done["erased_events"] == 5  # 3 + 2 events
+        assert store.retention(0.0)["sessions"] == []  # nothing left to erase
+    assert traces(tmp_path) == []
+
+
 def cli(home: Path, *args: str) -> tuple[int, str, str]:
     from click.testing import CliRunner
 

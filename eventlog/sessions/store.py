@@ -800,6 +800,7 @@ class SessionStore:
         cutoff = time.time() - older_than_s
         old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
                if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
+        old += self._deleted_with_words(cutoff)
         members: list[str] = []
         for sid in old:
             for m in self._lineage_in_log(sid):
@@ -817,6 +818,26 @@ class SessionStore:
             if self._projector is not None:
                 self._projector.purge()
         return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
+
+    def _deleted_with_words(self, cutoff: float) -> list[str]:
+        """Deleted (tombstoned) sessions whose last event is older than ``cutoff`` (seconds) and
+        whose words the log still holds: a tombstone hides a session from every read model, so
+        retention finds them in the log (one scan) — a delete must not outlive a retention policy."""
+        last: dict[str, int] = {}
+        words: set[str] = set()
+        deleted: list[str] = []
+        for env in self.log.read():
+            sid = env.get("session")
+            if not isinstance(sid, str):
+                continue
+            if env.get("type") != "session.deleted":  # the delete itself is not activity
+                last[sid] = int(env.get("ts") or 0)
+            if env.get("erased") is not True:
+                words.add(sid)
+            if env.get("type") == "session.deleted" and sid not in deleted:
+                deleted.append(sid)
+        limit = cutoff * 1e9
+        return [sid for sid in deleted if sid in words and last.get(sid, 0) < limit]
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file so freed space returns to the filesystem (LMDB log only); see
