@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import sqlite3
 import threading
 from pathlib import Path
@@ -223,6 +222,8 @@ class IndexBuilder:
 
     def __init__(self, path: Path, profile: str | None, log_id: str) -> None:
         self.path = path
+        import queue
+
         self._queue: queue.Queue[list[tuple[int, str, str]] | None] = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         files.create_empty(path)

@@ -89,13 +89,14 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
     with Projector(profile_dir, log, profile) as projector:
         health = projector.health(full=True)
         lease = lease_state(projector)
+        skipped = projector.skipped_types()
         deep_report = _deep(projector, progress) if deep else None
     perms = permission_problems(profile_dir)
     disk = disk_state(profile_dir)
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
                 "first_bad_seq": res.first_bad_seq, "reason": res.reason},
-        "state": _part(health["state"]),
+        "state": {**_part(health["state"]), "skipped_types": skipped},
         "fts": {**_part(health["fts"]), "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,
         "disk": disk,

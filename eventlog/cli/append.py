@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
-from eventlog.errors import EventLogError, ValidationError
+from eventlog.errors import ValidationError
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -97,7 +97,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
     seqs: list[int] = []
     with c.open_log(create=True) as log:
-        _check_sessions(c, log, [n for n, _ in lines], batch)
+        _check_sessions(log, [n for n, _ in lines], batch)
         if each:
             for ev in batch:
                 got = log.append([ev])
@@ -108,8 +108,6 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
                 return
         else:
             seqs = log.append(batch)
-        if seqs:
-            _settle(c, log, max(seqs))
     if as_json:
         emit_json({"seqs": seqs})
     else:
@@ -117,59 +115,57 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
             click.echo(str(s))
 
 
-def _settle(c: Ctx, log: Log, seq: int) -> None:
-    """Bring the profile's projections (when it has any) up to ``seq`` before the command exits,
-    so the next command, in another process, reads what this one appended (waits at most 5 s;
-    the events are durable in the log either way)."""
-    from projections import Projector, files
-
-    p = Projector(c.profile_dir(create=False), log, c.profile)
-    try:
-        # Only healthy projections: a broken one is rebuilt by the next reader, not by an append.
-        if files.read_pointer(p.state_pointer()) is not None and p.health(full=False)["ok"]:
-            p.advance(seq, wait=5.0)
-    except EventLogError:
-        pass  # the next reader's catch-up or a follower applies them
-    finally:
-        p.close()
-
-
-def _check_sessions(c: Ctx, log: Log, numbers: list[int], batch: list[dict[str, Any]]) -> None:
+def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -> None:
     """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
-    of a session that does not exist (never created, or deleted), a ``session.created`` whose
-    id was used before or whose parent does not exist. Earlier lines of the input count. A line
-    whose ``id`` is already in the log is left to the log (an idempotent replay, or refused)."""
+    of a session that does not exist (never created, or deleted — its own stream or an
+    ancestor's), a ``session.created`` whose id was used before or whose parent does not exist.
+    Earlier lines of the input count. A line whose ``id`` is already in the log is left to the
+    log (an idempotent replay, or refused). Judged from the log's session streams alone: a
+    writer never brings the projections up to date (the next reader does)."""
     if not any(ev.get("session") is not None for ev in batch):
         return
-    store = c.open_store() if log.head()[0] > 0 else None  # an empty log holds no session yet
-    try:
-        created: set[str] = set()
-        deleted: set[str] = set()
-        for n, ev in zip(numbers, batch):
-            sid = ev.get("session")
-            if sid is None:
-                continue
-            if store is not None and ev.get("id") is not None and store.log.event_seq(ev["id"]) is not None:
-                continue
+    empty = log.head()[0] == 0  # an empty log holds no session yet
+    known: dict[str, bool] = {}
 
-            def live(s: str) -> bool:
-                if s in deleted:
-                    return False
-                return s in created or (store is not None and store.get_session(s) is not None)
+    def live_in_log(s: str, depth: int = 0) -> bool:
+        if empty:
+            return False
+        if s not in known:
+            created = gone = False
+            parent = None
+            for env in log.read_session(s):
+                if env.get("type") == "session.created":
+                    created = True
+                    data = env.get("data")
+                    parent = data.get("parent_session_id") if isinstance(data, dict) else None
+                elif env.get("type") == "session.deleted":
+                    gone = True
+            known[s] = created and not gone and (not isinstance(parent, str) or depth > 64
+                                                 or live_in_log(parent, depth + 1))
+        return known[s]
 
-            if ev["type"] == "session.created":
-                if sid in created or (store is not None and store.log.stream_version(sid) > 0):
-                    raise ValidationError(f"line {n}.session", f"session {sid!r} already exists (or existed)",
-                                          hint="omit the session.created event, or use a new session id")
-                parent = (ev.get("data") or {}).get("parent_session_id")
-                if parent is not None and not live(parent):
-                    raise ValidationError(f"line {n}.data.parent_session_id", f"session {parent!r} does not exist")
-                created.add(sid)
-            elif not live(sid):
-                raise ValidationError(f"line {n}.session", f"session {sid!r} does not exist",
-                                      hint="create it first (a session.created event, or `eventlog sessions new`)")
-            elif ev["type"] == "session.deleted":
-                deleted.add(sid)
-    finally:
-        if store is not None:
-            store.close()
+    created: set[str] = set()
+    deleted: set[str] = set()
+    for n, ev in zip(numbers, batch):
+        sid = ev.get("session")
+        if sid is None:
+            continue
+        if not empty and ev.get("id") is not None and log.event_seq(ev["id"]) is not None:
+            continue
+
+        def live(s: str) -> bool:
+            return s not in deleted and (s in created or live_in_log(s))
+
+        if ev["type"] == "session.created":
+            if sid in created or (not empty and log.stream_version(sid) > 0):
+                raise ValidationError(f"line {n}.session", f"session {sid!r} already exists (or existed)",
+                                      hint="omit the session.created event, or use a new session id")
+            parent = (ev.get("data") or {}).get("parent_session_id")
+            if parent is not None and not live(parent):
+                raise ValidationError(f"line {n}.data.parent_session_id", f"session {parent!r} does not exist")
+            created.add(sid)
+        elif not live(sid):
+            raise ValidationError(f"line {n}.session", f"session {sid!r} does not exist",
+                                  hint="create it first (a session.created event, or `eventlog sessions new`)")
+        elif ev["type"] == "session.deleted":
+            deleted.add(sid)

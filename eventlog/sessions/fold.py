@@ -105,6 +105,10 @@ def search_terms(query: Any) -> list[str]:
     return [t for t in terms if t]
 
 
+ERASED = "log.erased"
+"""The log's own erase record (eventlog.log.codec.ERASED_TYPE)."""
+
+
 class Fold:
     """Applies upcast session events in log order and answers the read-model queries.
 
@@ -140,6 +144,11 @@ class Fold:
         if seq is None:
             return
         self.seq = seq
+        if env.get("erased") is True and "data" not in env:
+            return  # an erased event: its content is gone, as if it had never been appended
+        if kind == ERASED:
+            self._erased(env.get("data"))
+            return
         if not isinstance(sid, str) or not isinstance(kind, str):
             return
         handler = HANDLERS.get(kind)
@@ -147,6 +156,14 @@ class Fold:
             return
         data = env.get("data")
         handler.apply(self, sid, seq, data if isinstance(data, dict) else {}, event_time(env.get("ts")))
+
+    def _erased(self, data: Any) -> None:
+        """The log's erase record: the sessions it names vanish (their events are stubs now, so a
+        fold from the start never sees them either)."""
+        names = data.get("sessions") if isinstance(data, dict) else None
+        for sid in names if isinstance(names, list) else []:
+            if isinstance(sid, str) and sid in self._sessions:
+                self._forget(sid)
 
     # One method per event type: (session, seq, data, event time). All but _created apply
     # only to a live session.
