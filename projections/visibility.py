@@ -22,6 +22,7 @@ needed.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,10 @@ WAIT_TIMEOUT = 30.0
 READ_WAIT_S = 0.5
 """How long a read without a follower of its own waits for another process's catch-up (the lease
 holder's) before it answers from the projections as they stand, flagged stale."""
+STUCK_MEMO_S = 5.0
+"""After a read ran out of time, the next reads of the same process (a command reads several
+times) do not wait again while the log head and the cursor stand still, for this long: a stopped
+lease holder delays a command by READ_WAIT_S once, not once per read."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Visibility:
 
     def __init__(self, projector: Projector) -> None:
         self._projector = projector
+        self._stuck: tuple[int, int, float] | None = None  # (head, cursor, until): the last read that ran out
 
     def include(self, seq: int | None = None, wait: float | None = None) -> Reach:
         """Read-your-writes: return once the projections include ``seq`` (None: the log head as
@@ -92,4 +98,13 @@ class Visibility:
         site = p.site
         if p.following:
             return Reach(site.known_seq, site.known_seq, follower=True)
-        return p.advance(site.log.head()[0], wait=wait)
+        target = site.log.head()[0]
+        stuck = self._stuck
+        if stuck is not None and stuck[:2] == (target, site.known_seq) and time.monotonic() < stuck[2]:
+            wait = 0.0  # the holder made no progress since the last read ran out: one attempt, no new wait
+        reach = p.advance(target, wait=wait)
+        if not reach.stale:
+            self._stuck = None
+        elif wait > 0:
+            self._stuck = (target, reach.cursor, time.monotonic() + STUCK_MEMO_S)
+        return reach

@@ -16,18 +16,22 @@ from typing import Any
 
 from campaign import CAMPAIGN
 
-COLUMNS = ("case", "runs", "passed", "lost acknowledged writes", "undetected corruptions")
+COLUMNS = ("case", "runs", "passed", "lost acknowledged writes", "undetected corruptions", "hung", "tracebacks")
 ROWS: dict[str, dict[str, Any]] = {}
 NOTES: list[str] = []
 
 
-def record(case: str, *, runs: int, passed: int, lost: int = 0, undetected: int = 0) -> None:
-    """Add one run of ``case`` to the table (counts of several calls add up)."""
-    row = ROWS.setdefault(case, {"runs": 0, "passed": 0, "lost": 0, "undetected": 0})
+def record(case: str, *, runs: int, passed: int, lost: int = 0, undetected: int = 0, hung: int = 0,
+           tracebacks: int = 0) -> None:
+    """Add one run of ``case`` to the table (counts of several calls add up). ``hung``: commands
+    that did not answer in time; ``tracebacks``: answers that showed a Python traceback."""
+    row = ROWS.setdefault(case, {"runs": 0, "passed": 0, "lost": 0, "undetected": 0, "hung": 0, "tracebacks": 0})
     row["runs"] += runs
     row["passed"] += passed
     row["lost"] += lost
     row["undetected"] += undetected
+    row["hung"] += hung
+    row["tracebacks"] += tracebacks
 
 
 def note(text: str) -> None:
@@ -36,12 +40,13 @@ def note(text: str) -> None:
 
 
 def table() -> list[str]:
-    rows = [(case, str(r["runs"]), str(r["passed"]), str(r["lost"]), str(r["undetected"])) for case, r in ROWS.items()]
+    rows = [(case, *(str(r.get(k, 0)) for k in ("runs", "passed", "lost", "undetected", "hung", "tracebacks")))
+            for case, r in ROWS.items()]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(COLUMNS)]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
     out = [line(COLUMNS), line(["-" * w for w in widths])]
     out += [line(r) for r in rows]
-    total = [sum(int(r[i]) for r in rows) for i in range(1, 5)]
+    total = [sum(int(r[i]) for r in rows) for i in range(1, len(COLUMNS))]
     out.append(line(["-" * w for w in widths]))
     out.append(line(["total", *map(str, total)]))
     return out

@@ -1,0 +1,284 @@
+"""Nothing hangs, nothing crashes — the campaign's three generators (a few runs by default, the
+full figures with ``EVENTLOG_CAMPAIGN=1``):
+
+- a frozen writer: a store writer (two threads appending, a follower projecting) stopped with
+  SIGSTOP at a random moment — holding the log's write lock, the projector lease, or neither —
+  while read-only commands run. Each must answer within 1 s beyond its own time on the live
+  profile measured in the same run (the CLI's start-up is not the writer's fault); one that
+  does not is counted ``hung``. ``EVENTLOG_FREEZES`` overrides the number of stops.
+- a full disk at random moments: a profile on a small tmpfs filled with a filler of random size,
+  a writer appending until the disk says no, then reads (which must answer), a write (a
+  one-line DiskFullError or success), the space given back, and writes that work again.
+- hostile paths and numbers: every CLI option that takes a number, a path or an id given a
+  value from a hostile set (2^64, nan, -1, an empty string, /dev/null, /proc, a path through a
+  file, 5,000 characters, ...). The answer is exit 0, 1 or 2 with at most one ``error:`` line.
+
+Every answer is searched for a Python traceback (``tracebacks``).
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from campaign import Child, size
+from campaign.summary import note, record
+
+from eventlog.sessions.store import SessionStore
+
+pytest_plugins = ["campaign.summary"]
+
+EXE = str(Path(sys.executable).with_name("eventlog"))
+PROFILE = "agent"
+KILL_AFTER_S = 20.0
+
+STORE_READ = ("import sys\nfrom eventlog.sessions.store import SessionStore\n"
+              "with SessionStore.open(sys.argv[1], 'agent', follower=False) as s:\n"
+              "    print(len(s.list_sessions()), len(s.search('probe')['results']))\n")
+
+
+def reads(home: Path, out: Path) -> dict[str, list[str]]:
+    base = [EXE, "--home", str(home), "--profile", PROFILE]
+    return {
+        "sessions list": base + ["sessions", "list", "--json"],
+        "sessions show": base + ["sessions", "show", "seed", "--json"],
+        "search": base + ["search", "probe", "--json"],
+        "log verify": base + ["log", "verify"],
+        "log tail": base + ["log", "tail", "--limit", "5"],
+        "stats": base + ["stats", "--json"],
+        "doctor": base + ["doctor", "--json"],
+        "export": base + ["export", str(out)],
+        "SessionStore.open": [sys.executable, "-c", STORE_READ, str(home)],
+    }
+
+
+def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str] | None]:
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=KILL_AFTER_S)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - t0, None
+    return time.monotonic() - t0, r
+
+
+def has_traceback(r: subprocess.CompletedProcess[str] | None) -> bool:
+    return r is not None and ("Traceback" in r.stderr or "Traceback" in r.stdout)
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    with SessionStore.open(home, PROFILE, follower=False) as s:
+        s.create_session("seed", title="seed")
+        for i in range(20):
+            s.append_message("seed", "user", f"seed probe {i}")
+    return home
+
+
+def test_a_frozen_writer_never_holds_a_reader(seeded: Path, tmp_path: Path) -> None:
+    rng = random.Random(14)
+    stops = size(4, 100, "EVENTLOG_FREEZES")
+    commands = reads(seeded, tmp_path / "export.jsonl")
+    baseline = {name: timed(argv)[0] for name, argv in commands.items()}
+    writer = Child("store_writer", seeded, PROFILE, "w", 2, 1_000_000, "projection")
+    hung: list[str] = []
+    tracebacks: list[str] = []
+    worst = 0.0
+    runs = 0
+    try:
+        assert writer.wait_line("ACK message.appended", 60) is not None, writer.stderr
+        for n in range(stops):
+            time.sleep(rng.uniform(0.0, 0.08))
+            writer.proc.send_signal(signal.SIGSTOP)
+            try:
+                names = list(commands) if n < 2 else rng.sample(list(commands), 2)
+                for name in names:
+                    took, r = timed(commands[name])
+                    runs += 1
+                    late = took - baseline[name]
+                    worst = max(worst, late)
+                    if r is None or late > 1.0:
+                        hung.append(f"stop {n}: {name} took {took:.2f} s (live: {baseline[name]:.2f} s)")
+                    if has_traceback(r):
+                        tracebacks.append(f"stop {n}: {name}: {r.stderr[-800:] if r else ''}")
+                    if r is not None and r.returncode not in (0, 1):
+                        tracebacks.append(f"stop {n}: {name} exited {r.returncode}: {r.stderr[-300:]}")
+            finally:
+                writer.proc.send_signal(signal.SIGCONT)
+    finally:
+        writer.kill()
+    record("frozen writer (SIGSTOP at random moments): reads", runs=runs, passed=runs - len(hung) - len(tracebacks),
+           hung=len(hung), tracebacks=len(tracebacks))
+    note(f"frozen writer: {stops} stops, {runs} reads, the slowest {worst:.2f} s beyond its live time")
+    assert not hung and not tracebacks, "\n".join(hung + tracebacks)
+
+
+# ------------------------------------------------------------------ a full disk at random moments
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    where = tmp_path / "fs"
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(where)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+FILL_WRITER = """
+import os, random, sys
+from eventlog.sessions.store import SessionStore
+from eventlog.errors import DiskFullError
+rng = random.Random(int(sys.argv[2]))
+n = 0
+with SessionStore.open(sys.argv[1], 'agent') as s:
+    try:
+        while n < 10_000:
+            s.append_message('seed', 'user', 'probe ' + os.urandom(rng.randrange(100, 200_000)).hex())
+            n += 1
+    except DiskFullError:
+        print('FULL', n, flush=True)
+    print('READS', len(s.list_sessions()), flush=True)
+"""
+
+
+def test_a_full_disk_at_random_moments_never_stops_reads(seeded: Path, small_fs: Path) -> None:
+    rng = random.Random(28)
+    home = small_fs / "home"
+    shutil.copytree(seeded, home, symlinks=True)
+    rounds = size(2, 20, "EVENTLOG_FULL_DISKS")
+    base = [EXE, "--home", str(home), "--profile", PROFILE]
+    problems: list[str] = []
+    tracebacks = hung = 0
+    for n in range(rounds):
+        free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
+        filler = small_fs / "filler"
+        with open(filler, "wb") as f:
+            f.truncate(0)
+        os.truncate(filler, 0)
+        leave = rng.randrange(0, 3 * 1024 * 1024)
+        with open(filler, "r+b", buffering=0) as f:
+            try:
+                f.write(b"\0" * max(0, free - leave))
+            except OSError:
+                pass
+        child = subprocess.run([sys.executable, "-c", FILL_WRITER, str(home), str(n)], capture_output=True, text=True,
+                               timeout=120)
+        if has_traceback(child) or child.returncode != 0:
+            tracebacks += 1
+            problems.append(f"round {n}: the writer: {child.returncode} {child.stderr[-800:]}")
+        for args in (["sessions", "list", "--json"], ["search", "probe", "--json"], ["sessions", "show", "seed"],
+                     ["stats"], ["doctor"], ["messages", "add", "seed", "--role", "user", "--content", "x" * 5000]):
+            took, r = timed(base + args)
+            if r is None:
+                hung += 1
+                problems.append(f"round {n}: {args[:2]} did not answer in {KILL_AFTER_S} s")
+                continue
+            if has_traceback(r):
+                tracebacks += 1
+                problems.append(f"round {n}: {args[:2]}: {r.stderr[-800:]}")
+            writes = args[0] in ("messages", "doctor")
+            if r.returncode != 0 and not writes:
+                problems.append(f"round {n}: {args[:2]} exited {r.returncode}: {r.stderr[-300:]}")
+            if writes and r.returncode != 0 and len([x for x in r.stderr.splitlines() if x.startswith("error:")]) != 1:
+                problems.append(f"round {n}: {args[:2]} failed without one error line: {r.stderr[-300:]}")
+        filler.unlink()
+        r = subprocess.run(base + ["messages", "add", "seed", "--role", "user", "--content", f"room again {n}"],
+                           capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            problems.append(f"round {n}: a write after the space returned failed: {r.stderr[-300:]}")
+    strays = [x for x in os.listdir(home / "profiles" / PROFILE) if ".tmp" in x]
+    if strays:
+        problems.append(f"temp files left: {strays}")
+    r = subprocess.run(base + ["doctor"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        problems.append(f"doctor after the last round: {r.stdout[-500:]} {r.stderr[-300:]}")
+    record("full disk at random moments", runs=rounds, passed=rounds if not problems else 0, hung=hung,
+           tracebacks=tracebacks)
+    assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------------ hostile paths and numbers
+
+NUMBERS = ["18446744073709551616", "99999999999999999999999", "-1", "-9223372036854775809", "nan", "inf", "1e309",
+           "0x10", "", " 7", "½", "9223372036854775807", "0"]
+PATHS = ["", "/dev/null", "/proc/eventlog-x", "{file}/x", "/", "{missing}/x", "x" * 5000, "{dir}", "/dev/full",
+         "{file}", "-"]
+TEXTS = ["", "x" * 300, "../..", "\u202e", "-", "a b", "ü" * 50, "s1\tx", "{file}"]
+# What each command needs besides the option under test, and the options to vary (option: kind).
+CASES: dict[tuple[str, ...], tuple[list[str], dict[str, str]]] = {
+    ("log", "tail"): ([], {"--from": "n", "--limit": "n"}),
+    ("sessions", "list"): ([], {"--limit": "n", "--workspace": "p", "--source": "t"}),
+    ("sessions", "show"): (["{id}"], {"ID": "t"}),
+    ("sessions", "new"): ([], {"--id": "t", "--parent": "t", "--cwd": "p", "--title": "t"}),
+    ("sessions", "title"): (["seed", "{value}"], {"TITLE": "t"}),
+    ("search", "probe"): ([], {"--limit": "n", "--session": "t", "--role": "t"}),
+    ("replay",): (["--out", "{tmp}/r.db"], {"--until": "n", "--as-of": "t", "--out": "p"}),
+    ("export",): (["{tmp}/e.jsonl"], {"OUT": "p", "--session": "t"}),
+    ("import",): ([], {"FILE": "p"}),
+    ("messages", "add", "seed", "--role", "user"): (["--content", "c"], {"--content-file": "p", "--tool-name": "t"}),
+    ("log", "copy"): ([], {"--to": "p", "--from": "p"}),
+    ("retention", "--dry-run"): ([], {"--older-than": "t"}),
+}
+GLOBAL = {"--home": "p", "--profile": "t"}
+
+
+def hostile(rng: random.Random, kind: str, tmp: Path) -> str:
+    value = rng.choice({"n": NUMBERS, "p": PATHS, "t": TEXTS}[kind])
+    return value.format(file=tmp / "plain", missing=tmp / "missing", dir=tmp)
+
+
+def test_hostile_paths_and_numbers_in_every_option(seeded: Path, tmp_path: Path) -> None:
+    rng = random.Random(99)
+    (tmp_path / "plain").write_text("not a folder\n")
+    n_cases = size(30, 600, "EVENTLOG_HOSTILE")
+    keys = list(CASES)
+    problems: list[str] = []
+    tracebacks = hung = 0
+    for n in range(n_cases):
+        if rng.random() < 0.15:
+            option, kind = rng.choice(sorted(GLOBAL.items()))
+            value = hostile(rng, kind, tmp_path)
+            argv = [EXE, option, value] + (["--profile", PROFILE] if option == "--home" else ["--home", str(seeded)])
+            argv += ["sessions", "list"]
+        else:
+            cmd = rng.choice(keys)
+            needed, options = CASES[cmd]
+            option, kind = rng.choice(sorted(options.items()))
+            value = hostile(rng, kind, tmp_path)
+            rest = [a.format(tmp=tmp_path, value=value, id=value) for a in needed]
+            if option.isupper():  # a positional argument: the value stands in its place
+                if option not in ("ID", "TITLE"):
+                    rest = [value] + [a for a in rest if not a.startswith(str(tmp_path))]
+            else:
+                rest = [option, value] + [a for i, a in enumerate(rest)
+                                          if not (option == "--out" and (a == "--out" or rest[i - 1] == "--out"))]
+            argv = [EXE, "--home", str(seeded), "--profile", PROFILE, *cmd, *rest]
+        took, r = timed(argv)
+        shown = " ".join(a if len(a) < 40 else a[:20] + "..." for a in argv[1:])
+        if r is None:
+            hung += 1
+            problems.append(f"{shown}: no answer in {KILL_AFTER_S} s")
+            continue
+        if has_traceback(r):
+            tracebacks += 1
+            problems.append(f"{shown}: {r.stderr[-600:]}")
+        elif r.returncode not in (0, 1, 2):
+            problems.append(f"{shown}: exit {r.returncode}")
+        elif r.returncode == 1 and len([x for x in r.stderr.splitlines() if x.startswith("error:")]) != 1:
+            problems.append(f"{shown}: exit 1 without one error line: {r.stderr[-300:]!r}")
+    record("hostile paths and numbers over CLI options", runs=n_cases, passed=n_cases - len(problems), hung=hung,
+           tracebacks=tracebacks)
+    assert not problems, "\n".join(problems[:20])
