@@ -18,6 +18,7 @@ import stat
 from pathlib import Path
 from typing import Any, Callable
 
+from eventlog.errors import process_state
 from eventlog.log import Log
 from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
@@ -55,12 +56,26 @@ def _stray(name: str) -> bool:
     return name in ("state.db", "fts.db") or ".db.displaced." in name
 
 
-def lease_state(projector: Projector) -> dict[str, Any]:
+def lease_state(projector: Projector, state_seq: int | None, log_head: int) -> dict[str, Any]:
+    """The projector lease: free, or held by another process (``holder`` pid and its
+    ``holder_state``). Not ok when a stopped holder keeps the projections behind the log: every
+    one-shot reader then answers stale."""
     path = projector.lease.path
     if projector.lease.acquire(0):
         projector.lease.release()
-        return {"ok": True, "path": str(path), "held_by_other": False}
-    return {"ok": True, "path": str(path), "held_by_other": True}
+        return {"ok": True, "path": str(path), "held_by_other": False, "holder": None, "holder_state": None,
+                "detail": "free"}
+    holder = projector.lease_holder()
+    state = process_state(holder)
+    behind = state_seq is not None and state_seq < log_head
+    stopped = state == "stopped"
+    out = {"ok": not (behind and stopped), "path": str(path), "held_by_other": True, "holder": holder,
+           "holder_state": state}
+    out["detail"] = f"held by process {holder} ({state})"
+    if not out["ok"]:
+        out["detail"] = (f"process {holder} ({state}) holds the projector lease and is stopped: reads are stale "
+                         f"(projections at seq {state_seq} of {log_head})")
+    return out
 
 
 def disk_state(profile_dir: Path) -> dict[str, Any]:
@@ -88,7 +103,7 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         log_damage.record(log, log_damage.Damage(res.first_bad_seq, res.reason or "fails the chain check"))
     with Projector(profile_dir, log, profile) as projector:
         health = projector.health(full=True)
-        lease = lease_state(projector)
+        lease = lease_state(projector, health["state"].get("last_seq"), res.head_seq)
         skipped = projector.skipped_types()
         deep_report = _deep(projector, progress) if deep else None
     perms = permission_problems(profile_dir)
@@ -109,6 +124,7 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
     if deep_report is not None:
         report["deep"] = deep_report
     report["ok"] = bool(res.ok and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
+                        and lease["ok"]
                         and (deep_report is None or deep_report["ok"]))
     return report
 

@@ -17,6 +17,7 @@ Every answer is searched for a Python traceback (``tracebacks``).
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -282,3 +283,48 @@ def test_hostile_paths_and_numbers_in_every_option(seeded: Path, tmp_path: Path)
     record("hostile paths and numbers over CLI options", runs=n_cases, passed=n_cases - len(problems), hung=hung,
            tracebacks=tracebacks)
     assert not problems, "\n".join(problems[:20])
+
+
+HOLD_LEASE = """
+import sys, time
+from pathlib import Path
+from projections.lease import Lease
+lease = Lease(Path(sys.argv[1]))
+assert lease.acquire(timeout=5)
+print('HELD', flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_stopped_lease_holder_is_named_by_reads_and_by_doctor(seeded: Path) -> None:
+    """A process stopped while it holds the projector lease: a one-shot read answers at once
+    from the projections as they stand and says ``stale`` naming the pid; doctor exits 1."""
+    profile_dir = seeded / "profiles" / PROFILE
+    base = [EXE, "--home", str(seeded), "--profile", PROFILE]
+    assert subprocess.run(base + ["sessions", "list"], capture_output=True, timeout=30).returncode == 0  # projected
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(profile_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        holder.send_signal(signal.SIGSTOP)
+        r = subprocess.run(base + ["messages", "add", "seed", "--role", "user", "--content", "late probe"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        took, r = timed(base + ["sessions", "show", "seed", "--json"])
+        assert r is not None and r.returncode == 0 and not has_traceback(r), r
+        body = json.loads(r.stdout)
+        assert body.get("stale") is True and f"process {holder.pid} (stopped)" in r.stderr, (body.get("stale"), r.stderr)
+        assert r.stderr.count("warning:") == 1
+        r = subprocess.run(base + ["doctor", "--json"], capture_output=True, text=True, timeout=30)
+        report = json.loads(r.stdout)
+        assert r.returncode == 1 and report["lease"]["ok"] is False and report["lease"]["holder"] == holder.pid
+        assert report["lease"]["holder_state"] == "stopped"
+        r = subprocess.run(base + ["doctor"], capture_output=True, text=True, timeout=30)
+        assert f"process {holder.pid} (stopped) holds the projector lease" in r.stdout
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+    r = subprocess.run(base + ["sessions", "show", "seed", "--json"], capture_output=True, text=True, timeout=30)
+    body = json.loads(r.stdout)
+    assert "stale" not in body and body["messages"][-1]["content"] == "late probe"
+    assert subprocess.run(base + ["doctor"], capture_output=True, text=True, timeout=30).returncode == 0

@@ -183,6 +183,7 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
     ``stale`` when the projections cannot be updated now (a full disk). Empty when all is well.
     Printed as warnings on stderr (:func:`warn_flags`) and added to a read's JSON object."""
     try:
+        status = store.read_status()  # before health(): the last read's own reach
         h = health if health is not None else store.health(full=False)
     except EventLogError:
         return {}
@@ -191,7 +192,13 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
     if damage:
         flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"])
     if h.get("halt"):
-        flags.update(stale=True, stale_reason=h["halt"])
+        flags.update(stale=True, stale_reason=h["halt"], stale_hint="free some disk space")
+    elif status.get("stale") and not damage:
+        holder, state = status.get("lease_holder"), status.get("lease_holder_state")
+        who = f"process {holder}" + (f" ({state})" if state else "") if holder else "another process"
+        flags.update(stale=True, stale_reason=f"the projections are at seq {status.get('projected_seq')} of "
+                                              f"{status.get('log_seq')}: {who} holds the projector lease",
+                     stale_hint="resume or stop that process; `eventlog doctor` names it")
     return flags
 
 
@@ -203,7 +210,7 @@ def warn_flags(flags: dict[str, Any]) -> None:
                    "(hint: run `eventlog doctor`)", err=True)
     if flags.get("stale"):
         click.echo(f"warning: the projections cannot be updated ({flags['stale_reason']}): recent events may be "
-                   "missing (hint: free some disk space)", err=True)
+                   f"missing (hint: {flags.get('stale_hint', 'free some disk space')})", err=True)
 
 
 def json_flags(flags: dict[str, Any]) -> dict[str, Any]:

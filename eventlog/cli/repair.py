@@ -67,7 +67,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
     if as_json:
         emit_json(report)
     else:
-        for part in ("log", "state", "fts", "disk", "permissions", "deep"):
+        for part in ("log", "state", "fts", "lease", "disk", "permissions", "deep"):
             item = report.get(part)
             if item is None:
                 continue
