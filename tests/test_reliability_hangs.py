@@ -215,8 +215,9 @@ def test_a_full_disk_at_random_moments_never_stops_reads(seeded: Path, small_fs:
 
 NUMBERS = ["18446744073709551616", "99999999999999999999999", "-1", "-9223372036854775809", "nan", "inf", "1e309",
            "0x10", "", " 7", "½", "9223372036854775807", "0"]
-PATHS = ["", "/dev/null", "/proc/eventlog-x", "{file}/x", "/", "{missing}/x", "x" * 5000, "{dir}", "/dev/full",
-         "{file}", "-"]
+# Devices are copies made in the test's folder ({null}, {full}), never /dev's own: a regression
+# that replaced an output by rename must not take the machine's /dev/null with it (one did).
+PATHS = ["", "{null}", "/proc/eventlog-x", "{file}/x", "/", "{missing}/x", "x" * 5000, "{dir}", "{full}", "{file}", "-"]
 TEXTS = ["", "x" * 300, "../..", "\u202e", "-", "a b", "ü" * 50, "s1\tx", "{file}"]
 # What each command needs besides the option under test, and the options to vary (option: kind).
 CASES: dict[tuple[str, ...], tuple[list[str], dict[str, str]]] = {
@@ -238,12 +239,20 @@ GLOBAL = {"--home": "p", "--profile": "t"}
 
 def hostile(rng: random.Random, kind: str, tmp: Path) -> str:
     value = rng.choice({"n": NUMBERS, "p": PATHS, "t": TEXTS}[kind])
-    return value.format(file=tmp / "plain", missing=tmp / "missing", dir=tmp)
+    return value.format(file=tmp / "plain", missing=tmp / "missing", dir=tmp, null=tmp / "null", full=tmp / "full")
 
 
 def test_hostile_paths_and_numbers_in_every_option(seeded: Path, tmp_path: Path) -> None:
     rng = random.Random(99)
     (tmp_path / "plain").write_text("not a folder\n")
+    import stat
+
+    try:
+        os.mknod(tmp_path / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        os.mknod(tmp_path / "full", 0o666 | stat.S_IFCHR, os.makedev(1, 7))
+    except OSError:  # not root: FIFOs stand in (special files all the same)
+        os.mkfifo(tmp_path / "null")
+        os.mkfifo(tmp_path / "full")
     n_cases = size(30, 600, "EVENTLOG_HOSTILE")
     keys = list(CASES)
     problems: list[str] = []
@@ -282,6 +291,9 @@ def test_hostile_paths_and_numbers_in_every_option(seeded: Path, tmp_path: Path)
             problems.append(f"{shown}: exit 1 without one error line: {r.stderr[-300:]!r}")
     record("hostile paths and numbers over CLI options", runs=n_cases, passed=n_cases - len(problems), hung=hung,
            tracebacks=tracebacks)
+    for name in ("null", "full"):
+        if not (tmp_path / name).is_char_device() and not (tmp_path / name).is_fifo():
+            problems.append(f"the special file {name} was replaced by a command")
     assert not problems, "\n".join(problems[:20])
 
 

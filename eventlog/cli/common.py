@@ -174,6 +174,8 @@ def output_path(name: str, option: str) -> Path:
         raise ValidationError(option, f"{folder} is not a folder")
     if path.is_dir():
         raise ValidationError(option, f"{path} is a folder; give a file name")
+    if path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace it
+        raise ValidationError(option, f"{path} is not a regular file", hint="give a file name, or `-` for stdout")
     return path
 
 

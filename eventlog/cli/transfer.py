@@ -7,6 +7,7 @@ eventlog: exports hold private transcripts.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -139,6 +140,12 @@ def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
     seqs and hashes); into other history it is refused. A failed import into a profile it
     created leaves no profile behind.
     """
+    if file != "-":
+        import stat
+
+        mode = os.stat(file).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/full: a read that never ends
+            raise ValidationError("FILE", f"{file} is a device, not a file", hint="give an export file or a state.db")
     if fmt == "jsonl" and file != "-":
         with open(file, "rb") as fp:
             if fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
