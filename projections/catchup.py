@@ -166,12 +166,15 @@ class CatchUp:
                 conn.execute("ROLLBACK")
             if problem:
                 raise Broken("corrupt", problem)
-        if fmeta["last_seq"] < smeta["last_seq"]:
+        if fmeta["last_seq"] < smeta["last_seq"] or fts.pending(conn, fmeta["last_seq"]):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 fts.sync(conn, fmeta["last_seq"], smeta["last_seq"])
                 write_cursor(conn, smeta["last_seq"], smeta["last_hash"], "f")
                 conn.execute("COMMIT")
+            except LookupError as e:  # state.db has purged rows this (older) index still needed
+                conn.execute("ROLLBACK")
+                raise Broken("stale", str(e)) from e
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -155,6 +155,15 @@ def swap_pointer(pointer: Path, target: Generation) -> None:
     publish(tmp, pointer)
 
 
+def drop_pointer(pointer: Path) -> None:
+    """Remove ``pointer`` durably (a missing one is fine): its projection reads as missing."""
+    try:
+        os.unlink(pointer)
+    except FileNotFoundError:
+        return
+    fsync_dir(pointer.parent)
+
+
 def referenced(directory: Path, kind: str) -> set[str]:
     """Names of the generation files any pointer of ``kind`` names."""
     out: set[str] = set()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.errors import EventLogError, ProjectionError, ValidationError
+from eventlog.sessions.fold import search_terms
 from eventlog.sessions.reads import typed_read
 from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
@@ -393,7 +394,8 @@ class Reader:
         Returns ``{"degraded": bool, "results": [{"session_id", "message_id", "role",
         "snippet", "timestamp"}]}``; ``degraded`` means the index was unusable and a scan of
         state.db answered (same results, slower)."""
-        terms, longer, shorter = fts.plan(query)
+        shown = list(dict.fromkeys(search_terms(query)))
+        terms = fts.query_terms(query)
         if not terms or not _encodable(*terms, role, source, session_id):
             return {"degraded": bool(self._projector is not None and self._projector.search_degraded),
                     "results": []}
@@ -409,29 +411,28 @@ class Reader:
             params.append(session_id)
         count = -1 if limit is None else _clamp(limit)
         cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
+        where = " AND ".join([*filters, "search_match(m.content, m.content_json, m.tool_name, m.tool_calls, ?)"])
+        joined = fts.join_terms(terms)
+
+        def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            # Newest first, so a term found in many messages ends the scan early; one session's
+            # messages are read through their index.
+            return db.execute(
+                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE {where} ORDER BY m.id DESC LIMIT ?", (*params, joined, count)).fetchall()
 
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             f = self._fts
-            if longer:
-                # The index gives candidates (all trigrams present); instr checks every term.
-                where = " AND ".join(["instr(d.text, ?) > 0" for _ in terms] + filters)
-                return db.execute(
-                    f"SELECT {cols} FROM {f}.fts JOIN {f}.docs d ON d.id = fts.rowid "
-                    f"JOIN messages m ON m.id = fts.rowid JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE fts MATCH ? AND {where} ORDER BY fts.rowid DESC LIMIT ?",
-                    (fts.match_expression(longer), *terms, *params, count)).fetchall()
-            where = " AND ".join(filters + ["instr(d.text, ?) > 0" for _ in shorter])
+            assert f is not None
+            plan = fts.plan(db, f, terms)
+            if plan.none:
+                return []
+            if not plan.groups or session_id is not None:
+                return scan(db)
             return db.execute(
-                f"SELECT {cols} FROM {f}.docs d JOIN messages m ON m.id = d.id "
-                f"JOIN sessions s ON s.id = m.session_id WHERE {where} ORDER BY d.id DESC LIMIT ?",
-                (*params, *shorter, count)).fetchall()
-
-        def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            db.create_function("doc_matches", 4, lambda *a: all(t in fts.search_doc(*a) for t in terms))
-            where = " AND ".join(filters + ["doc_matches(m.content, m.content_json, m.tool_name, m.tool_calls)"])
-            return db.execute(
-                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE {where} ORDER BY m.id DESC LIMIT ?", (*params, count)).fetchall()
+                f"SELECT {cols} FROM {f}.fts JOIN messages m ON m.id = fts.rowid "
+                f"JOIN sessions s ON s.id = m.session_id WHERE fts MATCH ? AND {where} "
+                "ORDER BY fts.rowid DESC LIMIT ?", (plan.match_expression(), *params, joined, count)).fetchall()
 
         def run(db: sqlite3.Connection) -> tuple[bool, list[tuple[Any, ...]]]:
             if self._fts is None and self._projector is not None:
@@ -454,7 +455,7 @@ class Reader:
             msg = message_dict((mid, sid, role_, None, 0, None, None, None, stamp, None, None, None, None,
                                 None, None, 1), self.warnings)
             results.append({"session_id": sid, "message_id": mid, "role": msg["role"],
-                            "snippet": fts.snippet(text, terms), "timestamp": msg["timestamp"]})
+                            "snippet": fts.snippet(text, shown), "timestamp": msg["timestamp"]})
         return {"degraded": degraded, "results": results}
 
     def _degraded(self) -> bool:
