@@ -386,8 +386,8 @@ def plan(db: sqlite3.Connection, f: str, terms: list[str]) -> Plan:
 def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
     """A window of ``text`` around the first match, each match of a term wrapped in «»."""
     lowered = text.lower()
-    if len(lowered) != len(text):  # a few characters lower-case to several: compare char by char
-        lowered = "".join(ch.lower()[:1] or ch for ch in text)
+    if len(lowered) != len(text):  # İ is the one character that lower-cases to two: keep offsets
+        lowered = text.replace("İ", "i").lower()
     spans: list[tuple[int, int]] = []
     for t in terms:
         start = lowered.find(t)
