@@ -38,7 +38,7 @@ from projections.schema import (
     STATE_APP_ID,
     STATE_SCHEMA,
 )
-from projections.site import ZERO_HASH, Site, init_meta, write_cursor
+from projections.site import SCHEMAS, ZERO_HASH, Site, init_meta, write_cursor
 
 log = logging.getLogger("eventlog.projections")
 
@@ -61,20 +61,20 @@ class Builder:
         "last_hash", "files"}``."""
         site = self.site
         pointer = site.state_pointer()
-        files.collect_abandoned(site.dir, "state")
         g = files.next_generation(site.dir, "state", STATE_SCHEMA)
+        held = files.create_generation(g)
         try:
             built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress)
         except BaseException:
-            files.remove_file(g.path)
+            files.release(held, g)  # unreferenced: deleted
             raise
-        old = files.read_pointer(pointer)
         self.writer.close()
         files.swap_pointer(pointer, g)
+        files.release(held, None)
         if with_fts:
             # Until the new index is in, search answers from a scan of the new state.db.
             files.drop_pointer(site.fts_pointer())
-        files.collect_garbage(site.dir, "state", {old.name} if old else set())
+        files.collect(site.dir, SCHEMAS)  # the generations just replaced, unless a reader holds one
         site.known_seq = built["last_seq"]
         log.info("state.db rebuilt as %s (%d events)", g.name, built["events"])
         names = [g.name]
@@ -98,10 +98,9 @@ class Builder:
         state_gen = self.writer.state_gen
         assert state_gen is not None
         pointer = site.fts_pointer()
-        files.collect_abandoned(site.dir, "fts")
         g = files.next_generation(site.dir, "fts", FTS_SCHEMA)
+        held = files.create_generation(g)
         try:
-            files.create_empty(g.path)
             out = sql.connect_rw(g.path)
             try:
                 bulk_pragmas(out)
@@ -119,11 +118,11 @@ class Builder:
                 out.close()
             files.fsync_file(g.path)
         except BaseException:
-            files.remove_file(g.path)
+            files.release(held, g)
             raise
-        old = files.read_pointer(pointer)
         files.swap_pointer(pointer, g)
-        files.collect_garbage(site.dir, "fts", {old.name} if old else set())
+        files.release(held, None)
+        files.collect(site.dir, SCHEMAS)
         site.fts_fault = None
         log.info("FTS index rebuilt as %s (%d documents)", g.name, documents)
         return {"documents": documents, "last_seq": smeta["last_seq"], "files": [g.name]}

@@ -38,6 +38,7 @@ class Writer:
         self._conn: sqlite3.Connection | None = None
         self.state_gen: Generation | None = None
         self._fts_gen: Generation | None = None
+        self._holds: dict[str, tuple[int | None, Generation]] = {}  # kind -> hold of its generation
 
     def state(self) -> sqlite3.Connection:
         """The connection to the generation state.db names now; raises :class:`Broken` when
@@ -49,9 +50,11 @@ class Writer:
             return self._conn
         self.close()
         check_writable(g, STATE_SCHEMA)
+        self._hold("state", g)
         try:
             conn = sql.connect_rw(g.path)
         except sqlite3.Error as e:
+            self._let_go("state")
             raise Broken(sql.status_of(e), str(e)) from e
         try:
             if conn.execute("PRAGMA application_id").fetchone()[0] != STATE_APP_ID:
@@ -60,9 +63,11 @@ class Writer:
                 raise Broken("foreign", "user_version")
         except sqlite3.DatabaseError as e:
             conn.close()
+            self._let_go("state")
             raise Broken(sql.status_of(e), str(e)) from e
         except Broken:
             conn.close()
+            self._let_go("state")
             raise
         fts.register(conn)
         self._conn, self.state_gen = conn, g
@@ -78,7 +83,9 @@ class Writer:
         if self._fts_gen is not None:
             conn.execute("DETACH DATABASE f")
             self._fts_gen = None
+            self._let_go("fts")
         check_writable(g, FTS_SCHEMA)
+        self._hold("fts", g)
         sql.attach_rw(conn, g.path, "f")
         self._fts_gen = g
         if conn.execute("PRAGMA f.application_id").fetchone()[0] != FTS_APP_ID:
@@ -98,6 +105,7 @@ class Writer:
             except sqlite3.Error:
                 self.close()
         self._fts_gen = None
+        self._let_go("fts")
 
     def close(self) -> None:
         if self._conn is not None:
@@ -108,6 +116,18 @@ class Writer:
         self._conn = None
         self.state_gen = None
         self._fts_gen = None
+        self._let_go("fts")
+        self._let_go("state")
+
+    def _hold(self, kind: str, g: Generation) -> None:
+        """Hold generation ``g`` while the connection has it open (see :func:`files.hold`)."""
+        self._let_go(kind)
+        self._holds[kind] = (files.hold(g), g)
+
+    def _let_go(self, kind: str) -> None:
+        held = self._holds.pop(kind, None)
+        if held is not None:
+            files.release(*held)
 
 
 class CatchUp:

@@ -117,9 +117,11 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done("old_schema", f"schema version {g.schema}, this program writes {schema}")
     if g.schema > schema:
         return done("newer_schema", f"schema version {g.schema} of a newer program")
+    held = files.hold(g)  # no process deletes it while it is being looked at
     try:
         conn = sql.connect_ro(g.path)
     except sqlite3.Error as e:
+        files.release(held, g)
         return done(sql.status_of(e), f"cannot open {g.name}: {e}")
     try:
         found_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -143,6 +145,7 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done(sql.status_of(e), f"{g.name}: {e}")
     finally:
         conn.close()
+        files.release(held, g)
 
 
 def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str | None:

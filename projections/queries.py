@@ -83,6 +83,7 @@ class Reader:
         self._state_gen: Generation | None = None
         self._fts_gen: Generation | None = None
         self._fts: str | None = None  # schema name of the FTS tables, None when unusable
+        self._holds: dict[str, tuple[int | None, Generation]] = {}  # kind -> hold (files.hold)
         self.warnings = Warnings()
         self.last_search_degraded = False
 
@@ -98,6 +99,31 @@ class Reader:
             self._db = None
             self._state_gen = self._fts_gen = None
             self._fts = None
+            for kind in list(self._holds):
+                self._let_go(kind)
+
+    def _hold(self, kind: str, g: Generation) -> None:
+        """Hold generation ``g`` while a connection has it open: no process deletes it meanwhile."""
+        self._let_go(kind)
+        self._holds[kind] = (files.hold(g), g)
+
+    def _hold_pointed(self, kind: str, g: Generation, pointer: Path) -> Generation | None:
+        """Hold ``g``, which ``pointer`` named a moment ago; if it was collected meanwhile (a
+        rebuild swapped and nobody held it), hold the generation the pointer names now."""
+        for _ in range(20):
+            self._hold(kind, g)
+            if self._holds[kind][0] is not None:
+                return g
+            now = files.read_pointer(pointer)
+            if now is None or now == g:
+                return g  # the file itself is missing: opening it reports that
+            g = now
+        return g
+
+    def _let_go(self, kind: str) -> None:
+        held = self._holds.pop(kind, None)
+        if held is not None:
+            files.release(*held)  # the last process to let go of a replaced generation deletes it
 
     def __enter__(self) -> "Reader":
         return self
@@ -140,6 +166,8 @@ class Reader:
         for attempt in (1, 2):
             problem = None
             db = None
+            if g is not None:
+                g = self._hold_pointed("state", g, p.state_pointer())
             if g is None:
                 problem = "missing"
             else:
@@ -159,6 +187,7 @@ class Reader:
                 return
             if db is not None:
                 db.close()
+            self._let_go("state")
             if attempt == 2:
                 raise ProjectionError(f"state.db is unusable: {problem}",
                                       hint="run `eventlog doctor --fix` or `eventlog rebuild`")
@@ -173,6 +202,10 @@ class Reader:
             except sqlite3.Error:
                 pass
         self._fts, self._fts_gen = None, fg
+        self._let_go("fts")
+        if fg is not None:
+            fg = self._hold_pointed("fts", fg, self._projector.fts_pointer())
+            self._fts_gen = fg
         if fg is None or not fg.path.exists():
             return
         try:
