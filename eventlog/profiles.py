@@ -150,3 +150,22 @@ def atomic_write(path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> Iter
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def flock_holder(path: str | os.PathLike[str]) -> int | None:
+    """The pid holding an exclusive flock on ``path`` (a file or a directory), from /proc/locks
+    (Linux; None elsewhere, or when nobody holds one). Reads /proc only: never opens ``path``."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
+            dev_ino = parts[5].split(":")
+            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == inode:
+                return int(parts[4]) if parts[4].isascii() and parts[4].isdigit() else None
+    return None

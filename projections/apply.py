@@ -107,6 +107,9 @@ class Applier:
         self._usage: dict[tuple[str, str], list[Any]] = {}
         self._usage_dirty: set[tuple[str, str]] = set()
         self._messages: list[tuple[Any, ...]] = []
+        self.skipped: dict[str, int] = {}
+        """Events of types this program does not project (a newer program's, an extension's),
+        by type; added to the ``skipped_types`` meta row at the next flush (shown by doctor)."""
 
     # ---- entry points ---------------------------------------------------------------------
 
@@ -128,11 +131,18 @@ class Applier:
         self.seq = seq
         h = env.get("hash")
         self.hash = h if type(h) is str else None
+        if env.get("erased") is True and "data" not in env:
+            return  # an erased event: its content is gone, as if it had never been appended
+        if kind == "log.erased":
+            self.flush()
+            self._erased(env.get("data"), seq)
+            return
         if type(sid) is not str or type(kind) is not str:
             if not isinstance(sid, str) or not isinstance(kind, str):
                 return
         handler = HANDLERS.get(kind)
         if handler is None:
+            self.skipped[kind] = self.skipped.get(kind, 0) + 1
             return
         data = env.get("data")
         if type(data) is not dict:
@@ -143,6 +153,14 @@ class Applier:
         """Write the buffered rows of the hot path to the tables. The cached rows are then
         dropped (the next event may change the tables behind them) unless ``keep_cache``:
         between two hot-path events nothing else writes them."""
+        if self.skipped:
+            row = self.db.execute("SELECT value FROM meta WHERE key = 'skipped_types'").fetchone()
+            counts = orjson.loads(row[0]) if row and isinstance(row[0], (str, bytes)) else {}
+            for kind, n in self.skipped.items():
+                counts[kind] = int(counts.get(kind, 0)) + n
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('skipped_types', ?)",
+                            (orjson.dumps(counts, option=orjson.OPT_SORT_KEYS).decode(),))
+            self.skipped = {}
         if self._messages:
             self.db.executemany(_INSERT_MESSAGE, self._messages)
             self._messages = []
@@ -342,6 +360,27 @@ class Applier:
             db.execute("DELETE FROM messages WHERE session_id = ?", (m,))
             db.execute("DELETE FROM sessions WHERE id = ?", (m,))
             db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (m, seq))
+
+    def _erased(self, data: Any, seq: int) -> None:
+        """The log's erase record: the rows of the sessions it names go (their events are stubs
+        now, so a build from the start never makes them), and their messages' indexed values go to
+        ``fts_pending`` so the search index drops their documents. The connection deletes
+        securely (SQLite overwrites what it frees)."""
+        names = data.get("sessions") if isinstance(data, dict) else None
+        db = self.db
+        db.execute("PRAGMA secure_delete = ON")
+        for sid in names if isinstance(names, list) else []:
+            if not isinstance(sid, str):
+                continue
+            # The search index needs what it was given to let the documents go (see _deleted);
+            # the pending rows are purged by the same catch-up's index sync.
+            db.execute("INSERT OR REPLACE INTO fts_pending (id, seq, content, tool_name, tool_calls) "
+                       "SELECT id, ?, content, tool_name, tool_calls FROM messages WHERE session_id = ?", (seq, sid))
+            db.execute("DELETE FROM reactions WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
+            db.execute("DELETE FROM sessions WHERE id = ?", (sid,))
+            db.execute("INSERT OR REPLACE INTO tombstones (id, deleted_seq) VALUES (?, ?)", (sid, seq))
 
     def _rewound(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         mid = as_int(data.get("message_id"))

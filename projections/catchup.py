@@ -27,10 +27,10 @@ DEFAULT_BATCH = 1000
 class Writer:
     """The lease holder's read-write connection: state.db, with the FTS file attached as ``f``.
 
-    Opened on first use, reopened when a pointer names another generation. Use only while
-    holding the projector lease; the projector closes it whenever the lease is let go (see
-    :class:`projections.lease.Lease`'s ``on_release``), so no read-write connection outlives
-    the lease.
+    Opened on first use, reopened when a pointer names another generation, closed with the
+    projector. Used only while holding the projector lease; between catch-ups it stays open,
+    idle (an idle WAL connection holds no lock), which saves reopening and re-attaching per
+    catch-up.
     """
 
     def __init__(self, site: Site) -> None:

@@ -52,11 +52,12 @@ def examine(profile_dir: Path, log: Log, profile: str) -> dict[str, Any]:
     with Projector(profile_dir, log, profile) as projector:
         health = projector.health(full=True)
         lease = lease_state(projector)
+        skipped = projector.skipped_types()
     perms = permission_problems(profile_dir)
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
                 "first_bad_seq": res.first_bad_seq, "reason": res.reason},
-        "state": _part(health["state"]),
+        "state": {**_part(health["state"]), "skipped_types": skipped},
         "fts": {**_part(health["fts"]), "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,
         "permissions": {"ok": not perms, "problems": perms},

@@ -225,6 +225,24 @@ def hold(g: Generation) -> int | None:
     return fd
 
 
+def hold_pointed(pointer: Path) -> tuple[int | None, Generation | None]:
+    """The generation ``pointer`` names, held (:func:`hold`): when the one it named was
+    collected between reading the pointer and taking the hold, the pointer is read again.
+    ``(None, g)`` when ``g``'s files are missing; ``(None, None)`` when the pointer is."""
+    g = read_pointer(pointer)
+    for _ in range(20):
+        if g is None:
+            return None, None
+        fd = hold(g)
+        if fd is not None:
+            return fd, g
+        now = read_pointer(pointer)
+        if now == g:
+            break
+        g = now
+    return None, g
+
+
 def release(fd: int | None, g: Generation | None) -> None:
     """Let go of a hold; if no pointer names ``g`` and nobody else holds it, delete it now."""
     if fd is None:
@@ -282,6 +300,29 @@ def generation_files(directory: Path) -> dict[tuple[str, int, int], list[str]]:
         if m:
             out.setdefault((m.group(1), int(m.group(2)), int(m.group(3))), []).append(name)
     return out
+
+
+def remove_replaced(directory: Path, schemas: dict[str, int]) -> list[str]:
+    """Delete every generation of this program's schemas that no pointer names, with its
+    sidecars and lock file, *even one a process still holds* (after an erase nothing may keep
+    the words: a holder keeps reading its open copy until it lets go; the names are gone).
+    Returns the names deleted. Call only under the projector lease."""
+    removed = []
+    for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
+        if schemas.get(kind) != schema:
+            continue
+        g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
+        if g.name in referenced(directory, kind):
+            continue
+        remove_file(g.path)
+        try:
+            os.unlink(lock_path(g))
+        except FileNotFoundError:
+            pass
+        removed.append(g.name)
+    if removed:
+        fsync_dir(directory)
+    return removed
 
 
 _TEMP_RE = re.compile(r"\.(?:(?:state|fts)(?:\.v[0-9]+)?\.db|\.(?:state|fts)\.generation)\.([0-9]+)\.[0-9]+\.tmp")

@@ -30,7 +30,9 @@ class Follower:
 
     def __init__(self, directory: Path, step: Callable[[], object]) -> None:
         self._step = step
+        self._directory = directory
         self._presence = Presence(directory)
+        self.stopped_by_itself = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.failures = 0
@@ -59,13 +61,22 @@ class Follower:
 
     def _run(self, poll: float) -> None:
         while not self._stop.is_set():
+            if not self._directory.is_dir():
+                # The profile was removed: there is nothing left to follow (and a catch-up would
+                # only recreate its folder). Stop once, saying so once.
+                log.warning("profile folder %s is gone: the projection follower stops", self._directory)
+                self._presence.withdraw()
+                self.stopped_by_itself = True
+                return
             try:
                 self._step()
                 if self.failures:
                     self._presence.announce()
+                    log.info("projection follower recovered after %d failed attempts", self.failures)
                 self.failures = 0
-            except Exception:  # keep following; the next reader or Projector.heal() reports the fault
+            except Exception as e:  # keep following; the next reader or Projector.heal() reports the fault
                 self.failures += 1
                 self._presence.withdraw()  # a failing follower must not keep readers from catching up
-                log.exception("projection follower failed (attempt %d)", self.failures)
+                if self.failures == 1:  # one line per failure streak, never a traceback from a thread
+                    log.warning("projection follower failed, retrying with backoff: %s", e)
             self._stop.wait(poll if self.failures == 0 else min(MAX_PAUSE_S, poll * 2 ** self.failures))

@@ -37,9 +37,14 @@ class LogView:
     def of(cls, log: Log) -> "LogView":
         seq, h = log.head()
 
+        fast = getattr(log, "hash_at", None)  # a backend that reads a hash without decoding the event
+
         def hash_at(s: int) -> str | None:
             if s == seq:
                 return str(h)
+            if fast is not None:
+                found_fast = fast(s)
+                return found_fast if isinstance(found_fast, str) else None
             env = log.get(s)
             found = env.get("hash") if isinstance(env, dict) else None
             return found if isinstance(found, str) else None

@@ -32,8 +32,7 @@ class Lease:
 
     ``on_release`` is called whenever this process lets the lease go — just before the
     outermost :meth:`release` unlocks it, and at :meth:`close` — with the in-process lock held,
-    so no other thread of this process works under the lease meanwhile. The projector closes
-    its read-write connection there: no write connection outlives the lease.
+    so no other thread of this process works under the lease meanwhile.
     """
 
     def __init__(self, directory: Path, on_release: Callable[[], None] | None = None) -> None:

@@ -364,7 +364,8 @@ class Reader:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
         if not _encodable(session_id):
             return []
         cond = "m.session_id = ?"
@@ -374,15 +375,25 @@ class Reader:
         if after is not None:
             cond += " AND m.id > ?"
             params.append(_clamp(after))
+        if before is not None:
+            cond += " AND m.id < ?"
+            params.append(_clamp(before))
         count = -1 if limit is None else _clamp(limit)
+        # Paging forward takes the first `limit`; otherwise the latest `limit`, read from the
+        # end of the (session_id, id) index: O(limit), not O(session).
+        forward = limit is None or (after is not None and before is None)
+        order = "ASC" if forward else "DESC"
 
         def query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone() is None:
                 return []
-            return db.execute(f"SELECT {_M} FROM messages m WHERE {cond} ORDER BY m.id LIMIT ?",
+            return db.execute(f"SELECT {_M} FROM messages m WHERE {cond} ORDER BY m.id {order} LIMIT ?",
                               (*params, count)).fetchall()
 
-        return [message_dict(r, self.warnings) for r in self._run(query)]
+        rows = self._run(query)
+        if forward == newest_first:
+            rows.reverse()
+        return [message_dict(r, self.warnings) for r in rows]
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

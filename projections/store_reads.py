@@ -1,6 +1,7 @@
 """The projections as SessionStore's read model (the ``ReadModel`` protocol of eventlog.sessions.store)."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ class ProjectionReadModel:
         # One connection serves both the projector's cursor checks and this model's queries
         # (a fresh one-shot open then opens state.db once for reading, not twice).
         self.reader: Reader = projector.probe_reader()
+        self._local = threading.local()
         if follower:
             projector.start_follower()
 
@@ -40,8 +42,13 @@ class ProjectionReadModel:
         return self.reader
 
     def _reads(self) -> Reader:
-        self.visibility.before_read()
+        self._local.reach = self.visibility.before_read()
         return self.reader
+
+    def last_reach(self) -> Reach | None:
+        """How far the projections reached for this thread's last read (None before any)."""
+        reach: Reach | None = getattr(self._local, "reach", None)
+        return reach
 
     # ---- helpers writers check before appending ----------------------------------------------
 
@@ -82,8 +89,10 @@ class ProjectionReadModel:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        return self._reads().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        return self._reads().get_messages(session_id, include_inactive=include_inactive, limit=limit, before=before,
+            after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

@@ -48,6 +48,13 @@ def answers(model: Any, session_ids: Iterable[str], message_ids: Iterable[int],
         out["get_messages.all", sid] = model.get_messages(sid, include_inactive=True)
         out["get_messages.page", sid] = model.get_messages(sid, include_inactive=True, limit=2,
                                                            after=min(message_ids, default=0))
+        mid = sorted(message_ids)[len(message_ids) // 2] if message_ids else 1
+        out["get_messages.latest", sid] = model.get_messages(sid, limit=3)
+        out["get_messages.latest0", sid] = model.get_messages(sid, limit=0)
+        out["get_messages.before", sid] = model.get_messages(sid, include_inactive=True, limit=2, before=mid)
+        out["get_messages.window", sid] = model.get_messages(sid, before=mid, after=min(message_ids, default=0),
+                                                             newest_first=True)
+        out["get_messages.newest", sid] = model.get_messages(sid, limit=4, newest_first=True)
         out["get_usage", sid] = model.get_usage(sid)
         out["unseen_reactions", sid] = model.unseen_reactions(sid)
         out["lineage", sid] = model.lineage(sid)

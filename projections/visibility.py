@@ -7,37 +7,34 @@ Every read of a profile goes through one of two rules here before it queries:
   include the caller's last append. The read applies the log itself whenever the lease is
   free and otherwise watches the lease holder's cursor; it gives up after ``WAIT_TIMEOUT``
   (30 s, or the caller's own bound) with a :class:`ProjectionError`.
-- **Everyone else's writes** (:meth:`Visibility.before_read`): the read never waits. It trusts
-  a live follower — this process's own (which keeps them within its poll), or another
-  process's unless that one is overdue (the oldest event it has not applied was appended more
-  than ``FOLLOWER_OVERDUE_S`` ago: stopped or starved) — and reads the projections as they
-  stand, so a one-shot reader costs the same whether 0 or 1,000 events came in since the last
-  one. With no follower to trust it applies the log itself if the lease is free, and reads as
-  things stand if it is not.
+- **Everyone's writes** (:meth:`Visibility.before_read`): a process that runs its own follower
+  trusts it (the projections stay within its poll of the log) and reads at once. Any other
+  reader — a one-shot command, a cron job — brings the projections up to the log head as of
+  the read: it applies the log itself when the lease is free, and otherwise waits for the
+  lease holder, at most ``READ_WAIT_S``. So a process that starts after another one wrote
+  always reads what it wrote (writers need not settle their appends before they exit), and a
+  lease holder that is stopped or hung delays a read by at most ``READ_WAIT_S``: the read then
+  answers from the projections as they stand and says so (``Reach.stale``).
 
 Both rules bring the projections up through one verb, :meth:`Projector.advance`, and both
 answer with a :class:`Reach`: how far the projections are known to go, against what the caller
-needed. ``Reach.stale`` is True when a read would miss events that nobody is known to be
-applying (the lease is busy and no follower is trusted): what an honest read reports.
+needed.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from eventlog.errors import ProjectionError
-from projections.lease import followed
 
 if TYPE_CHECKING:
     from projections.projector import Projector
 
 WAIT_TIMEOUT = 30.0
 """How long a read waits for its own writes before it gives up."""
-FOLLOWER_OVERDUE_S = 0.25
-"""A one-shot reader leaves catching up to a live follower unless the oldest event not yet
-applied was appended longer ago than this (a stopped or starved follower): then it applies the
-log itself, so its reads are never staler than this plus its own catch-up."""
+READ_WAIT_S = 0.5
+"""How long a read without a follower of its own waits for another process's catch-up (the lease
+holder's) before it answers from the projections as they stand, flagged stale."""
 
 
 @dataclass(frozen=True)
@@ -84,26 +81,12 @@ class Visibility:
                 hint="another process may be rebuilding them; retry, or run `eventlog doctor`")
         return reach
 
-    def before_read(self) -> Reach:
-        """Before a read of the profile as it stands: bring the projections up to the log head
-        unless a live follower is trusted to; never waits."""
+    def before_read(self, wait: float = READ_WAIT_S) -> Reach:
+        """Before a read of the profile: trust this process's follower if it runs one; else bring
+        the projections up to the log head as of this call, waiting at most ``wait`` seconds for
+        another lease holder (``Reach.stale`` when that ran out)."""
         p = self._projector
         site = p.site
         if p.following:
             return Reach(site.known_seq, site.known_seq, follower=True)
-        head = site.log.head()[0]
-        if site.known_seq >= head:
-            return Reach(head, site.known_seq)
-        site.known_seq = max(site.known_seq, p.cursor())  # another process may have applied it
-        if site.known_seq >= head:
-            return Reach(head, site.known_seq)
-        if followed(site.dir) and not self._overdue():
-            return Reach(head, site.known_seq, follower=True)
-        return p.advance(head, wait=0)
-
-    def _overdue(self) -> bool:
-        """True when the oldest event the projections lack is older than FOLLOWER_OVERDUE_S."""
-        site = self._projector.site
-        env = site.log.get(site.known_seq + 1)
-        ts = env.get("ts") if env else None
-        return isinstance(ts, int) and time.time_ns() - ts > FOLLOWER_OVERDUE_S * 1e9
+        return p.advance(site.log.head()[0], wait=wait)

@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import pytest
 
 from eventlog.log import EventLog
 from eventlog.sessions.events import make_event
@@ -72,6 +74,15 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.fixture
+def made(tmp_path: Path) -> Iterator[EventLog]:
+    log = make_log(tmp_path)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
 def make_log(tmp: Path) -> EventLog:
     log = EventLog.open(tmp / "log", durability="nosync", profile="p")
     rng = random.Random(3)
@@ -105,10 +116,10 @@ def check(log: EventLog, directory: Path, held: frozenset[tuple[str, int]] = fro
         assert not [n for n in os.listdir(directory) if n.endswith(".tmp")]
 
 
-def test_sigkill_while_deleting_generations(tmp_path: Path) -> None:
+def test_sigkill_while_deleting_generations(tmp_path: Path, made: EventLog) -> None:
     """A sweep killed at random moments: the generations other processes hold and the current
     ones are never touched; every other generation ends up wholly deleted by a later sweep."""
-    log = make_log(tmp_path)
+    log = made
     directory = tmp_path / "p"
     with Projector(directory, log, "p") as p:
         p.advance()
@@ -148,10 +159,10 @@ def test_sigkill_while_deleting_generations(tmp_path: Path) -> None:
     assert not any(g.path.exists() for g in held)
 
 
-def test_sigkill_while_rebuilding(tmp_path: Path) -> None:
+def test_sigkill_while_rebuilding(tmp_path: Path, made: EventLog) -> None:
     """A process rebuilding over and over, killed at random moments (mid-build, mid-swap,
     mid-cleanup): the next open serves every answer and leaves only the current files."""
-    log = make_log(tmp_path)
+    log = made
     directory = tmp_path / "p"
     with Projector(directory, log, "p") as p:
         p.advance()
@@ -165,8 +176,8 @@ def test_sigkill_while_rebuilding(tmp_path: Path) -> None:
         check(log, directory)
 
 
-def test_a_replaced_generation_goes_when_its_last_reader_lets_go(tmp_path: Path) -> None:
-    log = make_log(tmp_path)
+def test_a_replaced_generation_goes_when_its_last_reader_lets_go(tmp_path: Path, made: EventLog) -> None:
+    log = made
     directory = tmp_path / "p"
     with Projector(directory, log, "p") as p:
         p.advance()

@@ -1,6 +1,11 @@
-"""Migration from a Hermes Agent state.db (sqlite_export.hermes)."""
+"""Migration from a Hermes Agent state.db (sqlite_export.hermes): lossless, once, read-only.
+
+Lossless is checked by projecting the imported events with the Hermes adapter's fold and
+comparing every Hermes table with the source, value and type; eventlog's own view of the
+import is checked through SessionStore."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -10,15 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from eventlog.adapters.hermes import schema
+from eventlog.adapters.hermes.projection import apply_events
 from eventlog.errors import StorageError, ValidationError
+from eventlog.log.memory import MemoryLog
 from eventlog.sessions.store import SessionStore
 from sqlite_export.hermes import import_hermes, map_session_id
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fixtures_hermes as fx  # noqa: E402
 
-READ_MODELS = ["fold", "projection"]
+HERMES_TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing")
 
 
 def fingerprint(path: Path) -> dict[str, Any]:
@@ -34,215 +44,198 @@ def fingerprint(path: Path) -> dict[str, Any]:
     return out
 
 
-def hit_ids(result: Any) -> set[int]:
-    rows = result.get("results", []) if isinstance(result, dict) else result
-    return {r.get("message_id", r.get("id")) for r in rows}
+def project(log: Any) -> sqlite3.Connection:
+    """The Hermes projection of a log (the adapter's fold on a fresh Hermes-schema database)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("BEGIN")
+    schema.create(conn)
+    _, _, skipped = apply_events(conn, log.read())
+    conn.execute("COMMIT")
+    assert skipped == 0
+    return conn
 
 
-def seq_of(store: SessionStore, sid: str, row: int) -> int:
-    seq = store.log.event_seq(f"hermes:{sid}:msg:{row}")
-    assert seq is not None, (sid, row)
-    return seq
+def rows(conn: sqlite3.Connection, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    order = "rowid" if table != "session_model_usage" else "session_id, model, task"
+    return [tuple((type(v).__name__, v) for v in r)
+            for r in conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")]
 
 
-def has_warning(report: Any, *parts: str) -> bool:
-    return any(all(p in w for p in parts) for w in report.warnings)
+def assert_lossless(source: Path, log: Any, orphans: set[Any] = frozenset()) -> None:  # type: ignore[assignment]
+    """Every column the source and Hermes' schema share, in every Hermes table, row for row."""
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    out = project(log)
+    try:
+        for table in HERMES_TABLES:
+            have = [r[1] for r in src.execute(f'PRAGMA table_info("{table}")')]
+            if not have:
+                continue
+            known = {r[1] for r in out.execute(f'PRAGMA table_info("{table}")')}
+            columns = [c for c in have if c in known]
+            if table == "sessions":
+                columns = ["rowid", *columns]
+            expected = rows(src, table, columns)
+            if table == "messages" and orphans:
+                expected = [r for r in expected if r[columns.index("session_id")][1] not in orphans]
+            assert rows(out, table, columns) == expected, table
+    finally:
+        src.close()
+        out.close()
+
+
+def v22(path: Path) -> sqlite3.Connection:
+    """A database with Hermes' own v22 schema (no eventlog bookkeeping)."""
+    conn = sqlite3.connect(path)
+    schema.create(conn)
+    conn.execute("DROP TABLE eventlog_projection")
+    conn.execute("PRAGMA application_id = 0")
+    return conn
 
 
 @pytest.fixture
-def source(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+def hermes_db(tmp_path: Path) -> Path:
+    """A v22 state.db holding what the old importer lost: system prompts, per-model/route/task
+    usage rows with their API call counts, gateway state."""
     d = tmp_path / "hermes"
     d.mkdir()
-    facts = fx.make_current(d / "state.db")
-    return d / "state.db", facts
+    path = d / "state.db"
+    conn = v22(path)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, source, model, system_prompt, started_at, title, input_tokens,"
+                     " api_call_count, billing_provider) VALUES ('s1', 'cli', 'gpt', 'You are Hermes.', ?, 'Plan',"
+                     " 900, 3, 'openai')", (fx.T0,))
+        conn.execute("INSERT INTO sessions (id, source, started_at, parent_session_id, ended_at, end_reason, archived)"
+                     " VALUES ('s2', 'telegram', ?, 's1', ?, 'compression', 1)", (fx.T0 + 5, fx.T0 + 9))
+        for task, model, calls, tokens in (("", "gpt", 2, 600), ("", "gpt-mini", 1, 300), ("title_generation", "small", 4, 40)):
+            conn.execute("INSERT INTO session_model_usage (session_id, model, billing_provider, task, api_call_count,"
+                         " input_tokens, estimated_cost_usd, first_seen, last_seen) VALUES ('s1', ?, 'openai', ?, ?, ?,"
+                         " 0.5, ?, ?)", (model, task, calls, tokens, fx.T0, fx.T0 + 1))
+        calls_json = json.dumps([fx.call("terminal", {"cmd": "ls"})])
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp, tool_calls) VALUES"
+                     " ('s1', 'assistant', 'running ls', ?, ?)", (fx.T0 + 1, calls_json))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp, active) VALUES"
+                     " ('s1', 'user', 'take it back', ?, 0)", (fx.T0 + 2,))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s2', 'user', ?, ?)",
+                     (fx.SENTINEL + json.dumps([{"type": "text", "text": "a picture"}]), fx.T0 + 6))
+        conn.execute("INSERT INTO state_meta (key, value) VALUES ('last_auto_prune', '1')")
+        conn.execute("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES ('', 'k', '{}', 1.5)")
+    conn.close()
+    return path
 
 
-def open_store(home: Path, read_model: str = "fold", profile: str = "imported") -> SessionStore:
-    return SessionStore.open(home, profile, read_model=read_model, durability="nosync")
+def test_nothing_hermes_keeps_is_lost(hermes_db: Path) -> None:
+    before = fingerprint(hermes_db)
+    log = MemoryLog()
+    report = import_hermes(log, hermes_db)
+    assert (report.sessions, report.messages, report.usage) == (2, 3, 3)
+    assert_lossless(hermes_db, log)
+    assert fingerprint(hermes_db) == before  # never written, no file created beside it
+    out = project(log)
+    assert out.execute("SELECT system_prompt FROM sessions WHERE id = 's1'").fetchone()[0] == "You are Hermes."
+    usage = out.execute("SELECT model, task, api_call_count, input_tokens FROM session_model_usage"
+                        " ORDER BY model").fetchall()
+    assert usage == [("gpt", "", 2, 600), ("gpt-mini", "", 1, 300), ("small", "title_generation", 4, 40)]
+    assert out.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()[0] == 3
 
 
-@pytest.mark.parametrize("read_model", READ_MODELS)
-def test_current_schema(home: Path, source: tuple[Path, dict[str, Any]], read_model: str) -> None:
-    path, facts = source
-    rows = facts["rows"]
-    before = fingerprint(path)
-    calls: list[tuple[int, int]] = []
-    with open_store(home, read_model) as store:
-        report = import_hermes(store, path, progress=lambda done, total: calls.append((done, total)))
-        assert (report.sessions, report.messages, report.usage) == (7, 20, 1)
-        assert report.skipped == 2  # the 'robot' row and the orphan
-        assert report.already_present == 0
-        assert report.warning_count == len(report.warnings)
-
-        # Every damaged value is named by session and row.
-        w = lambda *p: has_warning(report, *p)  # noqa: E731
-        assert w(f"session '{fx.S3}' message row {rows['m13']}", "role 'robot'", "skipped")
-        assert w(f"session '{fx.S3}' message row {rows['m10']}", "timestamp", "TEXT 'yesterday'")
-        assert w(f"session '{fx.S3}' message row {rows['m11']}", "timestamp 1e+30", "out of range")
-        assert w(f"session '{fx.S3}' message row {rows['m12']}", "timestamp -5", "out of range")
-        assert w(f"session '{fx.S3}' message row {rows['m21']}", "token_count 'abc'")
-        assert w(f"session '{fx.S3}' message row {rows['m14']}", "multimodal parts")
-        assert w(f"session '{fx.S2}' message row {rows['m6']}", "tool_calls", "JSON-encoded 2 times")
-        assert w(f"session '{fx.S2}' message row {rows['m7']}", "tool_calls", "not valid JSON", "dropped")
-        assert w(f"session '{fx.S2}' message row {rows['m8']}", "display_metadata", "JSON-encoded 2 times")
-        assert w(f"session '{fx.S2}' message row {rows['m9']}", "display_metadata", "not valid JSON")
-        assert w(f"session '{fx.S2}'", "model_config", "JSON-encoded 2 times")
-        assert w(f"session '{fx.S3}'", "model_config", "not valid JSON")
-        assert w(f"session '{fx.S4}'", "model_config", "list")
-        assert w(f"session '{fx.S4}'", "started_at 1e+30")
-        assert w(f"session '{fx.S3}'", "started_at stored as TEXT")
-        assert w(f"session '{fx.S4}'", "title 'Groceries'", "'Groceries #2'")
-        assert w("session 'ghost-session'", f"rows {rows['m19']}", "orphans")
-        assert w(f"session '{fx.S5}'", f"imported as '{map_session_id(fx.S5)}'")
-        assert w(f"session '{fx.S6}'", "partly hidden")
-
-        assert calls and calls[-1][0] == calls[-1][1] == 7 + 22
-        assert [d for d, _ in calls] == sorted(d for d, _ in calls)
-
+@pytest.mark.parametrize("read_model", ["fold", "projection"])
+def test_eventlogs_own_view_of_the_import(home: Path, hermes_db: Path, read_model: str) -> None:
+    with SessionStore.open(home, "imported", read_model=read_model, durability="nosync") as store:
+        import_hermes(store, hermes_db)
         store.sync()
-        listed = {s["id"]: s for s in store.list_sessions(archived=None, hidden=None, limit=None)}
-        assert set(listed) == {fx.S1, fx.S2, fx.S3, fx.S4, map_session_id(fx.S5), fx.S6, fx.S7}
-        s1, s2, s3, s4 = (listed[k] for k in (fx.S1, fx.S2, fx.S3, fx.S4))
-        assert (s1["title"], s1["source"], s1["model"], s1["model_config"]) == (
-            "Fix the parser", "cli", "claude-x", {"temperature": 0.2})
-        assert (s1["started_at"], s1["ended_at"], s1["end_reason"]) == (fx.T0, fx.T0 + 3600, "compression")
-        assert s1["tool_names"] == ["terminal", "web_search"]
-        assert (s2["parent_session_id"], s2["cwd"], s2["git_branch"]) == (fx.S1, "/home/u/proj", "main")
-        assert (s2["model_config"], s2["title"], s2["title_source"]) == ({"temperature": 0.3}, "Fix the parser #2", "derived")
-        assert s3["archived"] and not s3["pinned"] and s3["started_at"] == 1735804800.0
-        assert (s3["user_id"], s3["chat_id"], s3["model_config"]) == ("42", "-1001", None)
-        assert s4["pinned"] and s4["title"] == "Groceries #2" and s4["end_reason"] == "unknown"
-        assert listed[fx.S6]["hidden"] and listed[fx.S7]["hidden"] and listed[fx.S7]["parent_session_id"] == fx.S6
-        assert listed[map_session_id(fx.S5)]["title"] == "Odd one"
-
-        # Parents before children, whatever their start times.
-        created = [e["session"] for e in store.log.read() if e["type"] == "session.created"]
-        assert created.index(fx.S6) < created.index(fx.S7) and created.index(fx.S1) < created.index(fx.S2)
-
-        msgs = store.get_messages(fx.S1, include_inactive=True)
-        assert [m["content"] for m in msgs] == [
-            "Please fix the tokenizer bug", None, "3 passed", "Fixed the zebra tokenizer",
-            "undo me please", "an undone reply", "after the undo"]
-        assert [m["active"] for m in msgs] == [True] * 4 + [False, False, True]
-        assert store.get_session(fx.S1)["message_count"] == 5
-        assert msgs[1]["tool_calls"][0]["function"]["name"] == "terminal"
-        assert (msgs[1]["reasoning"], msgs[1]["token_count"], msgs[1]["finish_reason"]) == (
-            "Let me run the tests", 42, "tool_calls")
-        assert (msgs[2]["tool_name"], msgs[2]["tool_call_id"]) == ("terminal", "call_1")
-        assert msgs[3]["display_metadata"] == {"reactions": {"user": "+1"}}
-        assert [m["timestamp"] for m in msgs] == [fx.T0 + i for i in range(1, 8)]
-
-        m2 = {m["id"]: m for m in store.get_messages(fx.S2)}
-        image = m2[seq_of(store, fx.S2, rows["m5"])]["content"]
-        assert isinstance(image, list) and image[1]["type"] == "image_url"
-        assert m2[seq_of(store, fx.S2, rows["m6"])]["tool_calls"][0]["function"]["name"] == "web_search"
-        assert m2[seq_of(store, fx.S2, rows["m7"])]["tool_calls"] is None
-        assert m2[seq_of(store, fx.S2, rows["m8"])]["display_metadata"] == {"kind": "note"}
-        assert m2[seq_of(store, fx.S2, rows["m9"])]["display_metadata"] is None
-        assert m2[seq_of(store, fx.S2, rows["m18"])]["active"]  # compacted rows stay visible
-
-        m3 = {m["id"]: m for m in store.get_messages(fx.S3)}
-        assert len(m3) == 5
-        for key in ("m10", "m11", "m12"):  # dropped times fall back to the event time
-            stamp = m3[seq_of(store, fx.S3, rows[key])]["timestamp"]
-            assert stamp is not None and stamp > fx.T0 + 100_000
-        assert m3[seq_of(store, fx.S3, rows["m14"])]["content"] == [{"type": "text", "text": "double encoded parts"}]
-        assert m3[seq_of(store, fx.S3, rows["m21"])]["token_count"] is None
-
-        usage = store.get_usage(fx.S1)
-        assert len(usage) == 1
-        assert {k: usage[0][k] for k in ("model", "provider", "task", "input_tokens", "output_tokens",
-                                         "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
-                                         "estimated_cost_usd", "actual_cost_usd")} == {
-            "model": "claude-x", "provider": "anthropic", "task": "hermes-import", "input_tokens": 1000,
-            "output_tokens": 500, "cache_read_tokens": 100, "cache_write_tokens": 50, "reasoning_tokens": 20,
-            "estimated_cost_usd": 0.12, "actual_cost_usd": None}
-        assert store.get_usage(fx.S3) == []
-
-        assert hit_ids(store.search("zebra")) == {seq_of(store, fx.S1, rows["m4"])}
-        assert seq_of(store, fx.S2, rows["m5"]) in hit_ids(store.search("giraffe"))
-        assert hit_ids(store.search("milk")) == {seq_of(store, fx.S3, rows["m10"])}
-        assert hit_ids(store.search("undone")) == set()  # rewound messages are not searched
-        assert hit_ids(store.search("orphan")) == set()
-        assert store.log.verify().ok
-    assert fingerprint(path) == before  # bytes, mtime, and no file created beside it
+        s1, s2 = store.get_session("s1"), store.get_session("s2")
+        assert (s1["source"], s1["model"], s1["title"], s1["started_at"]) == ("cli", "gpt", "Plan", fx.T0)
+        assert (s2["parent_session_id"], s2["end_reason"], s2["ended_at"]) == ("s1", "compression", fx.T0 + 9)
+        msgs = store.get_messages("s1", include_inactive=True)
+        assert msgs[0]["tool_calls"][0]["function"]["name"] == "terminal"
+        assert store.get_messages("s2")[0]["content"] == [{"type": "text", "text": "a picture"}]
+        by_task = {(u["model"], u["task"]): u["input_tokens"] for u in store.get_usage("s1")}
+        assert by_task == {("gpt", ""): 600, ("gpt-mini", ""): 300, ("small", "title_generation"): 40}
+        assert store.search("running")
 
 
-def test_second_run_imports_nothing(home: Path, source: tuple[Path, dict[str, Any]]) -> None:
-    path, _ = source
-    with open_store(home) as store:
-        first = import_hermes(store, path)
+def test_import_once_then_only_what_is_new(home: Path, hermes_db: Path) -> None:
+    with SessionStore.open(home, "imported", read_model="fold", durability="nosync") as store:
+        first = import_hermes(store, hermes_db)
         head = store.log.head()
-        again = import_hermes(store, path)
-        assert (again.sessions, again.messages, again.usage, again.events) == (0, 0, 0, 0)
-        assert again.already_present == first.events
+        again = import_hermes(store, hermes_db)
+        assert (again.events, again.already_present, again.changed) == (0, first.events, 0)
         assert store.log.head() == head
 
-        # A later copy of the same state.db with two more rows appends exactly those.
-        later = path.parent / "later.db"
-        shutil.copyfile(path, later)
+        later = hermes_db.parent / "later.db"
+        shutil.copyfile(hermes_db, later)
         with sqlite3.connect(later) as conn:
-            for text in ("one more thing", "and another"):
-                conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
-                             (fx.S1, text, fx.T0 + 8))
+            conn.execute("UPDATE sessions SET title = 'Plan, renamed' WHERE id = 's1'")
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s1', 'user', 'new', ?)",
+                         (fx.T0 + 3,))
+            conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s3', 'cli', ?)", (fx.T0 + 20,))
+            conn.execute("UPDATE messages SET content = 'rewritten' WHERE content = 'running ls'")
         conn.close()
         delta = import_hermes(store, later)
-        assert (delta.sessions, delta.messages, delta.events) == (0, 2, 2)
+        # The new session and message, and the rename; the edited message keeps its first import.
+        assert (delta.sessions, delta.messages) == (1, 1)
+        assert delta.changed >= 1 and any("changed since it was first imported" in w for w in delta.warnings)
         store.sync()
-        assert [m["content"] for m in store.get_messages(fx.S1)][-2:] == ["one more thing", "and another"]
-
-        # A row edited since the first import keeps its first version, with a warning.
-        with sqlite3.connect(later) as conn:
-            conn.execute("UPDATE messages SET content = 'rewritten' WHERE content = 'Fixed the zebra tokenizer'")
-            row = conn.execute("SELECT id FROM messages WHERE content = 'rewritten'").fetchone()[0]
-        conn.close()
-        changed = import_hermes(store, later)
-        assert changed.events == 0 and changed.skipped == 2 + 1
-        assert has_warning(changed, f"session '{fx.S1}' message row {row}", "kept the stored version")
-        store.sync()
-        assert "Fixed the zebra tokenizer" in [m["content"] for m in store.get_messages(fx.S1)]
+        assert store.get_session("s1")["title"] == "Plan, renamed"
+        assert store.get_session("s3") is not None
+        assert [m["content"] for m in store.get_messages("s1", include_inactive=True)][0] == "running ls"
+        out = project(store.log)
+        assert out.execute("SELECT title FROM sessions WHERE id = 's1'").fetchone()[0] == "Plan, renamed"
 
 
-@pytest.mark.parametrize("read_model", READ_MODELS)
-def test_legacy_schema(home: Path, tmp_path: Path, read_model: str) -> None:
+def test_fixture_schema_with_damaged_rows(tmp_path: Path) -> None:
+    """A Hermes-like database of another layout (extra columns, TEXT timestamps, 1e30, broken
+    JSON, an id eventlog cannot use as a stream id, an orphan message): every shared column kept
+    exactly, the orphan left out with a warning, eventlog's fold unharmed."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "state.db"
+    facts = fx.make_current(path)
+    before = fingerprint(path)
+    log = MemoryLog()
+    report = import_hermes(log, path)
+    assert report.sessions == facts["sessions"]
+    assert report.messages == facts["messages_ok"] + facts["bad_roles"]  # a 'robot' role is still a row
+    assert any("ghost-session" in w and "orphans" in w for w in report.warnings)
+    # What Hermes itself holds once it restored its unique title index: the newest keeps a title.
+    repaired = tmp_path / "repaired.db"
+    shutil.copyfile(path, repaired)
+    with sqlite3.connect(repaired) as conn:
+        conn.execute("UPDATE sessions AS o SET title = NULL WHERE title IS NOT NULL AND EXISTS"
+                     " (SELECT 1 FROM sessions n WHERE n.title = o.title AND n.rowid > o.rowid)")
+    conn.close()
+    assert any(f"'{fx.S3}': title 'Groceries'" in w for w in report.warnings)
+    assert_lossless(repaired, log, orphans={"ghost-session"})
+    assert fingerprint(path) == before
+    odd = [e for e in log.read() if e["type"] == "session.created" and e["data"].get("sid") == fx.S5]
+    assert odd and odd[0]["session"] == map_session_id(fx.S5)
+    from eventlog.sessions.fold import Fold
+
+    fold = Fold()
+    for env in log.read():
+        fold.apply(env)
+    assert fold.get_session(fx.S1)["title"] == "Fix the parser"
+    assert fold.get_session(map_session_id(fx.S5))["title"] == "Odd one"
+
+
+def test_legacy_schema(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "old.db"
-    rows = fx.make_legacy(path)["rows"]
-    before = fingerprint(path)
-    with open_store(home, read_model) as store:
-        report = import_hermes(store, path)
-        assert (report.sessions, report.messages, report.usage, report.skipped) == (2, 3, 1, 2)
-        assert has_warning(report, f"session 'old-1' message row {rows['b']}", "role None", "skipped")
-        assert has_warning(report, f"session 'old-1' message row {rows['c']}", "tool_calls", "wrapped in a list")
-        assert has_warning(report, "session 'old-2'", "parent 'gone'", "not in the source")
-        assert has_warning(report, "session 'nobody'", f"rows {rows['e']}", "orphans")
-        store.sync()
-        old1, old2 = store.get_session("old-1"), store.get_session("old-2")
-        assert (old1["title"], old1["model"], old1["end_reason"], old1["ended_at"]) == (
-            "Legacy chat", "gpt-4", "unknown", fx.T0 + 60)
-        assert (old1["input_tokens"], old1["output_tokens"]) == (10, 20)
-        assert (old2["source"], old2["parent_session_id"], old2["end_reason"]) == (None, "gone", "user_exit")
-        calls = store.get_messages("old-1")[1]["tool_calls"]
-        assert calls[0]["function"]["name"] == "lookup"
-        assert hit_ids(store.search("walrus")) == {seq_of(store, "old-1", rows["a"])}
-        assert hit_ids(store.search("lookup")) == {seq_of(store, "old-1", rows["c"])}
-        assert len(hit_ids(store.search("legacy"))) == 1
-    assert fingerprint(path) == before
+    fx.make_legacy(path)
+    log = MemoryLog()
+    report = import_hermes(log, path)
+    assert (report.sessions, report.messages) == (2, 4)
+    assert any("'nobody'" in w for w in report.warnings)
+    # An old database has fewer columns: the shared ones are kept exactly; a parent that is not in
+    # the source is dropped (Hermes' foreign key refuses it).
+    out = project(log)
+    assert out.execute("SELECT title, model, ended_at FROM sessions WHERE id = 'old-1'").fetchone() == (
+        "Legacy chat", "gpt-4", fx.T0 + 60)
+    assert out.execute("SELECT parent_session_id FROM sessions WHERE id = 'old-2'").fetchone() == (None,)
+    assert out.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'walrus'").fetchone()[0] == 1
 
 
-def test_closed_wal_database_gets_no_sidecars(home: Path, tmp_path: Path) -> None:
-    (tmp_path / "src").mkdir()
-    path = tmp_path / "src" / "wal.db"
-    fx.make_current(path, wal=True)
-    before = fingerprint(path)
-    assert before["listing"] == ["wal.db"]
-    with open_store(home) as store:
-        report = import_hermes(store, path)
-        assert (report.sessions, report.messages) == (7, 20)
-    assert fingerprint(path) == before
-
-
-def test_live_wal_source_is_snapshotted(home: Path, tmp_path: Path) -> None:
+def test_live_wal_source_is_snapshotted(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "live.db"
     fx.make_current(path, wal=True)
@@ -253,155 +246,119 @@ def test_live_wal_source_is_snapshotted(home: Path, tmp_path: Path) -> None:
         with writer:
             writer.execute("INSERT INTO sessions (id, source, started_at, title) VALUES ('wal-only', 'cli', ?, 'In the WAL')",
                            (fx.T0 + 500,))
-            writer.execute("INSERT INTO messages (session_id, role, content, timestamp) "
-                           "VALUES ('wal-only', 'user', 'written only to the wal', ?)", (fx.T0 + 501,))
         live = fingerprint(path)
-        assert "live.db-wal" in live and live["live.db"] == main_before
-        with open_store(home) as store:
-            report = import_hermes(store, path)
-            assert (report.sessions, report.messages) == (8, 21)
-            store.sync()
-            assert store.get_session("wal-only")["title"] == "In the WAL"
-            assert [m["content"] for m in store.get_messages("wal-only")] == ["written only to the wal"]
+        log = MemoryLog()
+        report = import_hermes(log, path)
+        assert report.sessions == 8
         after = fingerprint(path)
         assert after["live.db"] == main_before and after["live.db-wal"] == live["live.db-wal"]
-        assert writer.execute("SELECT count(*) FROM messages").fetchone()[0] == 23  # the writer is fine
+        assert project(log).execute("SELECT title FROM sessions WHERE id = 'wal-only'").fetchone() == ("In the WAL",)
     finally:
         writer.close()
 
 
-def test_id_collision_and_taken_titles(home: Path, source: tuple[Path, dict[str, Any]]) -> None:
-    path, facts = source
-    with open_store(home) as store:
-        store.create_session(fx.S1, title="Fix the parser", source="web")
-        store.create_session("other", title="Groceries")
-        report = import_hermes(store, path)
-        moved = "h-" + __import__("hashlib").sha1(("hermes:" + fx.S1).encode()).hexdigest()[:20]
-        assert has_warning(report, f"session '{fx.S1}'", "already has another session", moved)
-        store.sync()
-        mine = store.get_session(fx.S1)
-        assert (mine["source"], mine["message_count"]) == ("web", 0)  # untouched
-        imported = store.get_session(moved)
-        assert imported["title"] == "Fix the parser #2" and imported["message_count"] == 5
-        assert store.get_session(fx.S2)["parent_session_id"] == moved
-        assert store.get_session(fx.S2)["title"] == "Fix the parser #3"
-        assert {store.get_session(fx.S3)["title"], store.get_session(fx.S4)["title"]} == {"Groceries #2", "Groceries #3"}
-        again = import_hermes(store, path)
-        assert (again.events, again.already_present) == (0, report.events)
+def test_closed_wal_database_gets_no_sidecars(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "wal.db"
+    fx.make_current(path, wal=True)
+    before = fingerprint(path)
+    assert before["listing"] == ["wal.db"]
+    assert import_hermes(MemoryLog(), path).sessions == 7
+    assert fingerprint(path) == before
 
 
-def test_bad_sources_append_nothing(home: Path, tmp_path: Path) -> None:
-    with open_store(home) as store:
-        with pytest.raises(ValidationError) as err:
-            import_hermes(store, tmp_path / "missing.db")
-        assert err.value.field == "source"
-        assert not (tmp_path / "missing.db").exists()
-        junk = tmp_path / "junk.db"
-        junk.write_bytes(b"this is not a database at all" * 100)
-        with pytest.raises(StorageError):
-            import_hermes(store, junk)
-        other = tmp_path / "other.db"
-        sqlite3.connect(other).execute("CREATE TABLE notes (x)").connection.close()
-        with pytest.raises(ValidationError):
-            import_hermes(store, other)
-        assert store.log.head()[0] == 0
+def test_bad_sources_append_nothing(tmp_path: Path) -> None:
+    log = MemoryLog()
+    with pytest.raises(ValidationError) as err:
+        import_hermes(log, tmp_path / "missing.db")
+    assert err.value.field == "source"
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database at all" * 100)
+    with pytest.raises(StorageError):
+        import_hermes(log, junk)
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE notes (x)").connection.close()
+    with pytest.raises(ValidationError):
+        import_hermes(log, other)
+    assert log.head()[0] == 0
 
 
-def test_empty_state_db(home: Path, tmp_path: Path) -> None:
+def test_an_empty_state_db_reports_zero(tmp_path: Path) -> None:
     path = tmp_path / "empty.db"
-    conn = sqlite3.connect(path)
-    conn.executescript(fx.CURRENT_SCHEMA)
-    conn.close()
+    v22(path).close()
     seen: list[tuple[int, int]] = []
-    with open_store(home) as store:
-        report = import_hermes(store, path, progress=lambda d, t: seen.append((d, t)))
-        assert report.to_dict() == {"sessions": 0, "messages": 0, "usage": 0, "skipped": 0, "warnings": [],
-                                    "already_present": 0, "events": 0, "warning_count": 0}
-        assert seen[-1] == (0, 0)
+    report = import_hermes(MemoryLog(), path, progress=lambda d, t: seen.append((d, t)))
+    assert (report.sessions, report.messages, report.usage, report.skipped) == (0, 0, 0, 0)
+    assert seen[-1] == (0, 0)
 
 
-# ---------------------------------------------------------------------------------------
-# Whatever the cells hold, the import finishes, reports consistently and is idempotent.
+def test_content_larger_than_an_event_is_cut_not_lost(tmp_path: Path) -> None:
+    path = tmp_path / "big.db"
+    conn = v22(path)
+    with conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('big', 'cli', ?)", (fx.T0,))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('big', 'user', ?, ?)",
+                     ("y" * (17 * 1024 * 1024), fx.T0 + 1))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('big', 'user', 'small', ?)",
+                     (fx.T0 + 2,))
+    conn.close()
+    log = MemoryLog()
+    report = import_hermes(log, path)
+    assert report.messages == 2 and any("first 8 MiB were kept" in w for w in report.warnings)
+    texts = [r[0] for r in project(log).execute("SELECT content FROM messages ORDER BY id")]
+    assert len(texts[0]) == 8 * 1024 * 1024 and texts[1] == "small"
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+
+# ---- whatever the cells hold, the import finishes, keeps them exactly and is idempotent ----------
 
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
-_json_texts = st.sampled_from([
-    '[{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]', '{"a": 1}', '"[1]"',
-    '"{\\"k\\": \\"v\\"}"', "[", "null", "[NaN]", "", "[[[[1]]]]", '{"a": {"b": []}}'])
-_cell = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(), _text, st.binary(max_size=8),
-                  _json_texts, st.sampled_from([fx.T0, 1e30, -1.0, "2025-01-01T00:00:00Z", "0", "1"]))
-_ids = st.sampled_from(["s1", "s2", "s 3", "", "x" * 130, 7, None, "s1"])
-_SESSION_CELLS = {
-    "id": _ids, "source": _cell, "model": _cell, "model_config": _cell, "title": st.one_of(_cell, st.just("T")),
-    "title_source": _cell, "started_at": _cell, "ended_at": _cell, "end_reason": _cell,
-    "parent_session_id": _ids, "archived": _cell, "pinned": _cell, "hidden": _cell, "cwd": _cell,
-    "user_id": _cell, "tool_names": _cell, "input_tokens": _cell, "estimated_cost_usd": _cell}
-_MESSAGE_CELLS = {
-    "session_id": _ids, "role": st.one_of(st.sampled_from(["user", "assistant", "tool", "User ", "bot"]), _cell),
-    "content": _cell, "tool_calls": _cell, "tool_name": _cell, "timestamp": _cell, "token_count": _cell,
-    "reasoning": _cell, "reasoning_details": _cell, "display_metadata": _cell, "active": _cell,
-    "compacted": _cell, "finish_reason": _cell}
+_cell = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), _text,
+                  st.binary(max_size=8), st.sampled_from([fx.T0, 1e30, -1.0, "2025-01-01T00:00:00Z", "[1]", "{"]))
+_ids = st.sampled_from(["s1", "s2", "s 3", "x" * 130, "s1"])
+_SESSION = {"id": _ids, "source": _cell, "model": _cell, "model_config": _cell, "title": _cell, "started_at": _cell,
+            "ended_at": _cell, "end_reason": _cell, "archived": _cell, "input_tokens": _cell, "system_prompt": _cell}
+_MESSAGE = {"session_id": _ids, "role": _cell, "content": _cell, "tool_calls": _cell, "timestamp": _cell,
+            "token_count": _cell, "active": _cell}
 
 
 @settings(max_examples=int(os.environ.get("EVENTLOG_EXAMPLES", "100")) // 4 or 1, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(sessions=st.lists(st.fixed_dictionaries(_SESSION_CELLS), max_size=5),
-       messages=st.lists(st.fixed_dictionaries(_MESSAGE_CELLS), max_size=12))
-def test_any_cells_never_abort(tmp_path_factory: pytest.TempPathFactory,
-                               sessions: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
-    base = tmp_path_factory.mktemp("fuzz")
-    path = base / "fuzz.db"
+@given(sessions=st.lists(st.fixed_dictionaries(_SESSION), max_size=5),
+       messages=st.lists(st.fixed_dictionaries(_MESSAGE), max_size=10))
+def test_any_cells_are_kept_exactly(tmp_path_factory: pytest.TempPathFactory, sessions: list[dict[str, Any]],
+                                    messages: list[dict[str, Any]]) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "fuzz.db"
     conn = sqlite3.connect(path)
     # No declared types: every cell keeps whatever type it was given.
-    conn.execute(f"CREATE TABLE sessions (id PRIMARY KEY, {', '.join(k for k in _SESSION_CELLS if k != 'id')})")
-    conn.execute(f"CREATE TABLE messages (id INTEGER PRIMARY KEY, {', '.join(_MESSAGE_CELLS)})")
+    conn.execute(f"CREATE TABLE sessions (id PRIMARY KEY, {', '.join(k for k in _SESSION if k != 'id')})")
+    conn.execute(f"CREATE TABLE messages (id INTEGER PRIMARY KEY, {', '.join(_MESSAGE)})")
     with conn:
         for row in sessions:
-            try:
-                conn.execute(f"INSERT INTO sessions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                             tuple(row.values()))
-            except sqlite3.IntegrityError:
-                pass  # a repeated id
+            conn.execute(f"INSERT OR IGNORE INTO sessions ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                         tuple(row.values()))
         for row in messages:
             conn.execute(f"INSERT INTO messages ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
                          tuple(row.values()))
     conn.close()
-    with SessionStore.open(base / "home", "fuzz", read_model="fold", durability="nosync") as store:
-        report = import_hermes(store, path)
-        assert report.warning_count == len(report.warnings)
-        store.sync()
-        imported = store.list_sessions(archived=None, hidden=None, limit=None)
-        assert len(imported) == report.sessions
-        total = sum(len(store.get_messages(s["id"], include_inactive=True)) for s in imported)
-        assert total == report.messages
-        again = import_hermes(store, path)
-        assert again.events == 0 and again.already_present == report.events
-        assert store.log.verify().ok
+    log = MemoryLog()
+    report = import_hermes(log, path)
+    assert report.warning_count == len(report.warnings)
+    known = {s["id"] for s in sessions}
+    src = sqlite3.connect(path)
+    n_sessions = src.execute("SELECT count(*) FROM sessions").fetchone()[0]
+    n_messages = src.execute(f"SELECT count(*) FROM messages WHERE session_id IN ({','.join('?' * len(known))})",
+                             tuple(known)).fetchone()[0] if known else 0
+    src.close()
+    assert (report.sessions, report.messages) == (n_sessions, n_messages)
+    again = import_hermes(log, path)
+    assert again.events == 0 and again.already_present == report.events
+    assert log.verify().ok
 
 
+def test_catalogue_versions_are_in_step() -> None:
+    from eventlog.sessions.events import CURRENT_VERSIONS
+    from sqlite_export.hermes import CURRENT_VERSIONS as USED
 
-def test_oversized_values_are_cut_not_lost(home: Path, tmp_path: Path) -> None:
-    path = tmp_path / "big.db"
-    conn = sqlite3.connect(path)
-    conn.executescript(fx.CURRENT_SCHEMA)
-    image = "data:image/png;base64," + "A" * (9 * 1024 * 1024)
-    parts = [{"type": "text", "text": "look at this lighthouse"}, {"type": "image_url", "image_url": {"url": image}}]
-    with conn:
-        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('big', 'cli', ?)", (fx.T0,))
-        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('big', 'user', ?, ?)",
-                     ("y" * (9 * 1024 * 1024), fx.T0 + 1))
-        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('big', 'user', ?, ?)",
-                     (fx.SENTINEL + __import__("json").dumps(parts), fx.T0 + 2))
-    conn.close()
-    with open_store(home) as store:
-        report = import_hermes(store, path)
-        assert (report.messages, report.skipped) == (2, 0)
-        assert has_warning(report, "session 'big' message row 1", "longer than 8 MiB; truncated")
-        assert has_warning(report, "session 'big' message row 2", "inline data: payloads were replaced")
-        store.sync()
-        text, picture = (m["content"] for m in store.get_messages("big"))
-        assert 8 * 1024 * 1024 - 100 < len(text) <= 8 * 1024 * 1024
-        assert picture[0] == parts[0] and picture[1]["image_url"]["url"].startswith("data:image/png;base64,...")
-        assert hit_ids(store.search("lighthouse"))
+    for kind in ("session.created", "message.appended", "session.titled", "session.ended", "session.archived",
+                 "session.unarchived", "session.reopened", "session.meta_updated", "usage.recorded"):
+        assert USED.get(kind, 1) == CURRENT_VERSIONS[kind], kind

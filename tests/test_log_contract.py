@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eventlog.log import Log, codec
-from eventlog.log.contract import JSON_VALUES, Edit, GroupCommitContract, LogContract
-from eventlog.log.lmdb import EventLog, seq_key
+from eventlog.log.contract import JSON_VALUES, Edit, EraseContract, GroupCommitContract, LogContract
+from eventlog.log.lmdb import EventLog, generation_dir, seq_key
 from eventlog.log.memory import MemoryLog
 
 
-class TestMemoryLog(LogContract):
+class TestMemoryLog(LogContract, EraseContract):
     def make_log(self, tmp_path: Path) -> Log:
         return MemoryLog(profile="t")
 
@@ -33,7 +33,7 @@ class TestMemoryLog(LogContract):
         return MemoryLog(profile=log.profile, storage=storage)
 
 
-class TestLMDBLog(LogContract, GroupCommitContract):
+class TestLMDBLog(LogContract, GroupCommitContract, EraseContract):
     def make_log(self, tmp_path: Path) -> Log:
         return EventLog.open(tmp_path / "log", profile="t", durability="sync")
 
@@ -51,7 +51,7 @@ class TestLMDBLog(LogContract, GroupCommitContract):
         log.close()
         after = dict(before)
         edit(after)
-        env = lmdb.open(str(log.path), max_dbs=8)
+        env = lmdb.open(str(generation_dir(log.path)), max_dbs=8)
         db = env.open_db(b"events")
         with env.begin(write=True) as txn:
             for seq in before.keys() - after.keys():

@@ -156,3 +156,22 @@ def test_a_stopped_writer_blocks_no_reader_and_a_writer_gives_up_naming_it(tmp_p
 def test_the_writer_lock_error_is_typed(tmp_path: Path) -> None:
     err = WriterBusyError(tmp_path, os.getpid(), 1.5)
     assert isinstance(err, StorageError) and err.pid == os.getpid() and "1.5 s" in str(err) and err.hint
+
+
+def test_a_handle_closed_by_a_finalizer_during_an_open_does_not_deadlock(tmp_path: Path) -> None:
+    """A garbage collection inside EventLog.open (which holds the registry lock) may run a
+    finalizer that closes another handle (Hermes' adapter closes its engine that way)."""
+    from eventlog.log import lmdb as lmdb_module
+
+    other = EventLog.open(tmp_path / "other", durability="nosync")
+    done = threading.Event()
+
+    def open_while_collecting() -> None:
+        with lmdb_module._open_envs_lock:  # as EventLog.open holds it while a GC runs a finalizer
+            other.close()
+        done.set()
+
+    t = threading.Thread(target=open_while_collecting, daemon=True)
+    t.start()
+    t.join(5)
+    assert done.is_set(), "closing a handle inside an open deadlocked"

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eventlog.errors import (
     ConcurrencyError,
@@ -26,7 +28,7 @@ from eventlog.errors import (
     ValidationError,
 )
 from eventlog.sessions import events
-from eventlog.sessions.fold import MESSAGE_KEYS, SESSION_KEYS
+from eventlog.sessions.fold import MESSAGE_KEYS, SESSION_KEYS, Fold
 from eventlog.sessions.store import SessionStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -687,3 +689,33 @@ def test_a_store_runs_on_any_log_backend(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as info:
         SessionStore.open(tmp_path, "p", log=object())  # type: ignore[arg-type]
     assert info.value.field == "log"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(0, 40), limit=st.none() | st.integers(0, 45), rewind_at=st.none() | st.integers(0, 39),
+       before=st.none() | st.integers(0, 45), after=st.none() | st.integers(0, 45), newest_first=st.booleans(),
+       include_inactive=st.booleans())
+def test_latest_n_and_paging_match_the_fold(tmp_path_factory: pytest.TempPathFactory, n: int, limit: int | None,
+                                           rewind_at: int | None, before: int | None, after: int | None,
+                                           newest_first: bool, include_inactive: bool) -> None:
+    """get_messages(limit=N) is the latest N in chronological order; before/after page; the
+    projection answers as the reference fold does."""
+    home = tmp_path_factory.mktemp("latest")
+    with SessionStore.open(home, "p", follower=False, durability="nosync") as store:
+        sid = store.create_session(source="cli")
+        ids = store.append_messages(sid, [{"role": "user", "content": f"m{i}"} for i in range(n)]) if n else []
+        if rewind_at is not None and rewind_at < n:
+            store.rewind(sid, ids[rewind_at])
+        seq = lambda k: None if k is None else (ids[k] if k < len(ids) else (ids[-1] + 1 if ids else 1))  # noqa: E731
+        kw = dict(limit=limit, before=seq(before), after=seq(after), newest_first=newest_first,
+                  include_inactive=include_inactive)
+        got = store.get_messages(sid, **kw)
+        fold = Fold()
+        for env in store.log.read():
+            fold.apply(env)
+        assert got == fold.get_messages(sid, **kw)
+        visible = [m["id"] for m in store.get_messages(sid, include_inactive=include_inactive)]
+        window = [i for i in visible if (kw["after"] is None or i > kw["after"]) and (kw["before"] is None or i < kw["before"])]
+        if limit is not None:
+            window = window[:limit] if kw["after"] is not None and kw["before"] is None else window[max(0, len(window) - limit):]
+        assert [m["id"] for m in got] == (window[::-1] if newest_first else window)

@@ -98,6 +98,10 @@ COMMANDS: dict[str, Lazy] = {
                    "Export the profile to OUT ('-' for stdout with jsonl, md and html)."),
     "import": Lazy("eventlog.cli.transfer", "import_cmd",
                    "Import FILE into the profile (created if it does not exist)."),
+    "retention": Lazy("eventlog.cli.erase", "retention",
+                      "Erase every session (and its lineage) whose last activity is older than a duration."),
+    "compact": Lazy("eventlog.cli.erase", "compact",
+                    "Rewrite the log file with only its live pages, giving freed space back (crash-safe)."),
     "demo": Lazy("eventlog.cli.demo", "demo",
                  "Write a realistic agent conversation into the demo profile, read it back, verify the log."),
 }

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
-from eventlog.errors import EventLogError, ValidationError
+from eventlog.errors import ValidationError
 
 if TYPE_CHECKING:
-    from eventlog.log import Log
+    pass
 
 
 @click.command()
@@ -80,27 +80,8 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
                 return
         else:
             seqs = log.append(batch)
-        if seqs:
-            _settle(c, log, max(seqs))
     if as_json:
         emit_json({"seqs": seqs})
     else:
         for s in seqs:
             click.echo(str(s))
-
-
-def _settle(c: Ctx, log: Log, seq: int) -> None:
-    """Bring the profile's projections (when it has any) up to ``seq`` before the command exits,
-    so the next command, in another process, reads what this one appended (waits at most 5 s;
-    the events are durable in the log either way)."""
-    from projections import Projector, files
-
-    p = Projector(c.profile_dir(create=False), log, c.profile)
-    try:
-        # Only healthy projections: a broken one is rebuilt by the next reader, not by an append.
-        if files.read_pointer(p.state_pointer()) is not None and p.health(full=False)["ok"]:
-            p.advance(seq, wait=5.0)
-    except EventLogError:
-        pass  # the next reader's catch-up or a follower applies them
-    finally:
-        p.close()

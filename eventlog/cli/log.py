@@ -65,7 +65,8 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     if as_json:
         emit_json(res.to_dict())
     elif res.ok:
-        click.echo(f"ok: {res.events} events, head {res.head_seq} {res.head_hash}")
+        erased = f" ({res.erased} erased)" if res.erased else ""
+        click.echo(f"ok: {res.events} events{erased}, head {res.head_seq} {res.head_hash}")
     else:
         click.echo(f"BROKEN at seq {res.first_bad_seq}: {res.reason}", err=True)
     if not res.ok:

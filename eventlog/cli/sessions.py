@@ -116,6 +116,25 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
     click.echo("kept the existing higher-provenance title" if seq is None else str(seq))
 
 
+@sessions.command("erase")
+@click.argument("session_id")
+@click.option("--reason", required=True, help="Why, for the audit record (who and when are recorded too).")
+@json_option
+@pass_ctx
+@handled
+def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
+    """Erase a session and its descendants: their content is gone from every file; the log keeps
+    an audit record and still verifies."""
+    with c.open_store() as store:
+        out = store.erase_session(session_id, reason)
+    if as_json:
+        emit_json(out)
+    elif out["seq"]:
+        click.echo(f"erased {out['events']} events of {len(out['sessions'])} sessions (erase record: seq {out['seq']})")
+    else:
+        click.echo("already erased: nothing left to erase")
+
+
 @sessions.command("end")
 @click.argument("session_id")
 @click.option("--reason", default="user", show_default=True, help="Why it ended (the first reason wins).")

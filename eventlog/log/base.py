@@ -39,6 +39,9 @@ class VerifyResult:
     head_hash: str
     first_bad_seq: int | None
     reason: str | None
+    erased: int = 0
+    """Events whose content was erased (their place in the chain verified, and each named with
+    its hash by a later ``log.erased`` event; their own hash can no longer be recomputed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +119,12 @@ class Log(Protocol):
         """Recompute the whole chain and name the first seq that does not match."""
         ...
 
+    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+        """Make the content of the events at ``seqs`` unrecoverable and append one ``log.erased``
+        event recording them (``data`` plus ``erased``: ``[[seq, hash], ...]``), atomically; the
+        chain still verifies. Events already erased are skipped. Returns the erase event's seq."""
+        ...
+
     def size_bytes(self) -> int:
         """Bytes the log's storage uses."""
         ...
@@ -159,11 +168,12 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
     head that records more events than are stored, by the first missing one; a head that
     records fewer, or another hash, by the last event it fails to name.
     """
-    expect, prev, events = 1, codec.ZERO_HASH, 0
+    expect, prev, events, erased = 1, codec.ZERO_HASH, 0, 0
+    pending: dict[int, str] = {}  # erased events not yet named by a log.erased event: seq -> hash
 
     def bad(seq: int, reason: str) -> VerifyResult:
         hseq, hhash = head()
-        return VerifyResult(False, events, hseq, hhash, seq, reason)
+        return VerifyResult(False, events, hseq, hhash, seq, reason, erased)
 
     for seq, raw in stored:
         if seq != expect:
@@ -171,17 +181,28 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
         env, reason = codec.check_stored(raw, seq, prev)
         if reason is not None or env is None:
             return bad(seq, reason or "unreadable event")
+        if codec.is_stub(env):
+            pending[seq] = env["hash"]
+            erased += 1
+        elif env.get("type") == codec.ERASED_TYPE:
+            listed = env["data"].get("erased") if isinstance(env.get("data"), dict) else None
+            for item in listed if isinstance(listed, list) else []:
+                if isinstance(item, list) and len(item) == 2 and pending.get(item[0]) == item[1]:
+                    del pending[item[0]]
         prev = env["hash"]
         events += 1
         expect += 1
+    if pending:
+        first = min(pending)
+        return bad(first, f"event {first} is erased but no log.erased event names it with its hash")
     hseq, hhash = head()
     if hseq > events:
         return VerifyResult(False, events, hseq, hhash, events + 1,
-                            f"event {events + 1} is missing (head records seq {hseq})")
+                            f"event {events + 1} is missing (head records seq {hseq})", erased)
     if hseq != events or hhash != prev:
         return VerifyResult(False, events, hseq, hhash, hseq + 1 if hseq < events else max(events, 1),
-                            "recorded head does not match the last event")
-    return VerifyResult(True, events, hseq, hhash, None, None)
+                            "recorded head does not match the last event", erased)
+    return VerifyResult(True, events, hseq, hhash, None, None, erased)
 
 
 class LogBase:
@@ -239,3 +260,22 @@ class LogBase:
             if timeout is not None and now - idle_since >= timeout:
                 return
             self._wait_appended(poll if timeout is None else min(poll, max(0.0, timeout - (now - idle_since))))
+
+
+def erase_event(seqs_hashes: list[list[Any]], data: dict[str, Any]) -> dict[str, Any]:
+    """The input event of an erase: ``log.erased`` with ``data`` and the erased ``[[seq, hash], ...]``."""
+    if not isinstance(data, dict):
+        raise ValidationError("data", "must be a JSON object")
+    if "erased" in data:
+        raise ValidationError("data.erased", "is set by the log")
+    return {"type": codec.ERASED_TYPE, "session": None, "data": {**data, "erased": seqs_hashes}}
+
+
+def check_erase_seqs(seqs: Any) -> list[int]:
+    """The seqs of an erase, sorted and distinct; :class:`ValidationError` for anything else."""
+    if isinstance(seqs, (str, bytes, dict)) or not hasattr(seqs, "__iter__"):
+        raise ValidationError("seqs", "must be a list of seqs")
+    out = sorted(set(seqs))
+    if any(type(s) is not int or s < 1 for s in out):
+        raise ValidationError("seqs", "must be positive integers")
+    return out

@@ -10,7 +10,6 @@ bool, None): nothing is ever pickled, evaluated or coerced from another type on 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
@@ -31,8 +30,19 @@ _SORT = orjson.OPT_SORT_KEYS
 TYPE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 ID_RE = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 ENVELOPE_INPUT_KEYS = frozenset({"type", "session", "data", "id", "v"})
+RESERVED_PREFIX = "log."
+ERASED_TYPE = "log.erased"
+"""The log's own audit event of an erase: its data lists ``erased`` as ``[[seq, hash], ...]``."""
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """The integers JSON values may hold (SQLite's and most readers' limit)."""
+
+
+def _sha256(data: bytes) -> Any:
+    """hashlib.sha256, imported on first use: loading OpenSSL's hashlib costs a read-only
+    one-shot (which never hashes) several milliseconds."""
+    import hashlib
+
+    return hashlib.sha256(data)
 
 
 def canonical(obj: Any) -> bytes:
@@ -152,10 +162,11 @@ _TYPES_SEEN: set[str] = set()
 """Event types that already passed TYPE_RE (bounded): the common case skips the regex."""
 
 
-def prepare(event: Any, index: int = 0) -> Prepared:
+def prepare(event: Any, index: int = 0, *, log_type: bool = False) -> Prepared:
     """Validate one input event ``{"type", "session"?, "data", "id"?, "v"?}`` and encode its data.
 
-    Raises :class:`ValidationError` naming the field (prefixed ``events[i].``).
+    Raises :class:`ValidationError` naming the field (prefixed ``events[i].``). The ``log.``
+    types are the log's own (``log_type=True``: the log appending one of them itself).
     """
     if type(event) is not dict:
         if hasattr(event, "to_input"):
@@ -171,6 +182,9 @@ def prepare(event: Any, index: int = 0) -> Prepared:
             raise ValidationError(f"events[{index}].type", "must be a dotted lower-case name such as 'message.appended'")
         if len(_TYPES_SEEN) < 4096:
             _TYPES_SEEN.add(etype)
+    if etype[:4] == RESERVED_PREFIX and not log_type:
+        raise ValidationError(f"events[{index}].type", f"{etype!r}: the 'log.' types are the log's own",
+                              hint="erase content with Log.erase or SessionStore.erase_session")
     session = event.get("session")
     if session is not None and (type(session) is not str or not ID_RE.fullmatch(session)):
         raise ValidationError(f"events[{index}].session", "must be null or 1-128 characters of [A-Za-z0-9_.:@-]")
@@ -209,7 +223,7 @@ def seal(p: Prepared, seq: int, ts: int, prev: str) -> tuple[bytes, str]:
     """
     tail = b"".join((p._id_part, prev.encode(), b'","seq":', str(seq).encode(), p._mid_part, str(ts).encode(),
                      p._tail_part))
-    h = hashlib.sha256(bytes.fromhex(prev))
+    h = _sha256(bytes.fromhex(prev))
     h.update(b'{"data":')
     h.update(p.data_bytes)
     h.update(tail)
@@ -217,10 +231,25 @@ def seal(p: Prepared, seq: int, ts: int, prev: str) -> tuple[bytes, str]:
     return b"".join((b'{"data":', p.data_bytes, b',"hash":"', digest.encode(), b'"', tail)), digest
 
 
+def stub(env: dict[str, Any]) -> dict[str, Any]:
+    """The erased form of an envelope: every field but ``data``, and ``"erased": true``. Its
+    hash (the event's, as appended) can no longer be recomputed: :func:`check_stored` accepts it
+    provisionally and the chain check requires a later ``log.erased`` event to name it."""
+    out = {k: v for k, v in env.items() if k != "data"}
+    out["erased"] = True
+    return out
+
+
+def is_stub(env: dict[str, Any]) -> bool:
+    return env.get("erased") is True and "data" not in env
+
+
 def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:
     """Check one stored event against its position in the chain.
 
-    Returns ``(envelope, None)`` when it is intact, else ``(envelope_or_None, reason)``.
+    Returns ``(envelope, None)`` when it is intact, else ``(envelope_or_None, reason)``. An
+    erased event (:func:`stub`) is intact here when its place in the chain and its bytes are;
+    whether an erase authorised it is :func:`eventlog.log.base.verify_chain`'s check.
     """
     try:
         env = decode(raw)
@@ -230,6 +259,10 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
         return env, f"event carries seq {env.get('seq')!r}, expected {expect_seq}"
     if env.get("prev") != expect_prev:
         return env, "prev does not match the hash of the previous event"
+    if is_stub(env):
+        if not isinstance(env.get("hash"), str) or canonical(env) != bytes(raw):
+            return env, "erased event is not in its canonical form"
+        return env, None
     claimed = env.get("hash")
     body = dict(env)
     body.pop("hash", None)
@@ -238,7 +271,7 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
     except orjson.JSONEncodeError as e:
         return env, f"event does not re-encode ({e})"
     try:
-        actual = hashlib.sha256(bytes.fromhex(expect_prev) + encoded).hexdigest()
+        actual = _sha256(bytes.fromhex(expect_prev) + encoded).hexdigest()
     except ValueError:
         return env, "prev is not a hex sha256"
     if actual != claimed:

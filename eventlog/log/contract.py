@@ -506,3 +506,91 @@ class GroupCommitContract:
             assert lg.head()[0] == 320
             assert commits < 320 * 0.8, f"{commits} commits for 320 appends: no sharing"
             assert lg.verify().ok
+
+
+class EraseContract:
+    """For backends that erase: :meth:`eventlog.log.Log.erase` makes content unrecoverable
+    through the log while the chain still verifies, and an unauthorised stub is tampering."""
+
+    def make_log(self, tmp_path: Path) -> Log:
+        raise NotImplementedError
+
+    def tamper(self, log: Log, edit: Edit) -> Log:
+        raise NotImplementedError
+
+    def test_erase_keeps_the_chain_verifiable_and_the_content_gone(self, tmp_path: Path) -> None:
+        lg = self.make_log(tmp_path)
+        try:
+            lg.append([ev("a", secret=f"MARKER-{i}") for i in range(5)] + [ev("b", keep=i) for i in range(3)])
+            before = {e["seq"]: e for e in lg.read()}
+            seq = lg.erase([1, 3, 4], {"reason": "user asked", "by": "test"})
+            assert seq == 9 and lg.head()[0] == 9
+            res = lg.verify()
+            assert res.ok and res.erased == 3, res
+            after = {e["seq"]: e for e in lg.read()}
+            for q in (1, 3, 4):
+                assert after[q]["erased"] is True and "data" not in after[q]
+                assert {k: after[q][k] for k in ("hash", "id", "type", "session", "ts")} == \
+                       {k: before[q][k] for k in ("hash", "id", "type", "session", "ts")}
+            assert after[2] == before[2] and after[6] == before[6]
+            record = after[9]
+            assert record["type"] == "log.erased" and record["data"]["reason"] == "user asked"
+            assert record["data"]["erased"] == [[1, before[1]["hash"]], [3, before[3]["hash"]], [4, before[4]["hash"]]]
+            assert not any(b"MARKER-0" in raw or b"MARKER-2" in raw for _, raw in lg.read(raw=True))
+            assert lg.erase([1, 3], {"reason": "again"}) == 0 and lg.head()[0] == 9  # erasing twice: nothing new
+            assert lg.append([ev("a", more=1)]) == [10] and lg.verify().ok
+            other = self.make_log(tmp_path / "copy")
+            try:
+                assert other.append_sealed(stored(lg)) == 10 and other.verify().ok and other.verify().erased == 3
+            finally:
+                other.close()
+        finally:
+            lg.close()
+
+    def test_bad_erase_requests_change_nothing(self, tmp_path: Path) -> None:
+        lg = self.make_log(tmp_path)
+        try:
+            lg.append([ev("a", n=i) for i in range(3)])
+            seq = lg.erase([2], {"reason": "x"})
+            snapshot = stored(lg)
+            for seqs, data in (([99], {}), ([seq], {}), (["2"], {}), ([1], {"erased": []}), ("1", {})):
+                with pytest.raises(ValidationError):
+                    lg.erase(seqs, data)  # type: ignore[arg-type]
+            assert stored(lg) == snapshot
+            with pytest.raises(ValidationError):
+                lg.append([{"type": "log.erased", "session": None, "data": {"erased": []}}])
+            assert stored(lg) == snapshot
+        finally:
+            lg.close()
+
+    def test_an_unauthorised_stub_is_tampering(self, tmp_path: Path) -> None:
+        lg = self.make_log(tmp_path)
+        lg.append([ev("a", n=i) for i in range(6)])
+
+        def forge_stub(events: dict[int, bytes]) -> None:
+            events[4] = codec.canonical(codec.stub(codec.decode(events[4])))
+
+        lg = self.tamper(lg, forge_stub)
+        try:
+            res = lg.verify()
+            assert not res.ok and res.first_bad_seq == 4 and "erased" in (res.reason or ""), res
+        finally:
+            lg.close()
+
+    def test_a_stub_whose_hash_was_changed_is_tampering(self, tmp_path: Path) -> None:
+        lg = self.make_log(tmp_path)
+        lg.append([ev("a", n=i) for i in range(6)])
+        lg.erase([3], {"reason": "x"})
+
+        def change(events: dict[int, bytes]) -> None:
+            env = codec.decode(events[3])
+            env["type"] = "test.other"  # what the erase record does not vouch for ... and the hash moves with it
+            env["hash"] = "ab" * 32
+            events[3] = codec.canonical(env)
+
+        lg = self.tamper(lg, change)
+        try:
+            res = lg.verify()
+            assert not res.ok and res.first_bad_seq in (3, 4), res
+        finally:
+            lg.close()

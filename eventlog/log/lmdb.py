@@ -25,7 +25,6 @@ import errno
 import fcntl
 import os
 import re
-import shutil
 import threading
 import time
 import weakref
@@ -49,9 +48,9 @@ from eventlog.errors import (
     WriterBusyError,
 )
 from eventlog.log import codec, residency, stored
-from eventlog.log.base import LogBase, VerifyResult, prepare_batch, verify_chain
+from eventlog.log.base import LogBase, VerifyResult, check_erase_seqs, erase_event, prepare_batch, verify_chain
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import FILE_MODE, fsync_dir, fsync_file, make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, flock_holder, fsync_dir, fsync_file, make_dir, restrict_file
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -79,6 +78,9 @@ GROUP_MAX_BYTES = 64 * 1024 * 1024
 DURABILITIES = ("sync", "nosync")
 
 _SEQ = 8
+_Thread = threading.Thread
+"""Bound at import: an embedding runtime's tests may monkeypatch ``threading.Thread`` (Hermes'
+run thread targets inline that way), which must not turn the reader sweep into an endless call."""
 _live_logs: "weakref.WeakSet[_Environment]" = weakref.WeakSet()
 
 
@@ -154,24 +156,6 @@ def generation_dir(log_dir: Path) -> Path:
         raise StorageError(f"{log_dir / CURRENT} points at {target!r}, not a log generation",
                            hint="restore the profile's log/ directory from a backup")
     return log_dir / target
-
-
-def lock_holder(path: Path) -> int | None:
-    """The pid holding an exclusive flock on ``path``, from /proc/locks (Linux; else None)."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
-            dev_ino = parts[5].split(":")
-            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
-                return int(parts[4]) if parts[4].isdigit() else None
-    return None
 
 
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
@@ -272,7 +256,7 @@ class _Environment:
             env.close()
             raise
         _live_logs.add(self)
-        self._sweeper = threading.Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
+        self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self._sweeper.start()
 
     def _attach(self, env: lmdb.Environment) -> None:
@@ -339,7 +323,7 @@ class _Environment:
         return self._writer_fd
 
     def _busy(self) -> WriterBusyError:
-        holder = lock_holder(self.path / "writer.lock")
+        holder = flock_holder(self.path / "writer.lock")
         return WriterBusyError(self.path, holder, self.lock_timeout)
 
     def _ensure_writable(self) -> None:
@@ -625,7 +609,7 @@ class _Environment:
             finally:
                 self._training = False
 
-        self._trainer = threading.Thread(target=train, name="eventlog-train-dict", daemon=True)
+        self._trainer = _Thread(target=train, name="eventlog-train-dict", daemon=True)
         self._trainer.start()
 
     def close(self) -> None:
@@ -964,6 +948,61 @@ class _Environment:
                 return []
         return fresh
 
+    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+        """Replace the events at ``seqs`` by their erased form and append the ``log.erased``
+        record, in one write transaction; returns its seq (0: every seq was erased already).
+        The replaced values' bytes stay in pages LMDB freed: :meth:`compact` removes them."""
+        self._check()
+        wanted = check_erase_seqs(seqs)
+        with self._writing():
+            txn = self._env.begin(write=True)
+            try:
+                listed: list[list[Any]] = []
+                stubs: list[tuple[bytes, bytes]] = []
+                for q in wanted:
+                    value = txn.get(seq_key(q), db=self._events)
+                    if value is None:
+                        raise ValidationError("seqs", f"the log holds no event {q}")
+                    value = bytes(value)
+                    if stored.is_stub_value(value):
+                        continue
+                    env = self._envelope(q, value)
+                    if env.get("type") == codec.ERASED_TYPE:
+                        raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
+                    listed.append([q, env["hash"]])
+                    gone = codec.stub(env)
+                    stubs.append((seq_key(q), stored.pack_stub(gone) if self.format == FORMAT_2
+                                  else codec.canonical(gone)))
+                if not listed:
+                    txn.abort()
+                    return 0
+                p = codec.prepare(erase_event(listed, data), log_type=True)
+                head = txn.get(b"head", db=self._meta)
+                start, prev = (key_seq(head[:_SEQ]), bytes(head[_SEQ:]).hex()) if head else (0, codec.ZERO_HASH)
+                seq, ts = start + 1, time.time_ns()
+                raw, digest = codec.seal(p, seq, ts, prev)
+                if self.format == FORMAT_2:
+                    c, d, payload = self.compression.compress(p.data_bytes)
+                    raw = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
+                key = seq_key(seq)
+                if not txn.put(key, raw, db=self._events, append=True):
+                    raise StorageError(f"seq {seq} could not be appended (key out of order)")
+                txn.put(p.id.encode(), key, db=self._ids, overwrite=False)
+                for k, v in stubs:
+                    txn.put(k, v, db=self._events)
+                txn.put(b"head", key + bytes.fromhex(digest), db=self._meta)
+                txn.commit()
+            except lmdb.Error as e:
+                txn.abort()
+                raise storage_error(e, "erase failed", self.path) from e
+            except BaseException:
+                txn.abort()
+                raise
+        self.commits += 1
+        with self._appended:
+            self._appended.notify_all()
+        return seq
+
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (an audit import); returns how many were written.
 
@@ -987,7 +1026,12 @@ class _Environment:
                         raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
                     seq += 1
                     key = seq_key(seq)
-                    value = stored.pack_envelope(env, self.compression) if self.format == FORMAT_2 else bytes(raw)
+                    if self.format != FORMAT_2:
+                        value = bytes(raw)
+                    elif codec.is_stub(env):
+                        value = stored.pack_stub(env)
+                    else:
+                        value = stored.pack_envelope(env, self.compression)
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")
@@ -1018,6 +1062,11 @@ class _Environment:
         if not raw:
             return 0, codec.ZERO_HASH
         return key_seq(raw[:_SEQ]), raw[_SEQ:].hex()
+
+    def hash_at(self, seq: int) -> str | None:
+        with self._read() as txn:
+            raw = txn.get(seq_key(seq), db=self._events)
+            return None if raw is None else stored.hash_of(bytes(raw))
 
     def get(self, seq: int) -> dict[str, Any] | None:
         """The envelope at ``seq``, or ``None``."""
@@ -1136,6 +1185,8 @@ def _unlink(path: Path) -> None:
 
 
 def _remove_tree(path: Path) -> None:
+    import shutil
+
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -1183,7 +1234,8 @@ def verify_environment(env_dir: Path) -> VerifyResult:
 
 
 _open_envs: dict[str, _Environment] = {}
-_open_envs_lock = threading.Lock()
+_open_envs_lock = threading.RLock()
+"""Re-entrant: a garbage collection inside an open may run a finalizer that closes another handle."""
 
 
 class EventLog(LogBase):
@@ -1303,6 +1355,11 @@ class EventLog(LogBase):
     def get(self, seq: int) -> dict[str, Any] | None:
         return self._live().get(seq)
 
+    def hash_at(self, seq: int) -> str | None:
+        """The hash recorded by the event at ``seq`` (None when there is none), read from its
+        header without decoding its data."""
+        return self._live().hash_at(seq)
+
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         core = self._live()
         for item in core.read(from_seq, to_seq, raw=raw):
@@ -1333,6 +1390,16 @@ class EventLog(LogBase):
     def release_pages(self) -> int:
         """Drop this process's mapping of the log pages it has touched (see :mod:`eventlog.log.residency`)."""
         return self._live().release_pages()
+
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, compact: bool = True) -> int:
+        """Erase the content of the events at ``seqs`` (see :meth:`eventlog.log.Log.erase`), then —
+        unless ``compact=False`` — :meth:`compact` the log so no freed page keeps their bytes."""
+        core = self._live()
+        self._check_writable()
+        seq = core.erase(seqs, data)
+        if seq and compact:
+            core.compact()
+        return seq
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file with only its live pages and switch every process to it

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
+from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError, ValidationError
 from eventlog.log import codec
-from eventlog.log.base import LogBase, prepare_batch
+from eventlog.log.base import LogBase, check_erase_seqs, erase_event, prepare_batch
 
 
 class MemoryStorage:
@@ -115,6 +115,38 @@ class MemoryLog(LogBase):
             s.head_seq, s.head = seq, prev
             self._lock.notify_all()
             return len(staged)
+
+    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+        """See :meth:`eventlog.log.Log.erase`; nothing is appended (0) when every seq is erased already."""
+        self._check_open()
+        wanted = check_erase_seqs(seqs)
+        s = self.storage
+        with self._lock:
+            self._check_open()
+            listed: list[list[Any]] = []
+            stubs: dict[int, bytes] = {}
+            for q in wanted:
+                raw = s.events.get(q)
+                if raw is None:
+                    raise ValidationError("seqs", f"the log holds no event {q}")
+                env = codec.decode(raw)
+                if codec.is_stub(env):
+                    continue
+                if env.get("type") == codec.ERASED_TYPE:
+                    raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
+                listed.append([q, env["hash"]])
+                stubs[q] = codec.canonical(codec.stub(env))
+            if not listed:
+                return 0
+            p = codec.prepare(erase_event(listed, data), log_type=True)
+            seq = s.head_seq + 1
+            raw, digest = codec.seal(p, seq, time.time_ns(), s.head)
+            s.events[seq] = raw
+            s.ids[p.id] = seq
+            s.head_seq, s.head = seq, digest
+            s.events.update(stubs)
+            self._lock.notify_all()
+            return seq
 
     def event_seq(self, event_id: str) -> int | None:
         self._check_open()

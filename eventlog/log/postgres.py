@@ -590,6 +590,13 @@ class PostgresLog(LogBase):
                 return []
         return fresh
 
+    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+        """Not available on PostgreSQL yet: the application's role may not UPDATE events (they are
+        immutable for it), and the privileged erase path is not built. Raises StorageError."""
+        self._check_open()
+        raise StorageError("erasing events is not available on the PostgreSQL log yet",
+                           hint="copy the log to LMDB (`eventlog log copy --to DIR`) to erase there")
+
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (they must continue this log's chain exactly:
         seq head + 1, prev the head hash, hash recomputing, id new); all or nothing, raising
@@ -652,7 +659,8 @@ class PostgresLog(LogBase):
         taken = conn.execute(self._sql.find_ids, (eids,)).fetchone()
         if taken is not None:
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
-        bodies = [stored.pack_envelope(env, self._compression) for env in envs] if self._format == 2 else batch
+        bodies = ([stored.pack_stub(env) if codec.is_stub(env) else stored.pack_envelope(env, self._compression)
+                   for env in envs] if self._format == 2 else batch)
         conn.execute(self._sql.write, (seqs, eids, sessions, bodies, list(new), list(new.values()), seq, prev))
         return seq, prev
 

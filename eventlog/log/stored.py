@@ -37,6 +37,8 @@ from eventlog.log import codec
 FORMAT_1 = b"1"
 FORMAT_2 = b"2"
 KIND_EVENT = 2
+KIND_ERASED = 3
+"""An erased event: the same header, no data (see :func:`eventlog.log.codec.stub`)."""
 CODEC_RAW, CODEC_ZSTD, CODEC_ZSTD_DICT = 0, 1, 2
 COMPRESS_MIN_BYTES = 96
 """Data shorter than this is stored raw: the frame header would eat what compression saves."""
@@ -159,15 +161,29 @@ class _Parts:
     __slots__ = ("digest", "prev", "ts", "v", "type", "session", "id", "data")
 
     def __init__(self, digest: str, prev: str, ts: int, v: int, etype: str, session: str | None, eid: str,
-                 data: bytes) -> None:
+                 data: bytes | None) -> None:
         self.digest, self.prev, self.ts, self.v = digest, prev, ts, v
         self.type, self.session, self.id, self.data = etype, session, eid, data
+
+
+def pack_stub(env: dict[str, Any]) -> bytes:
+    """The format-2 value of an erased event (its header, no data)."""
+    return _pack_header(KIND_ERASED, env)
+
+
+def _pack_header(kind: int, env: dict[str, Any]) -> bytes:
+    eid, session, etype = env["id"], env["session"], env["type"]
+    t = etype.encode("ascii")
+    s = b"\xff" if session is None else bytes((len(session),)) + session.encode("ascii")
+    i = b"\x00" + bytes.fromhex(eid) if _HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
+    return b"".join((_FIXED.pack(kind, bytes.fromhex(env["hash"]), bytes.fromhex(env["prev"]), env["ts"], env["v"]),
+                     bytes((len(t),)), t, s, i))
 
 
 def _unpack(value: bytes, compression: Compression) -> _Parts:
     try:
         kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
-        if kind != KIND_EVENT:
+        if kind not in (KIND_EVENT, KIND_ERASED):
             raise StoredFormatError(f"unknown stored kind {kind}")
         at = _FIXED.size
         n = value[at]
@@ -183,6 +199,10 @@ def _unpack(value: bytes, compression: Compression) -> _Parts:
             eid, at = value[at + 1:at + 17].hex(), at + 17
         else:
             eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+        if kind == KIND_ERASED:
+            if at != len(value):
+                raise StoredFormatError("an erased event carries data")
+            return _Parts(digest.hex(), prev.hex(), ts, v, etype, session, eid, None)
         codec_id, dict_id = _TAIL.unpack_from(value, at)
         data = compression.decompress(codec_id, dict_id, bytes(value[at + _TAIL.size:]))
     except (struct.error, IndexError, UnicodeDecodeError) as e:
@@ -198,10 +218,26 @@ def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
     if value[:1] == b"{":
         return value
     p = _unpack(value, compression)
+    if p.data is None:
+        return codec.canonical(_stub_env(seq, p))
     dumps = orjson.dumps
     return b"".join((b'{"data":', p.data, b',"hash":"', p.digest.encode(), b'","id":', dumps(p.id), b',"prev":"',
                      p.prev.encode(), b'","seq":', str(seq).encode(), b',"session":', dumps(p.session), b',"ts":',
                      str(p.ts).encode(), b',"type":', dumps(p.type), b',"v":', str(p.v).encode(), b"}"))
+
+
+def hash_of(value: bytes) -> str | None:
+    """The hash an event stored as ``value`` records (either format), without decoding its data;
+    None when the value does not say."""
+    if value[:1] == b"{":
+        try:
+            h = codec.decode(value).get("hash")
+        except ValueError:
+            return None
+        return h if isinstance(h, str) else None
+    if len(value) < 33 or value[0] not in (KIND_EVENT, KIND_ERASED):
+        return None
+    return bytes(value[1:33]).hex()
 
 
 def envelope(seq: int, value: bytes, compression: Compression) -> dict[str, Any]:
@@ -210,6 +246,20 @@ def envelope(seq: int, value: bytes, compression: Compression) -> dict[str, Any]
     if value[:1] == b"{":
         return codec.decode(value)
     p = _unpack(value, compression)
+    if p.data is None:
+        return _stub_env(seq, p)
     data = orjson.loads(p.data)
     return {"data": data, "hash": p.digest, "id": p.id, "prev": p.prev, "seq": seq, "session": p.session,
             "ts": p.ts, "type": p.type, "v": p.v}
+
+
+def _stub_env(seq: int, p: _Parts) -> dict[str, Any]:
+    return {"erased": True, "hash": p.digest, "id": p.id, "prev": p.prev, "seq": seq, "session": p.session,
+            "ts": p.ts, "type": p.type, "v": p.v}
+
+
+def is_stub_value(value: bytes) -> bool:
+    """True when ``value`` stores an erased event (either format)."""
+    if value[:1] == b"{":
+        return value.startswith(b'{"erased":true,')
+    return value[:1] == bytes((KIND_ERASED,))

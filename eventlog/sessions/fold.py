@@ -104,6 +104,10 @@ def search_terms(query: Any) -> list[str]:
     return [word.lower() for word in query.split()]
 
 
+ERASED = "log.erased"
+"""The log's own erase record (eventlog.log.codec.ERASED_TYPE)."""
+
+
 class Fold:
     """Applies upcast session events in log order and answers the read-model queries.
 
@@ -139,6 +143,11 @@ class Fold:
         if seq is None:
             return
         self.seq = seq
+        if env.get("erased") is True and "data" not in env:
+            return  # an erased event: its content is gone, as if it had never been appended
+        if kind == ERASED:
+            self._erased(env.get("data"))
+            return
         if not isinstance(sid, str) or not isinstance(kind, str):
             return
         handler = HANDLERS.get(kind)
@@ -146,6 +155,14 @@ class Fold:
             return
         data = env.get("data")
         handler.apply(self, sid, seq, data if isinstance(data, dict) else {}, event_time(env.get("ts")))
+
+    def _erased(self, data: Any) -> None:
+        """The log's erase record: the sessions it names vanish (their events are stubs now, so a
+        fold from the start never sees them either)."""
+        names = data.get("sessions") if isinstance(data, dict) else None
+        for sid in names if isinstance(names, list) else []:
+            if isinstance(sid, str) and sid in self._sessions:
+                self._forget(sid)
 
     # One method per event type: (session, seq, data, event time). All but _created apply
     # only to a live session.
@@ -413,14 +430,21 @@ class Fold:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        """The session's messages by id ascending: active only unless asked, ids > ``after``,
-        the first ``limit``."""
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        """The session's messages (active only unless asked) with ``after < id < before``, in
+        chronological order (newest first if asked). With ``limit``: the first ``limit`` of them
+        when paging forward (``after`` given, ``before`` not), else the latest ``limit``."""
         if not self.is_live(session_id):
             return []
         out = [self._messages[m] for m in sorted(self._session_messages[session_id])
-               if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)]
-        return [_copy(m) for m in (out if limit is None else out[:limit])]
+               if (include_inactive or self._messages[m]["active"]) and (after is None or m > after)
+               and (before is None or m < before)]
+        if limit is not None:
+            out = out[:limit] if after is not None and before is None else out[len(out) - min(limit, len(out)):]
+        if newest_first:
+            out.reverse()
+        return [_copy(m) for m in out]
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

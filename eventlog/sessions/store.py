@@ -10,19 +10,24 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import sqlite3
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 from eventlog.errors import (
+    ClosedError,
     ConcurrencyError,
     ConflictError,
-    EventLogError,
     NotFoundError,
     TitleConflictError,
     ValidationError,
+    process_state,
 )
 from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.codec import new_id
@@ -32,9 +37,10 @@ from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
 from eventlog.sessions.reads import ReadModel, typed_read
 
+if TYPE_CHECKING:
+    from eventlog.sessions.extensions import Registry
+
 _log = logging.getLogger("eventlog.sessions")
-CLOSE_SETTLE_S = 5.0
-"""How long :meth:`SessionStore.close` waits for its own appends to reach the projections."""
 
 
 class FoldReadModel:
@@ -116,10 +122,11 @@ class FoldReadModel:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
         with self._lock:
             return self._caught_up().get_messages(session_id, include_inactive=include_inactive, limit=limit,
-                                                  after=after)
+                                                  before=before, after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:
@@ -155,6 +162,15 @@ class Projections(Protocol):
                 out_path: str | Path | None = None, progress: Any = None) -> dict[str, Any]: ...
     def health(self, full: bool = True) -> dict[str, Any]: ...
     def cursor(self) -> int: ...
+    def register_read_models(self, models: dict[str, Any], upcast: Any) -> None: ...
+    @property
+    def following(self) -> bool: ...
+    def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
+    def purge(self, timeout: float | None = None) -> dict[str, Any]: ...
+    def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None: ...
+    def start_follower(self) -> None: ...
+    def stop_follower(self) -> None: ...
+    def lease_holder(self) -> int | None: ...
 
 
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
@@ -166,19 +182,124 @@ _FLAG_EVENTS = {
 }
 
 
-class SessionStore:
-    """Sessions of one profile. Open with :meth:`open`; use as a context manager."""
+class _Shared:
+    """What every :class:`SessionStore` handle of one profile opened in this process shares: the
+    log, the read model (its projector, its follower). Reference-counted; the last handle to
+    close it closes them."""
 
-    def __init__(self, log: Log, reads: ReadModel, *, home: Path | None, profile: str,
-                 projector: Projections | None = None, owns_log: bool = True) -> None:
+    def __init__(self, key: tuple[str, str, str], log: Log, owns_log: bool, reads: ReadModel,
+                 projector: Projections | None) -> None:
+        self.key = key
         self.log = log
-        self._owns_log = owns_log
+        self.owns_log = owns_log
+        self.reads = reads
+        self.projector = projector
+        self.refs = 0
+        self.followers = 0  # handles that asked for a follower: it runs while any is open
+        self.last_seq = 0  # the last append of any handle: reads see every handle's writes
+        self._seq_lock = threading.Lock()
+        self._registry: Registry | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The event types and read models of this profile's stores (built on first use: the
+        extension machinery is not loaded by stores that never use it)."""
+        if self._registry is None:
+            from eventlog.sessions.extensions import Registry
+
+            self._registry = Registry()
+        return self._registry
+
+    def add_extensions(self, extensions: Any) -> None:
+        """Register ``extensions`` (a list of :class:`Extension`) for every handle of this core."""
+        if extensions is None:
+            return
+        from eventlog.sessions.extensions import Extension
+
+        if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
+            raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
+        with self._seq_lock:
+            new = [rm for ext in extensions for rm in getattr(ext, "read_models", ())
+                   if rm.name not in self.registry.read_models]
+            for ext in extensions:
+                self.registry.add(ext)
+            if self.projector is not None and self.registry.read_models:
+                self.projector.register_read_models(dict(self.registry.read_models), self.registry.upcast)
+        if self.projector is not None:
+            head = self.log.head()[0]
+            for rm in new:  # built (or brought up to the log) now, as the store opens
+                self.projector.advance_read_model(rm.name, head)
+
+    def appended(self, seq: int) -> None:
+        with self._seq_lock:
+            if seq > self.last_seq:
+                self.last_seq = seq
+
+    def want_follower(self) -> None:
+        self.followers += 1
+        if self.followers == 1 and self.projector is not None:
+            self.projector.start_follower()
+
+    def drop_follower(self) -> None:
+        self.followers -= 1
+        if self.followers == 0 and self.projector is not None:
+            self.projector.stop_follower()
+
+    def close(self) -> None:
+        try:
+            self.reads.close()
+        finally:
+            if self.owns_log:
+                self.log.close()
+
+
+_shared: dict[tuple[str, str, str], _Shared] = {}
+_shared_lock = threading.Lock()
+_opening: dict[tuple[str, str, str], threading.Lock] = {}
+
+
+def _user() -> str:
+    """Who erases, for the audit record: the OS user name (``unknown`` when it cannot be told)."""
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:  # no user database entry (a container): say so rather than fail the erase
+        return "unknown"
+
+
+def _close_all_at_exit() -> None:
+    """At interpreter exit, stop every follower and close what is still open, so that no
+    background thread meets a half torn-down interpreter (and prints a traceback)."""
+    with _shared_lock:
+        cores = list(_shared.values())
+        _shared.clear()
+    for core in cores:
+        try:
+            core.close()
+        except Exception:  # exiting anyway: nothing is lost (the log is durable), say it once
+            _log.warning("closing %s at exit failed", core.key[0], exc_info=False)
+
+
+atexit.register(_close_all_at_exit)
+
+
+class SessionStore:
+    """Sessions of one profile. Open with :meth:`open`; use as a context manager.
+
+    Any number of stores may be open on one profile in one process (two libraries in one
+    runtime, many threads): they share one log, one projector and one follower; each closes on
+    its own, and a store used after its own ``close()`` raises :class:`ClosedError`.
+    """
+
+    def __init__(self, core: _Shared, *, home: Path | None, profile: str, follower: bool = False) -> None:
+        self._core = core
+        self.log = core.log
         self.home = home
         self.profile = profile
-        self._reads = reads
-        self._projector = projector
-        self._last_seq = 0
-        self._seq_lock = threading.Lock()
+        self._reads = core.reads
+        self._projector = core.projector
+        self._follower = follower
         self._live: set[str] = set()
         self._deleted: set[str] = set()
         self._closed = False
@@ -198,40 +319,75 @@ class SessionStore:
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
         ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
-        lease; with False, reads catch up first instead).
+        lease; with False, each read brings the projections up to the log first).
+        Opening a profile already open in this process is cheap: the stores share one log and
+        one projector (a stronger ``durability`` than the open one raises ValidationError).
         """
         h = resolve_home(home)
         d = profile_dir(h, profile)
         if log is None:
             log = os.environ.get(LOG_URL_ENV) or None
+        if log is not None and not isinstance(log, (Log, str, os.PathLike)):
+            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
+        extensions = options.pop("extensions", None)
+        kind = options.get("read_model", "projection")
+        follower = bool(options.get("follower", True)) if kind == "projection" else False
+        key = (os.path.realpath(d), "lmdb" if log is None else (f"object:{id(log)}" if isinstance(log, Log)
+                                                               else str(log)), str(kind))
+        with _shared_lock:
+            opening = _opening.setdefault(key, threading.Lock())
+        with opening:  # one open per profile at a time; other profiles open in parallel
+            with _shared_lock:
+                core = _shared.get(key)
+            if core is None:
+                core = cls._open_core(key, d, profile, log, dict(options))
+                with _shared_lock:
+                    _shared[key] = core
+            else:
+                cls._check_options(core, options)
+            core.add_extensions(extensions)
+            core.refs += 1
+            if follower:
+                core.want_follower()
+        return cls(core, home=h, profile=profile, follower=follower)
+
+    @staticmethod
+    def _check_options(core: _Shared, options: dict[str, Any]) -> None:
+        allowed = {"durability", "map_size", "read_model", "follower", "batch_size", "check", "extensions"}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise ValidationError(unknown[0], "unknown SessionStore.open option")
+        wanted = options.get("durability", "sync")
+        if wanted == "sync" and getattr(core.log, "durability", "sync") not in ("sync", "memory"):
+            raise ValidationError("durability", "this profile is already open in this process with durability "
+                                  f"{core.log.durability!r}; close those stores to open it with 'sync'")
+
+    @classmethod
+    def _open_core(cls, key: tuple[str, str, str], d: Path, profile: str, log: Log | str | os.PathLike[str] | None,
+                   options: dict[str, Any]) -> _Shared:
         owns_log = not isinstance(log, Log)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
+        options.pop("follower", None)  # the core starts no follower: handles ask for one
         if log is None:
             from eventlog.log.lmdb import EventLog
 
             log = EventLog.open(d / "log", durability=durability, profile=profile, **map_size)
-        elif isinstance(log, (str, os.PathLike)):
-            log = open_log(log, profile=profile, durability=durability, **map_size)
         elif not isinstance(log, Log):
-            raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
+            log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
             reads, projector = cls._open_reads(d, log, profile, options)
         except BaseException:
             if owns_log:
                 log.close()
             raise
-        return cls(log, reads, home=h, profile=profile, projector=projector, owns_log=owns_log)
+        return _Shared(key, log, owns_log, reads, projector)
 
     @staticmethod
     def _open_reads(d: Path, log: Log, profile: str,
                     options: dict[str, Any]) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
-        allowed = {"follower", "batch_size", "check"} if kind == "projection" else set()
-        if kind == "projection":
-            # A long-lived store keeps the projections current for every process (bounded lag
-            # without a daemon); one-shot tools pass follower=False and catch up on read.
-            options.setdefault("follower", True)
+        allowed = {"batch_size", "check"} if kind == "projection" else set()
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
@@ -244,26 +400,22 @@ class SessionStore:
         return open_read_model(d, log, profile, **options)
 
     def close(self) -> None:
-        """Close the store. Its own appends are in the projections first (waiting at most
-        ``CLOSE_SETTLE_S``; they are durable in the log either way), so a process that exits
-        after writing leaves nothing for the next reader to miss: a one-shot reader started
-        afterwards sees them even while some other process's follower is what keeps the
-        projections current (see ``projections.visibility``)."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._projector is not None and self._last_seq:
-                try:
-                    self._reads.advance(self._last_seq, wait=CLOSE_SETTLE_S)
-                except EventLogError as e:  # the next catch-up applies them
-                    _log.warning(f"closing with appends not yet in the projections: {e}")
-        finally:
-            try:
-                self._reads.close()
-            finally:
-                if self._owns_log:
-                    self.log.close()
+        """Close this store (idempotent). Its appends are durable in the log already; the next
+        read, here or in any process, brings the projections up to them. The shared log and
+        projector close with the last store of the profile in this process."""
+        with _shared_lock:
+            if self._closed:
+                return
+            self._closed = True
+            core = self._core
+            core.refs -= 1
+            last = core.refs == 0
+            if last and _shared.get(core.key) is core:
+                del _shared[core.key]
+        if self._follower:
+            core.drop_follower()
+        if last:
+            core.close()
 
     def __enter__(self) -> "SessionStore":
         return self
@@ -271,19 +423,39 @@ class SessionStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _check(self) -> None:
+        if self._closed:
+            raise ClosedError("this SessionStore is closed", hint="open the profile again")
+
+    def read_status(self) -> dict[str, Any]:
+        """How fresh this thread's last read was: ``{"stale", "projected_seq", "log_seq",
+        "lease_holder", "lease_holder_state"}``. ``stale`` is True when the projections did not
+        reach the log head (as of that read) because another process held the projector lease
+        past the read's wait — a stopped or hung process, named by its pid when known."""
+        self._check()
+        reach = getattr(self._reads, "last_reach", lambda: None)()
+        stale = bool(reach is not None and reach.stale)
+        holder = state = None
+        if stale and self._projector is not None:
+            holder = self._projector.lease_holder()
+            state = process_state(holder)
+        return {"stale": stale, "projected_seq": None if reach is None else reach.cursor,
+                "log_seq": None if reach is None else reach.target, "lease_holder": holder,
+                "lease_holder_state": state}
+
     # ------------------------------------------------------------------ plumbing
 
     def _append(self, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+        self._check()
         seqs = self.log.append(events, expected_version=expected_version)
         top = max(seqs)
-        with self._seq_lock:
-            if top > self._last_seq:
-                self._last_seq = top
+        self._core.appended(top)
         return seqs
 
     def _fresh(self) -> ReadModel:
         """The read model, caught up at least to this store's own last append."""
-        self._reads.advance(self._last_seq)
+        self._check()
+        self._reads.advance(self._core.last_seq)
         return self._reads
 
     def _need_live_cached(self, sid: str) -> None:
@@ -307,9 +479,29 @@ class SessionStore:
 
     def _need_live(self, session_id: Any) -> str:
         sid = ev.validate_session_id(session_id)
-        if not self._fresh().is_live(sid):
+        if not self._fresh().is_live(sid) and not (self._stale() and self._live_in_log(sid)):
             raise NotFoundError("session", sid)
         return sid
+
+    def _stale(self) -> bool:
+        reach = getattr(self._reads, "last_reach", lambda: None)()
+        return bool(reach is not None and reach.stale)
+
+    def _live_in_log(self, sid: str, depth: int = 0) -> bool:
+        """Whether ``sid`` is live by the log itself (its stream, and its ancestors' for a
+        deletion's cascade): the check a writer falls back to when the projections are stale."""
+        created = deleted = False
+        parent = None
+        for env in self.log.read_session(sid):
+            if env.get("type") == "session.created":
+                created = True
+                data = env.get("data")
+                parent = data.get("parent_session_id") if isinstance(data, dict) else None
+            elif env.get("type") == "session.deleted":
+                deleted = True
+        if not created or deleted:
+            return False
+        return not isinstance(parent, str) or depth > 64 or self._live_in_log(parent, depth + 1)
 
     def _event(self, etype: str, session: str, data: dict[str, Any]) -> dict[str, Any]:
         return ev.make_event(etype, session, data)
@@ -498,6 +690,165 @@ class SessionStore:
         self._live.difference_update(doomed)
         return seq
 
+    def append_events(self, events: Iterable[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+        """Append events of registered types (the session catalogue's or an extension's,
+        ``SessionStore.open(extensions=[...])``) in one atomic batch; returns their seqs.
+
+        Each is ``{"type", "session"?, "data", "id"?}``, checked by its type's validator
+        (:class:`ValidationError` naming ``events[i].<field>``; nothing is appended). An event of
+        the session catalogue must name a live session (or one the batch creates); the domain
+        rules of the store's own methods (unique titles, provenance, ...) are theirs: use the
+        methods for those. ``expected_version``: as for :meth:`eventlog.log.Log.append`.
+        """
+        self._check()
+        if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
+            raise ValidationError("events", f"must be a list of event objects, got {type(events).__name__}")
+        registry = self._core.registry
+        batch = [registry.event(e, i) for i, e in enumerate(events)]
+        if not batch:
+            return []
+        created = {e["session"] for e in batch if e["type"] == "session.created"}
+        for i, e in enumerate(batch):
+            sid = e["session"]
+            if (registry.is_catalogue(e["type"]) and e["type"] != "session.created" and sid not in created
+                    and sid not in self._live):
+                try:
+                    self._need_live(sid)
+                except NotFoundError:
+                    raise NotFoundError("session", sid) from None
+                self._remember(sid)
+        return self._append(batch, expected_version=expected_version)
+
+    @contextmanager
+    def read_model(self, name: str, *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
+        """A read-only SQLite connection on state.db where extension read model ``name`` holds
+        every event this process appended — and, in a process without a follower of its own,
+        every event in the log as of the call — waiting at most ``wait`` seconds for another
+        process's catch-up. Close it (``with``) before the next write."""
+        self._check()
+        if name not in self._core.registry.read_models:
+            raise ValidationError("name", f"no read model {name!r} is registered on this store",
+                                  hint="pass its extension to SessionStore.open(extensions=[...])")
+        projector = self._need_projector()
+        # As every read: with a follower of its own the process sees its own writes at once and
+        # others' within the follower's poll; without one, everything in the log as of now.
+        target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
+        with projector.read_model(name, target, wait) as conn:
+            yield conn
+
+    def erase_session(self, session_id: str, reason: str, *, by: str | None = None) -> dict[str, Any]:
+        """Make the content of a session — and of its descendants (the lineage rule of
+        :meth:`delete_session`) — unrecoverable: every event of their streams is replaced by its
+        erased form (type, time and hash kept; data gone) and one ``log.erased`` record says who
+        (``by``, default the OS user), when, why (``reason``) and which events; the log is then
+        compacted and the projections rebuilt so that no file under the profile keeps the words.
+        The chain still verifies. Works on deleted sessions too (a tombstone keeps the words;
+        this does not). Returns ``{"seq", "sessions", "events"}``; erasing again finds nothing
+        left (``seq`` 0, ``events`` 0). NotFoundError for a session the log never had."""
+        self._check()
+        sid = ev.validate_session_id(session_id)
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
+            raise ValidationError("reason", "must be a non-empty text of at most 1000 characters")
+        members = self._lineage_in_log(sid)
+        if not members:
+            raise NotFoundError("session", sid)
+        seqs = [env["seq"] for member in members for env in self.log.read_session(member)]
+        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
+        erase = getattr(self.log, "erase")
+        seq = int(erase(seqs, data))
+        self._live.difference_update(members)
+        self._deleted.update(members)
+        if seq:
+            self._core.appended(seq)
+            if self._projector is not None:
+                self._projector.purge()
+            else:
+                self._reads.advance(seq)
+        return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
+
+    def _lineage_in_log(self, sid: str) -> list[str]:
+        """``sid`` and its descendants, live or deleted, read from the log (erased ones count
+        too: the stubs keep their session). Empty when the log never had ``sid``."""
+        if not any(env.get("type") == "session.created" for env in self.log.read_session(sid)):
+            return []
+        members, frontier = [sid], {sid}
+        children: dict[str, list[str]] = {}
+        for env in self.log.read():
+            if env.get("type") == "session.created" and isinstance(env.get("data"), dict):
+                parent = env["data"].get("parent_session_id")
+                if isinstance(parent, str) and isinstance(env.get("session"), str):
+                    children.setdefault(parent, []).append(env["session"])
+            elif env.get("type") == "log.erased" and isinstance(env.get("data"), dict):
+                # An erased session.created no longer names its parent; the erase record does.
+                named = env["data"].get("sessions")
+                if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
+                    children.setdefault(named[0], []).extend(n for n in named[1:])
+        while frontier:
+            nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
+            members.extend(sorted(nxt))
+            frontier = nxt
+        return members
+
+    def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
+                  by: str | None = None) -> dict[str, Any]:
+        """Erase every session (with its lineage) whose last activity is older than
+        ``older_than_s`` seconds — in one erase, one compaction. ``dry_run``: only say which.
+        Returns ``{"sessions", "erased_events", "seq"}``."""
+        self._check()
+        if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
+            raise ValidationError("older_than", "must be a duration of 0 seconds or more")
+        cutoff = time.time() - older_than_s
+        old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
+               if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
+        old += self._deleted_with_words(cutoff)
+        members: list[str] = []
+        for sid in old:
+            for m in self._lineage_in_log(sid):
+                if m not in members:
+                    members.append(m)
+        if dry_run or not members:
+            return {"sessions": members, "erased_events": 0, "seq": 0, "dry_run": dry_run}
+        seqs = [env["seq"] for m in members for env in self.log.read_session(m)]
+        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
+        seq = int(getattr(self.log, "erase")(seqs, data))
+        self._live.difference_update(members)
+        self._deleted.update(members)
+        if seq:
+            self._core.appended(seq)
+            if self._projector is not None:
+                self._projector.purge()
+        return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
+
+    def _deleted_with_words(self, cutoff: float) -> list[str]:
+        """Deleted (tombstoned) sessions whose last event is older than ``cutoff`` (seconds) and
+        whose words the log still holds: a tombstone hides a session from every read model, so
+        retention finds them in the log (one scan) — a delete must not outlive a retention policy."""
+        last: dict[str, int] = {}
+        words: set[str] = set()
+        deleted: list[str] = []
+        for env in self.log.read():
+            sid = env.get("session")
+            if not isinstance(sid, str):
+                continue
+            if env.get("type") != "session.deleted":  # the delete itself is not activity
+                last[sid] = int(env.get("ts") or 0)
+            if env.get("erased") is not True:
+                words.add(sid)
+            if env.get("type") == "session.deleted" and sid not in deleted:
+                deleted.append(sid)
+        limit = cutoff * 1e9
+        return [sid for sid in deleted if sid in words and last.get(sid, 0) < limit]
+
+    def compact(self) -> dict[str, Any]:
+        """Rewrite the log file so freed space returns to the filesystem (LMDB log only); see
+        :meth:`eventlog.log.lmdb.EventLog.compact`. ``{"bytes_before", "bytes_after", "generation"}``."""
+        self._check()
+        compact = getattr(self.log, "compact", None)
+        if compact is None:
+            raise ValidationError("log", "this log backend does not compact (only the LMDB log does)")
+        result: dict[str, Any] = compact()
+        return result
+
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""
         return self.log.stream_version(ev.validate_session_id(session_id))
@@ -554,10 +905,14 @@ class SessionStore:
 
     @typed_read
     def get_messages(self, session_id: str, *, include_inactive: bool = False, limit: int | None = None,
-                     after: int | None = None) -> list[dict[str, Any]]:
-        """The session's messages by id: active ones unless ``include_inactive``, ids > ``after``,
-        the first ``limit``."""
-        return self._fresh().get_messages(session_id, include_inactive=include_inactive, limit=limit, after=after)
+                     before: int | None = None, after: int | None = None,
+                     newest_first: bool = False) -> list[dict[str, Any]]:
+        """The session's messages (active ones unless ``include_inactive``) with
+        ``after < id < before``, in chronological order (newest first with ``newest_first``).
+        With ``limit``: the latest ``limit`` of them — or, paging forward (``after`` given and
+        ``before`` not), the first ``limit`` after ``after``. The latest N costs O(N)."""
+        return self._fresh().get_messages(session_id, include_inactive=include_inactive, limit=limit, before=before,
+            after=after, newest_first=newest_first)
 
     @typed_read
     def get_usage(self, session_id: str) -> list[dict[str, Any]]:

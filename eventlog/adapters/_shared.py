@@ -1,0 +1,45 @@
+"""The adapters' view of a shared SessionStore: one handle per adapter object.
+
+``SessionStore.open`` is cheap for a profile already open in the process (the stores share one
+log, projector and follower), so each adapter object simply opens its own handle and closes it
+when done; these helpers keep the adapters' calls in one place.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from typing import Any, Iterator, Sequence
+
+from eventlog.profiles import DEFAULT_PROFILE
+from eventlog.sessions.extensions import Extension
+from eventlog.sessions.store import SessionStore
+
+
+def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
+            extensions: Sequence[Extension] = ()) -> SessionStore:
+    """A store handle on ``(home, profile)`` with ``extensions`` registered."""
+    return SessionStore.open(None if home is None else os.fspath(home), profile,
+                             extensions=list(extensions) if extensions else None)
+
+
+def release(store: SessionStore) -> None:
+    """Close the handle (the shared log and projector close with the last one)."""
+    store.close()
+
+
+def append_events(store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
+    """``store.append_events`` (extension events into the profile's log)."""
+    return store.append_events(events, expected_version=expected_version)
+
+
+@contextlib.contextmanager
+def read_model(store: SessionStore, name: str) -> Iterator[sqlite3.Connection]:
+    """``store.read_model(name)``: a connection caught up to the process's writes."""
+    with store.read_model(name) as conn:
+        yield conn
+
+
+def references(store: SessionStore) -> int:
+    """How many handles share ``store``'s profile in this process (0 once it is closed); for tests."""
+    return 0 if store._closed else store._core.refs

@@ -1,0 +1,417 @@
+"""One engine per ``db_path`` per process: the log, the projection writer, the lease.
+
+Every ``SessionDB`` opened on a path in this process shares one :class:`Engine` (reference
+counted), because py-lmdb refuses to open one environment twice in a process. (This small
+registry is meant to give way to eventlog's own shared environments once they exist.)
+
+A write (:meth:`Engine.write`) runs, under the thread mutex and the projection lease:
+
+1. ``BEGIN IMMEDIATE`` on the projection, then the caller's function, which builds events and
+   applies each with the fold (:func:`.apply.apply`) — Hermes' validation and conflicts raise
+   here, before anything is appended, and an event that changed no row is dropped;
+2. append the events to the log (durable on return);
+3. if they landed right after the projection's cursor, store the new cursor and commit; if not
+   (a writer died between its append and its commit), roll back and apply the log in order.
+
+Readers of ``db_path`` therefore see a write as soon as its caller returns. Concurrent writes of
+one process are committed in groups (one projection transaction, one log append: one sync).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from eventlog.adapters.hermes import events, projection
+from eventlog.adapters.hermes.apply import apply
+from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
+from eventlog.profiles import make_dir
+
+log = logging.getLogger("eventlog.adapters.hermes")
+T = TypeVar("T")
+
+_registry: dict[str, "Engine"] = {}
+_registry_lock = threading.RLock()  # re-entrant: a GC finalizer may release an engine mid-acquire
+
+
+def _forget_after_fork() -> None:
+    # A forked child must open its own environments; the parent's stay the parent's.
+    global _registry_lock
+    _registry_lock = threading.RLock()
+    for engine in list(_registry.values()):
+        engine._forked = True
+    _registry.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class Tx:
+    """What a write function gets: the projection connection inside the open transaction, and
+    :meth:`emit` to apply an event and keep it for the log."""
+
+    __slots__ = ("conn", "events")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, type_: str, session_id: Any, data: dict[str, Any]) -> Any:
+        """Apply the event now; keep it only when it changed rows (an event that changed
+        nothing would replay to nothing)."""
+        ev = events.event(type_, session_id, data)
+        before = self.conn.total_changes
+        result = apply(self.conn, ev)
+        if self.conn.total_changes != before:
+            self.events.append(ev)
+        return result
+
+    def record(self, type_: str, session_id: Any, data: dict[str, Any]) -> None:
+        """Keep an event whose effect is already in the transaction (raw SQL, see :mod:`.raw`)."""
+        self.events.append(events.event(type_, session_id, data))
+
+
+class _Request:
+    __slots__ = ("fn", "result", "error", "done")
+
+    def __init__(self, fn: Callable[[Tx], Any]) -> None:
+        self.fn = fn
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+NO_PROJECTION = "no projection yet"
+GATHER_S = 0.0004
+"""How long a group's leader waits for the previous group's writers to queue again."""
+MAX_GROUP = 256
+"""Most write calls one projection transaction and one log append serve (group commit)."""
+HASH_EVERY = 1024
+"""The cursor's log identity (an applied event's hash, a log read) is refreshed this often."""
+
+
+class Engine:
+    def __init__(self, layout: projection.Layout) -> None:
+        self.layout = layout
+        self.refs = 0
+        self.mutex = threading.RLock()
+        self.lease = projection.Lease(layout.dir)
+        self.log: Any = None
+        self._writer: sqlite3.Connection | None = None
+        self._writer_path: Path | None = None
+        self._writer_target: str | None = None
+        self.generation = 0
+        """Bumped whenever the writer moves to another generation file (readers follow)."""
+        self._cursor = 0
+        self._hash_seq = 0
+        self._validated: Path | None = None
+        self._served: Path | None = None
+        self._queue: list[_Request] = []
+        self._leading = False
+        self._last_group = 1
+        self._turn = threading.Condition(threading.Lock())
+        self._forked = False
+        self.closed = False
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    @classmethod
+    def acquire(cls, db_path: str | os.PathLike[str]) -> "Engine":
+        layout = projection.Layout(db_path)
+        key = str(layout.pointer)
+        with _registry_lock:
+            engine = _registry.get(key)
+            if engine is None or engine.closed:
+                engine = cls(layout)
+                engine._open()
+                _registry[key] = engine
+            engine.refs += 1
+            return engine
+
+    def release(self) -> None:
+        with _registry_lock:
+            self.refs -= 1
+            if self.refs > 0 or self.closed:
+                return
+            if _registry.get(str(self.layout.pointer)) is self:
+                del _registry[str(self.layout.pointer)]
+            self._close()
+
+    def _open(self) -> None:
+        """Open the log; import a Hermes database found at ``db_path``; rebuild a projection
+        that is missing or unusable. A usable one is served as it stands, without the lease: a
+        lag is a writer's commit under way (it applies its own events), or, when the lease is
+        free, a dead writer's tail, applied here: an open never waits for a busy writer."""
+        make_dir(self.layout.dir)
+        try:
+            if self.layout.is_foreign_file():
+                with self.lease:
+                    if self.layout.is_foreign_file():
+                        from eventlog.adapters.hermes.importer import adopt
+
+                        adopt(self.layout)
+            self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
+            if self._usable() is None:
+                if self._cursor < self.log.head()[0]:
+                    self._take_tail()
+                return
+            with self.lease:
+                why = self._usable()
+                if why is None:
+                    return
+                if why != NO_PROJECTION:
+                    log.warning("hermes projection %s: %s; rebuilding it from the log", self.layout.pointer, why)
+                projection.rebuild(self.layout, self.log)
+                self._validated = self.layout.current()
+        except BaseException:
+            self._close()
+            raise
+
+    def _usable(self) -> str | None:
+        """None when the projection can serve (perhaps after a catch-up); else why it must be
+        rebuilt."""
+        current = self.layout.current()
+        if current is None and not os.path.lexists(self.layout.pointer):
+            return NO_PROJECTION
+        why = projection.problem(current, self.log)
+        if why is not None:
+            return why
+        assert current is not None
+        conn = projection.connect(current, readonly=True)
+        try:
+            _, seq, hash_seq, _ = projection.read_cursor(conn)
+        finally:
+            conn.close()
+        self._hash_seq = hash_seq
+        self._cursor = seq
+        self._validated = self._served = current
+        return None
+
+    def _close(self) -> None:
+        self.closed = True
+        if self._forked:
+            return
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.lease.close()
+        if self.log is not None:
+            self.log.close()
+
+    # ---- the projection writer ----------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        """The writer connection on the generation ``db_path`` names now (reopened after a swap)."""
+        try:
+            target = os.readlink(self.layout.pointer)
+        except OSError:
+            target = None
+        if self._writer is not None and target is not None and target == self._writer_target:
+            return self._writer
+        current = self.layout.current()
+        if current is None or (current != self._validated and projection.problem(current, self.log) is not None):
+            current = projection.rebuild(self.layout, self.log)
+        self._validated = current
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = projection.connect(current)
+        if current != self._served:  # readers of this process follow the writer to a new file
+            self.generation += 1
+            self._served = current
+        self._writer_path = current
+        self._writer_target = os.readlink(self.layout.pointer)
+        return self._writer
+
+    def _sync(self, conn: sqlite3.Connection) -> None:
+        """Bring the projection level with the log (under the lease)."""
+        head = self.log.head()[0]
+        cursor = projection.read_seq(conn)
+        if cursor > head:
+            log.warning("hermes projection %s is ahead of its log; rebuilding it", self.layout.pointer)
+            projection.rebuild(self.layout, self.log)
+            conn = self._connection()
+            cursor = projection.read_seq(conn)
+        if cursor < head:
+            cursor = projection.catch_up(conn, self.log, cursor, head)
+            self._hash_seq = cursor
+        self._cursor = cursor
+
+    def write(self, fn: Callable[[Tx], T]) -> T:
+        """Run ``fn`` as one atomic write (see the module docstring); returns its result.
+
+        Concurrent calls of this process are committed in groups: the first caller leads, runs
+        every queued function in one projection transaction (each in its own savepoint, so one
+        that raises undoes only its own rows) and appends all their events in one log append, so
+        one sync serves them all."""
+        req = _Request(fn)
+        turn = self._turn
+        with turn:
+            self._queue.append(req)
+            while not req.done and (self._leading or self._queue[0] is not req):
+                turn.wait()
+            if not req.done:
+                self._leading = True
+                # With concurrent writers about, give the callers just woken from the previous
+                # group a moment to queue again, so one sync serves them all (a lone writer never
+                # waits).
+                deadline = time.perf_counter() + GATHER_S
+                while len(self._queue) < self._last_group and time.perf_counter() < deadline:
+                    turn.wait(0.00005)
+                group, self._queue[:] = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+                self._last_group = len(group)
+        if not req.done:
+            try:
+                self._commit(group)
+            finally:
+                with turn:
+                    for r in group:
+                        r.done = True
+                    self._leading = False
+                    turn.notify_all()
+        if req.error is not None:
+            raise req.error
+        return req.result  # type: ignore[no-any-return]
+
+    def _commit(self, group: list[_Request]) -> None:
+        with self.mutex, self.lease:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            events: list[dict[str, Any]] = []
+            try:
+                cursor = projection.read_seq(conn)
+                alone = len(group) == 1
+                for r in group:
+                    tx = Tx(conn)
+                    if alone:
+                        try:
+                            r.result = r.fn(tx)
+                        except BaseException as e:
+                            r.error = e
+                    else:
+                        conn.execute("SAVEPOINT w")
+                        try:
+                            r.result = r.fn(tx)
+                            conn.execute("RELEASE w")
+                        except BaseException as e:
+                            conn.execute("ROLLBACK TO w")
+                            conn.execute("RELEASE w")
+                            r.error = e
+                    if r.error is None:
+                        events += tx.events
+                if not events:
+                    conn.execute("ROLLBACK")
+                    return
+                seqs = self.log.append(events)
+            except BaseException as e:
+                conn.execute("ROLLBACK")
+                for r in group:
+                    r.error = r.error or e
+                return
+            if seqs[0] != cursor + 1:
+                # The log holds events this projection has not applied (a writer died between its
+                # append and its commit, or one wrote without the lease): replay in log order.
+                conn.execute("ROLLBACK")
+                self._sync(conn)
+                return
+            last = seqs[-1]
+            known_hash = None
+            if last - self._hash_seq >= HASH_EVERY or self._hash_seq == 0:
+                env = self.log.get(last)
+                known_hash = env["hash"] if env else None
+            projection.write_cursor(conn, last, known_hash)
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:  # the events are durable in the log; the next sync applies them
+                log.warning("hermes projection commit failed after append (%s); it will catch up", e)
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                return
+            self._cursor = last
+            if known_hash is not None:
+                self._hash_seq = last
+            self._touch()
+
+    def _touch(self) -> None:
+        # Hermes' mcp_serve polls the mtime of state.db; in WAL mode a commit leaves the main file
+        # untouched, so mark it (utime opens no descriptor: no POSIX lock can be disturbed).
+        try:
+            if self._writer_path is not None:
+                os.utime(self._writer_path)
+        except OSError:
+            pass
+
+    def refresh(self, reader: sqlite3.Connection) -> None:
+        """Read-your-writes for readers: the projection (seen through ``reader``) level with the
+        log. A writer holds the lease from its append to its commit, so a lag while the lease is
+        free is a dead writer's tail: it is applied here. A lag while the lease is held is a
+        commit under way: never waited for."""
+        head = self.log.head()[0]
+        if head <= self._cursor:
+            return
+        applied = projection.read_seq(reader)
+        if applied >= head:
+            self._cursor = applied
+            return
+        self._take_tail(reader)
+
+    def _take_tail(self, reader: sqlite3.Connection | None = None) -> None:
+        if not self.mutex.acquire(blocking=False):
+            return
+        try:
+            if self.lease.try_enter():
+                try:
+                    # The writer we saw may have committed and left just now: look again first.
+                    if reader is not None and projection.read_seq(reader) >= self.log.head()[0]:
+                        return
+                    self._sync(self._connection())
+                finally:
+                    self.lease.__exit__(None, None, None)
+        finally:
+            self.mutex.release()
+
+    def erase(self, session_ids: list[str], reason: str) -> int:
+        """Make the content of these (deleted) sessions unrecoverable: their events become stubs
+        with one ``log.erased`` record (eventlog's erase; the log is compacted), then the
+        projection is rebuilt into a new generation and every older one removed, so no file
+        keeps what Hermes deleted. The AUTOINCREMENT counters are carried in the record, so a
+        rebuild never hands out an id a deleted row had. Returns the record's seq (0: nothing)."""
+        with self.mutex, self.lease:
+            seqs = [env["seq"] for sid in session_ids for env in self.log.read_session(sid)]
+            if not seqs:
+                return 0
+            conn = self._connection()
+            sequences = {str(n): int(s) for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")}
+            import getpass
+
+            try:
+                who = getpass.getuser()
+            except Exception:  # no user database entry (a container)
+                who = "unknown"
+            seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": session_ids,
+                                            "sqlite_sequence": sequences}))
+            path = projection.rebuild(self.layout, self.log)
+            for name in os.listdir(self.layout.dir):  # the replaced generation held the words
+                if name.startswith("state.") and name.endswith(".db") and name != path.name:
+                    projection.remove_file(self.layout.dir / name)
+            self._sync(self._connection())
+            return seq
+
+    def rebuild(self) -> Path:
+        """Rebuild the projection from the log now (``eventlog``-side repair)."""
+        with self.mutex, self.lease:
+            path = projection.rebuild(self.layout, self.log)
+            self._sync(self._connection())
+            return path
+
+
+def finalizer(owner: object, engine: Engine) -> "weakref.finalize[..., Any]":
+    """Release ``engine`` when ``owner`` is garbage-collected without being closed."""
+    return weakref.finalize(owner, engine.release)

@@ -1,0 +1,110 @@
+"""Switching an existing Hermes ``state.db`` to eventlog: one lossless import, once.
+
+:func:`adopt` runs when a ``SessionDB`` opens a ``db_path`` that is still Hermes' own database
+(a file, not the projection's link) and no log exists yet. It reads a snapshot of that file
+(SQLite's backup API on a read-only connection: the original is never written), turns every row
+of every Hermes table into ``hermes.rows_imported`` events — values, ids and the AUTOINCREMENT
+counter verbatim, so the projection rebuilt from them equals the original row for row — writes
+them into a new log beside it, and only when the log is complete moves it into place and moves
+the original file (with its ``-wal``/``-shm``) aside to ``<db_path>.pre-eventlog``. A crash
+before that leaves the original where it was and the next open starts again.
+
+Stop Hermes processes that use the file before the first open with eventlog: a process that
+still has the old file open would keep writing into the file that was moved aside.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from eventlog.adapters.hermes import projection
+from eventlog.adapters.hermes.projection import fsync_dir
+from eventlog.errors import StorageError
+from sqlite_export.hermes import hermes_events
+
+log = logging.getLogger("eventlog.adapters.hermes")
+
+EVENTS_PER_APPEND = 256
+SIDECARS = ("-wal", "-shm", "-journal")
+
+
+def snapshot(source: Path, into: Path) -> sqlite3.Connection:
+    """A private copy of ``source`` (read-only open + backup API) brought to Hermes' current
+    schema by Hermes itself when it is installed (its migrations, backfills and repairs run on
+    the copy: the import holds what Hermes would show after opening the file), opened for
+    reading."""
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        dest = sqlite3.connect(str(into))
+        src.backup(dest)
+        dest.close()
+    finally:
+        src.close()
+    from eventlog.adapters.hermes.install import original_session_db
+
+    hermes_db = original_session_db()
+    if hermes_db is not None:
+        hermes_db(db_path=into).close()
+    return sqlite3.connect(str(into))
+
+
+def adopt(layout: projection.Layout) -> int:
+    """Import the Hermes database at ``layout.pointer`` into a new log at ``layout.log_dir`` and
+    move the original aside. Call under the projection lease, before the log is opened in this
+    process. Returns the events written."""
+    from eventlog.log.lmdb import EventLog
+
+    if (layout.log_dir / "data.mdb").exists():
+        existing = EventLog.open(layout.log_dir, profile=projection.PROFILE)
+        try:
+            head = existing.head()[0]
+        finally:
+            existing.close()
+    else:
+        head = 0
+    if head > 0:
+        raise StorageError(
+            f"{layout.pointer} is a Hermes database, but an eventlog log already exists at {layout.log_dir}",
+            hint="move one of them away: the log holds this profile's history since the switch; "
+                 "import the file into a fresh directory to compare")
+    source = Path(os.path.realpath(layout.pointer))
+    staging = layout.profile / "log.importing"
+    shutil.rmtree(staging, ignore_errors=True)
+    written = 0
+    with tempfile.TemporaryDirectory(dir=layout.profile, prefix=".import-") as tmp:
+        conn = snapshot(source, Path(tmp) / "snapshot.db")
+        try:
+            target = EventLog.open(staging, profile=projection.PROFILE)
+            try:
+                batch: list[dict[str, Any]] = []
+                for ev in hermes_events(conn):
+                    batch.append(ev)
+                    if len(batch) >= EVENTS_PER_APPEND:
+                        written += len(target.append(batch))
+                        batch = []
+                if batch:
+                    written += len(target.append(batch))
+            finally:
+                target.close()
+        finally:
+            conn.close()
+    shutil.rmtree(layout.log_dir, ignore_errors=True)
+    os.rename(staging, layout.log_dir)
+    fsync_dir(layout.log_dir.parent)
+    aside = layout.original
+    n = 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = layout.original.with_name(f"{layout.original.name}.{n}")
+    os.rename(layout.pointer, aside)
+    for suffix in SIDECARS:
+        if os.path.lexists(f"{layout.pointer}{suffix}"):
+            os.rename(f"{layout.pointer}{suffix}", f"{aside}{suffix}")
+    fsync_dir(layout.pointer.parent)
+    log.warning("imported %s into eventlog (%d events); the original is kept as %s", source, written, aside)
+    return written

@@ -1,0 +1,60 @@
+"""Make an installed Hermes Agent use eventlog's ``SessionDB``.
+
+``install()`` replaces ``hermes_state.SessionDB`` with :class:`eventlog.adapters.hermes.SessionDB`
+— in ``hermes_state`` and in every already-imported module that bound the name — so every
+``SessionDB(...)`` Hermes creates from then on is eventlog-backed. Call it before Hermes opens
+its database (first thing in a launcher or ``sitecustomize``); ``python -m eventlog.adapters.hermes``
+does it and then runs the ``hermes`` command. The original class stays reachable as
+``hermes_state.HermesSessionDB`` (the one-time import of an existing ``state.db`` runs Hermes'
+own migrations with it).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+ORIGINAL = "HermesSessionDB"
+
+
+def install() -> type:
+    """Swap the class in (idempotent); returns eventlog's ``SessionDB``."""
+    import hermes_state
+
+    from eventlog.adapters.hermes.db import SessionDB
+
+    current = hermes_state.SessionDB
+    if current is SessionDB:
+        return SessionDB
+    if not hasattr(hermes_state, ORIGINAL):
+        setattr(hermes_state, ORIGINAL, current)
+    setattr(hermes_state, "SessionDB", SessionDB)
+    for module in list(sys.modules.values()):
+        try:
+            if module is not hermes_state and getattr(module, "SessionDB", None) is current:
+                setattr(module, "SessionDB", SessionDB)
+        except Exception:  # a module with an odd __getattr__ is none of our business
+            continue
+    return SessionDB
+
+
+def original_session_db() -> Any:
+    """Hermes' own ``SessionDB`` class, or None when Hermes is not importable. If the module's
+    class was replaced without keeping the original, a private copy of ``hermes_state`` is
+    loaded to get it."""
+    try:
+        import hermes_state
+    except ImportError:
+        return None
+    from eventlog.adapters.hermes.db import SessionDB
+
+    cls = getattr(hermes_state, ORIGINAL, None) or hermes_state.SessionDB
+    if isinstance(cls, type) and not issubclass(cls, SessionDB):
+        return cls
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_eventlog_hermes_state_copy", hermes_state.__file__)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SessionDB

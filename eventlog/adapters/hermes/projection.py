@@ -1,0 +1,361 @@
+"""The Hermes projection on disk: generation files behind the ``db_path`` symlink, its cursor,
+its health check, its rebuild and its catch-up.
+
+Layout, for ``db_path = <dir>/state.db``::
+
+    <dir>/state.db -> state.db.eventlog/profiles/default/hermes/state.<gen>.v<P>.db   (symlink)
+    <dir>/state.db.eventlog/                  an eventlog home (``eventlog --home`` works on it)
+        profiles/default/log/                 the LMDB log: the source of truth
+        profiles/default/hermes/              the Hermes projection's generations, its lease
+            state.<gen>.v<P>.db (+ -wal, -shm)
+            .generation                       last generation number issued
+
+SQLite resolves the symlink when it opens ``db_path``, so the ``-wal``/``-shm`` it creates are
+named after the generation file and can never pair with another generation. A rebuild writes a
+new generation completely, then swaps the symlink atomically (new link + ``os.replace`` +
+directory fsync). Connections on the old file keep reading it; the previous generation is kept,
+older ones are removed. Every function that writes runs under the projection lease
+(:class:`Lease`), a ``flock`` on the ``hermes/`` directory: one process at a time.
+
+The projection stores its cursor — the seq and hash of the last event applied — in the same
+transaction as the rows (table ``eventlog_projection``), with the projection version. A file
+that is missing, unreadable, of another version, ahead of the log or derived from another log
+(hash mismatch) is rebuilt on open.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+from eventlog.adapters.hermes import schema
+from eventlog.adapters.hermes.apply import apply
+from eventlog.profiles import FILE_MODE, make_dir
+
+log = logging.getLogger("eventlog.adapters.hermes")
+
+PROFILE = "default"
+BATCH = 2000
+"""Events applied per transaction during a rebuild or a long catch-up."""
+
+
+class Layout:
+    """Where the files of one ``db_path`` live (see the module docstring)."""
+
+    def __init__(self, db_path: str | os.PathLike[str]) -> None:
+        p = Path(db_path)
+        self.pointer = Path(os.path.realpath(p.parent)) / p.name
+        self.home = self.pointer.parent / f"{p.name}.eventlog"
+        self.profile = self.home / "profiles" / PROFILE
+        self.log_dir = self.profile / "log"
+        self.dir = self.profile / "hermes"
+        self.original = self.pointer.parent / f"{p.name}.pre-eventlog"
+
+    def relative(self, target: Path) -> str:
+        return os.path.relpath(target, self.pointer.parent)
+
+    def generation_path(self, gen: int) -> Path:
+        return self.dir / f"state.{gen}.v{schema.PROJECTION_VERSION}.db"
+
+    def current(self) -> Path | None:
+        """The generation file the pointer names, if the pointer is one of ours."""
+        try:
+            target = os.readlink(self.pointer)
+        except OSError:
+            return None
+        path = Path(os.path.normpath(self.pointer.parent / target))
+        if path.parent != self.dir or not path.name.startswith("state."):
+            return None
+        return path
+
+    def is_foreign_file(self) -> bool:
+        """True when ``db_path`` is a database of Hermes' own (a file, or a link not ours)."""
+        return os.path.lexists(self.pointer) and self.current() is None
+
+
+class Lease:
+    """The projection writer lease: an exclusive ``flock`` on the projection directory, shared
+    by the threads of one process (re-entrant for the thread that holds it)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._fd: int | None = None
+        self._mutex = threading.RLock()
+        self._depth = 0
+
+    def __enter__(self) -> "Lease":
+        self._mutex.acquire()
+        try:
+            if self._depth == 0:
+                if self._fd is None:
+                    self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)  # waits in the kernel, GIL released
+            self._depth += 1
+        except BaseException:
+            self._mutex.release()
+            raise
+        return self
+
+    def try_enter(self) -> bool:
+        """Take the lease only if nobody holds it; never waits."""
+        if not self._mutex.acquire(blocking=False):
+            return False
+        try:
+            if self._depth == 0:
+                if self._fd is None:
+                    self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    self._mutex.release()
+                    return False
+            self._depth += 1
+            return True
+        except BaseException:
+            self._mutex.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._mutex.release()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)  # also releases a flock still held
+                self._fd = None
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """fsync a finished generation no connection has open (a fresh descriptor, closed at once:
+    no lock of a live connection can be on it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_file(path: Path) -> None:
+    """Delete a generation file and its sidecars (only files no pointer names)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
+
+
+def create_empty(path: Path) -> None:
+    remove_file(path)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+
+
+def connect(path: Path, *, readonly: bool = False, timeout: float = 30.0) -> sqlite3.Connection:
+    """A connection to a projection file. The writer's has ``foreign_keys=ON`` (the fold needs
+    Hermes' cascades) and ``synchronous=NORMAL`` (a lost tail is re-derived from the log)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, timeout=timeout,
+                               isolation_level=None)
+    else:
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=timeout, isolation_level=None)
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
+
+
+def read_cursor(conn: sqlite3.Connection) -> tuple[int, int, int, str]:
+    """(projection_version, seq, hash_seq, hash); raises sqlite3.Error when the file is not a
+    projection."""
+    row = conn.execute(f"SELECT projection_version, seq, hash_seq, hash FROM {schema.CURSOR_TABLE} WHERE id = 1"
+                       ).fetchone()
+    if row is None:
+        raise sqlite3.DatabaseError("projection cursor row is missing")
+    return int(row[0]), int(row[1]), int(row[2]), str(row[3])
+
+
+def read_seq(conn: sqlite3.Connection) -> int:
+    return int(conn.execute(f"SELECT seq FROM {schema.CURSOR_TABLE} WHERE id = 1").fetchone()[0])
+
+
+def write_cursor(conn: sqlite3.Connection, seq: int, hash_: str | None = None) -> None:
+    """The cursor at ``seq``; with ``hash_`` (that event's hash) also the log identity."""
+    if hash_ is None:
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET seq = ? WHERE id = 1", (seq,))
+    else:
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET seq = ?, hash_seq = ?, hash = ? WHERE id = 1",
+                     (seq, seq, hash_))
+
+
+def problem(path: Path | None, eventlog: Any) -> str | None:
+    """Why the generation at ``path`` cannot serve ``eventlog`` as it is (None: it can, perhaps
+    after a catch-up)."""
+    if path is None:
+        return "no projection"
+    if not path.exists():
+        return f"{path.name} is missing"
+    try:
+        conn = connect(path, readonly=True)
+    except sqlite3.Error as e:
+        return f"cannot open {path.name}: {e}"
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if app_id != schema.APPLICATION_ID:
+            return f"{path.name} is not a Hermes projection"
+        version, seq, hash_seq, hash_ = read_cursor(conn)
+        conn.execute("SELECT id FROM sessions LIMIT 1").fetchall()
+        objects = {f"{t} {n}" for t, n in conn.execute("SELECT type, name FROM sqlite_master")}
+    except sqlite3.Error as e:
+        return f"{path.name} is unreadable: {e}"
+    finally:
+        conn.close()
+    missing = expected_objects() - objects
+    if missing:
+        return f"{path.name} lacks {', '.join(sorted(missing)[:3])} (changed behind the log's back)"
+    if version != schema.PROJECTION_VERSION:
+        return f"{path.name} is of projection version {version}, this program writes {schema.PROJECTION_VERSION}"
+    head_seq, head_hash = eventlog.head()
+    if seq > head_seq:
+        return f"{path.name} is ahead of the log ({seq} > {head_seq})"
+    if hash_seq:
+        env = eventlog.get(hash_seq)
+        if env is None or env.get("hash") != hash_:
+            return f"{path.name} was derived from another log (hash at seq {hash_seq} differs)"
+    return None
+
+
+_EXPECTED: set[str] = set()
+
+
+def expected_objects() -> set[str]:
+    """Tables, indexes and triggers every projection has ("type name"), from the DDL itself."""
+    if not _EXPECTED:
+        ref = sqlite3.connect(":memory:")
+        try:
+            schema.create(ref)
+            _EXPECTED.update(f"{t} {n}" for t, n in ref.execute("SELECT type, name FROM sqlite_master"))
+        finally:
+            ref.close()
+    return _EXPECTED
+
+
+def apply_events(conn: sqlite3.Connection, envelopes: Iterable[dict[str, Any]]) -> tuple[int, str | None, int]:
+    """Apply envelopes inside the caller's transaction. An event whose rows the rules refuse is
+    skipped (its effects undone by a savepoint) and counted. Returns (last seq, its hash, skipped)."""
+    last, last_hash, skipped = 0, None, 0
+    for env in envelopes:
+        conn.execute("SAVEPOINT ev")
+        try:
+            apply(conn, env)
+        except (sqlite3.Error, ValueError, TypeError, OverflowError) as e:
+            conn.execute("ROLLBACK TO ev")
+            skipped += 1
+            log.warning("hermes projection: event %s (%s) skipped: %s", env.get("seq"), env.get("type"), e)
+        conn.execute("RELEASE ev")
+        last, last_hash = int(env["seq"]), env.get("hash")
+    return last, last_hash, skipped
+
+
+def catch_up(conn: sqlite3.Connection, eventlog: Any, cursor: int, head: int) -> int:
+    """Apply the log's events after ``cursor`` up to ``head`` in transactions of :data:`BATCH`
+    events, each with its cursor; returns the seq reached. A batch is applied straight first;
+    if one of its events is refused, the batch is applied again with each event in a savepoint
+    (that event skipped, see :func:`apply_events`)."""
+    while cursor < head:
+        upto = min(head, cursor + BATCH)
+        envelopes = list(eventlog.read(cursor + 1, upto))
+        if not envelopes:
+            break
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                for env in envelopes:
+                    apply(conn, env)
+            except (sqlite3.Error, ValueError, TypeError, OverflowError):
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                apply_events(conn, envelopes)
+            last = envelopes[-1]
+            write_cursor(conn, int(last["seq"]), last.get("hash") or "")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        cursor = int(envelopes[-1]["seq"])
+    return cursor
+
+
+def next_generation(layout: Layout) -> Path:
+    """A generation file name never issued before (a reused name could let a reader take a new
+    file for the one it holds). Call only under the lease."""
+    counter = layout.dir / ".generation"
+    try:
+        issued = int(counter.read_text().strip() or 0)
+    except (OSError, ValueError):
+        issued = 0
+    for name in os.listdir(layout.dir):
+        parts = name.split(".")
+        if len(parts) >= 3 and parts[0] == "state" and parts[1].isdigit():
+            issued = max(issued, int(parts[1]))
+    gen = issued + 1
+    tmp = layout.dir / f".generation.{os.getpid()}.tmp"
+    tmp.write_text(f"{gen}\n")
+    os.replace(tmp, counter)
+    return layout.generation_path(gen)
+
+
+def rebuild(layout: Layout, eventlog: Any) -> Path:
+    """Write a new generation from the whole log and point ``db_path`` at it. Under the lease."""
+    make_dir(layout.dir)
+    path = next_generation(layout)
+    create_empty(path)
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=MEMORY")  # savepoints need a journal
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("BEGIN")
+        schema.create(conn, fts_triggers=False)
+        conn.execute("COMMIT")
+        head, _ = eventlog.head()
+        catch_up(conn, eventlog, 0, head)
+        conn.execute("BEGIN")
+        schema.fill_fts(conn)
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode=WAL")
+    finally:
+        conn.close()
+    fsync_file(path)
+    swap(layout, path)
+    return path
+
+
+def swap(layout: Layout, path: Path) -> None:
+    """Point ``db_path`` at generation ``path`` atomically and durably; drop generations older
+    than the one replaced."""
+    previous = layout.current()
+    tmp = layout.pointer.parent / f".{layout.pointer.name}.{os.getpid()}.tmp"
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    os.symlink(layout.relative(path), tmp)
+    os.replace(tmp, layout.pointer)
+    fsync_dir(layout.pointer.parent)
+    keep = {path.name} | ({previous.name} if previous is not None else set())
+    for name in os.listdir(layout.dir):
+        if name.startswith("state.") and name.endswith(".db") and name not in keep:
+            remove_file(layout.dir / name)

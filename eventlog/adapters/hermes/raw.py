@@ -1,0 +1,330 @@
+"""Raw SQL on ``SessionDB._conn`` and ``SessionDB._execute_write``, kept in the log.
+
+Hermes code (and Hermes' tests) sometimes bypasses the ``SessionDB`` methods: the dashboard
+runs ``SELECT``s on ``db._conn``, the API server creates sessions inside ``db._execute_write``,
+maintenance code backdates rows with ``UPDATE``. A write that went straight into the
+projection would vanish at its next rebuild, so none does:
+
+* ``db._conn`` is a :class:`RawConnection`: reads run on the handle's read-only connection;
+  each ``INSERT``/``UPDATE``/``DELETE`` runs as one write of its own — through the engine, on the
+  projection writer, with temporary triggers noting which rows of which Hermes table it touched —
+  and the final state of those rows becomes one ``hermes.rows_written`` event (row images by
+  rowid), appended before the projection commits. Replaying the event gives the same rows.
+* ``db._execute_write(fn)`` runs ``fn(conn)`` the same way (its statements form one write).
+
+Refused with :class:`UnsupportedRawWrite`: schema changes (``CREATE``/``DROP``/``ALTER`` of
+anything that does not exist already, ``ATTACH``), and writes to tables that are not Hermes'
+(eventlog's cursor, ``sqlite_sequence``). ``BEGIN``/``COMMIT``/``ROLLBACK`` on ``_conn`` are
+accepted and do nothing: each statement is atomic on its own (a multi-statement raw transaction
+is not atomic as a whole; ``_execute_write`` is).
+"""
+from __future__ import annotations
+
+import re
+import sqlite3
+from typing import Any, Callable, Iterable, Iterator
+
+from eventlog.adapters.hermes import schema
+from eventlog.adapters.hermes.events import from_json, sql_value
+
+CAPTURED = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing", "compression_locks",
+            "async_delegations", "telegram_dm_topic_mode", "telegram_dm_topic_bindings")
+"""Hermes' tables, parents first (row images are replayed in this order, deletions in reverse)."""
+
+
+class UnsupportedRawWrite(sqlite3.OperationalError):
+    """A raw SQL statement the log cannot record (a schema change, a write to a table that is
+    not Hermes')."""
+
+
+_COMMENT = re.compile(r"^\s*(--[^\n]*\n|/\*.*?\*/)", re.S)
+_WRITE_WORDS = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
+_DDL_TARGET = re.compile(r"^\s*(?:CREATE|DROP)\s+(?:TEMP\w*\s+|UNIQUE\s+|VIRTUAL\s+)*(TABLE|INDEX|TRIGGER|VIEW)\s+"
+                         r"(IF\s+(?:NOT\s+)?EXISTS\s+)?[\"`\[]?(?:main\.)?([\w]+)", re.I)
+
+
+def classify(sql: str) -> str:
+    """'read', 'write', 'noop' (transaction control), 'ddl' or 'maintenance'."""
+    text = sql
+    while True:
+        m = _COMMENT.match(text)
+        if not m:
+            break
+        text = text[m.end():]
+    word = (text.split(None, 1) or [""])[0].upper().rstrip(";")
+    if word in ("SELECT", "VALUES", "EXPLAIN"):
+        return "read"
+    if word == "WITH":
+        return "write" if _WRITE_WORDS.search(text) else "read"
+    if word == "PRAGMA":
+        return "read"
+    if word in ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"):
+        return "noop"
+    if word in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
+        return "write"
+    if word in ("VACUUM", "ANALYZE", "REINDEX"):
+        return "maintenance"
+    return "ddl"
+
+
+_DML_TARGET = re.compile(r"\b(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPDATE(?:\s+OR\s+\w+)?|DELETE\s+FROM)"
+                         r"\s+[\"`\[]?(?:main\.)?(\w+)[\"`\]]?\s*(\([^)]*\))?", re.I)
+
+
+def check_target(sql: str) -> None:
+    """Refuse a write to a table that is not Hermes' (its schema version, eventlog's cursor,
+    ``sqlite_sequence``, FTS internals); an FTS command (``INSERT INTO messages_fts(messages_fts)
+    VALUES('optimize')``) only reorganises the index and is let through."""
+    for m in _DML_TARGET.finditer(sql):
+        table, cols = m.group(1), (m.group(2) or "").strip("() ").strip("\"`[]")
+        if table in CAPTURED or (table in schema.FTS_TABLES and cols == table):
+            continue
+        raise UnsupportedRawWrite(f"raw writes to {table} are not supported by eventlog's SessionDB "
+                                  "(only Hermes' data tables are recorded in the log); see docs/HERMES.md")
+
+
+class _Checked:
+    """The projection writer as a raw-SQL callback sees it: every statement's target is checked."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        if classify(sql) != "read":
+            check_target(sql)
+        return self._conn.execute(sql, parameters)
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
+        check_target(sql)
+        return self._conn.executemany(sql, seq_of_parameters)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def ddl_is_noop(conn: sqlite3.Connection, sql: str) -> bool:
+    """``CREATE ... IF NOT EXISTS`` of something that exists (Hermes code re-declares tables)."""
+    m = _DDL_TARGET.match(sql)
+    if not m or not m.group(2) or not sql.lstrip().upper().startswith("CREATE"):
+        return False
+    kind, name = m.group(1).lower(), m.group(3)
+    if kind == "view":
+        kind = "view"
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)).fetchone() is not None
+
+
+def capture(tx: Any, run: Callable[[sqlite3.Connection], Any]) -> Any:
+    """Run ``run(conn)`` on the projection writer inside ``tx``, then record the final state of
+    every Hermes row it touched as one ``hermes.rows_written`` event of ``tx``."""
+    conn: sqlite3.Connection = tx.conn
+    factory, conn.row_factory = conn.row_factory, sqlite3.Row  # what Hermes' own write callbacks get
+    try:
+        return _capture(tx, conn, run)
+    finally:
+        conn.row_factory = factory
+
+
+def _capture(tx: Any, conn: sqlite3.Connection, run: Callable[[sqlite3.Connection], Any]) -> Any:
+    tables = [t for t in CAPTURED if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                                  (t,)).fetchone()]
+    before = conn.execute("SELECT group_concat(name || ':' || COALESCE(sql, ''), ';') FROM sqlite_master").fetchone()
+    conn.execute("CREATE TEMP TABLE IF NOT EXISTS eventlog_touched (n INTEGER PRIMARY KEY, tbl TEXT, rid INTEGER)")
+    triggers = []
+    for t in tables:
+        for op, refs in (("INSERT", ("NEW",)), ("UPDATE", ("OLD", "NEW")), ("DELETE", ("OLD",))):
+            name = f"eventlog_touch_{t}_{op.lower()}"
+            body = " ".join(f"INSERT INTO eventlog_touched (tbl, rid) VALUES ('{t}', {r}.rowid);" for r in refs)
+            conn.execute(f"CREATE TEMP TRIGGER {name} AFTER {op} ON main.{t} BEGIN {body} END")
+            triggers.append(name)
+    try:
+        result = run(_Checked(conn))  # type: ignore[arg-type]
+    finally:
+        for name in triggers:
+            conn.execute(f"DROP TRIGGER IF EXISTS temp.{name}")
+    after = conn.execute("SELECT group_concat(name || ':' || COALESCE(sql, ''), ';') FROM sqlite_master").fetchone()
+    touched = conn.execute("SELECT tbl, rid FROM temp.eventlog_touched ORDER BY n").fetchall()
+    conn.execute("DELETE FROM temp.eventlog_touched")
+    if before != after:
+        raise UnsupportedRawWrite("raw schema changes are not supported by eventlog's SessionDB (the schema is "
+                                  "Hermes' own, derived from the log); see docs/HERMES.md")
+    seen: dict[tuple[str, int], None] = {}
+    for t, rid in touched:
+        seen.setdefault((t, rid), None)
+    if seen:
+        columns = {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in {t for t, _ in seen}}
+        images = []
+        for t, rid in seen:
+            row = conn.execute(f"SELECT {', '.join(columns[t])} FROM {t} WHERE rowid = ?", (rid,)).fetchone()
+            images.append([t, rid, None if row is None else [sql_value(v) for v in row]])
+        tx.record("hermes.rows_written", None, {"columns": columns, "rows": images})
+    return result
+
+
+def apply_rows_written(conn: sqlite3.Connection, d: dict[str, Any]) -> int:
+    """Replay row images: rows that exist (parents' tables first) by rowid, updated in place or
+    inserted; rows that are gone, deleted (children's tables first)."""
+    columns: dict[str, list[str]] = d.get("columns") or {}
+    rows = d.get("rows") or []
+    allowed = {t: {c for c, _ in spec} | {"rowid"} for t, spec in _SPECS.items()}
+    n = 0
+    for table in CAPTURED:
+        cols = [c for c in columns.get(table, []) if c in allowed[table]]
+        if not cols:
+            continue
+        for t, rid, values in rows:
+            if t != table or values is None:
+                continue
+            vals = [from_json(v) for c, v in zip(columns[table], values) if c in allowed[table]]
+            sets = ", ".join(f"{c} = ?" for c in cols)
+            if conn.execute(f"UPDATE {table} SET {sets} WHERE rowid = ?", (*vals, rid)).rowcount == 0:
+                conn.execute(f"INSERT INTO {table} (rowid, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
+                             (rid, *vals))
+            n += 1
+    for table in reversed(CAPTURED):
+        for t, rid, values in rows:
+            if t == table and values is None:
+                n += conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rid,)).rowcount
+    return n
+
+
+_SPECS = {
+    "sessions": schema.SESSION_COLUMNS, "messages": schema.MESSAGE_COLUMNS, "session_model_usage": schema.USAGE_COLUMNS,
+    "state_meta": (("key", ""), ("value", "")),
+    "gateway_routing": (("scope", ""), ("session_key", ""), ("entry_json", ""), ("updated_at", "")),
+    "compression_locks": (("session_id", ""), ("holder", ""), ("acquired_at", ""), ("expires_at", "")),
+    "async_delegations": schema.DELEGATION_COLUMNS, "telegram_dm_topic_mode": schema.TOPIC_MODE_COLUMNS,
+    "telegram_dm_topic_bindings": schema.TOPIC_BINDING_COLUMNS,
+}
+
+
+class Result:
+    """What a raw write returns in place of a cursor: its rows (``RETURNING``), rowcount,
+    lastrowid and description, readable after the write committed."""
+
+    def __init__(self, rows: list[Any], rowcount: int, lastrowid: Any, description: Any) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+        self.lastrowid = lastrowid
+        self.description = description
+        self.arraysize = 1
+
+    def fetchone(self) -> Any:
+        return self._rows.pop(0) if self._rows else None
+
+    def fetchall(self) -> list[Any]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    def fetchmany(self, size: int | None = None) -> list[Any]:
+        size = self.arraysize if size is None else size
+        rows, self._rows = self._rows[:size], self._rows[size:]
+        return rows
+
+    def __iter__(self) -> Iterator[Any]:
+        while self._rows:
+            yield self._rows.pop(0)
+
+    def close(self) -> None:
+        self._rows = []
+
+
+class RawConnection:
+    """``SessionDB._conn``: a ``sqlite3.Connection`` look-alike over the projection (see the
+    module docstring). Reads see the handle's current projection; writes go through the log."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    @property
+    def row_factory(self) -> Any:
+        return self._db._reader.row_factory
+
+    @row_factory.setter
+    def row_factory(self, factory: Any) -> None:
+        self._db._reader.row_factory = factory
+
+    @property
+    def total_changes(self) -> int:
+        return int(self._db._reader.total_changes)
+
+    in_transaction = False
+    isolation_level = None
+
+    def execute(self, sql: str, parameters: Any = ()) -> Any:
+        kind = classify(sql)
+        if kind == "read":
+            with self._db._reading() as conn:
+                return conn.execute(sql, parameters)
+        if kind == "noop":
+            return Result([], -1, None, None)
+        if kind == "maintenance":  # layout only (VACUUM cannot run inside a transaction)
+            self._db._on_writer(lambda conn: conn.execute(sql))
+            return Result([], -1, None, None)
+        return self._db._raw(lambda conn: _run(conn, sql, parameters, kind))
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
+        params = list(seq_of_parameters)
+        kind = classify(sql)
+        if kind == "read":
+            with self._db._reading() as conn:
+                return conn.executemany(sql, params)
+        return self._db._raw(lambda conn: _run_many(conn, sql, params))
+
+    def executescript(self, script: str) -> Any:
+        statements = _split(script)
+        if all(classify(s) in ("read", "noop") for s in statements):
+            for s in statements:
+                self.execute(s)
+            return Result([], -1, None, None)
+        return self._db._raw(lambda conn: [_run(conn, s, (), classify(s)) for s in statements][-1:] or None)
+
+    def cursor(self) -> "RawConnection":
+        return self
+
+    def commit(self) -> None:
+        """Each raw write committed when it ran; nothing is pending."""
+
+    def rollback(self) -> None:
+        """Nothing is pending (each raw write committed when it ran)."""
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "RawConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db._reader, name)
+
+
+def _run(conn: sqlite3.Connection, sql: str, parameters: Any, kind: str) -> Result:
+    if kind == "ddl" and not ddl_is_noop(conn, sql):
+        raise UnsupportedRawWrite(f"raw schema changes are not supported by eventlog's SessionDB: {sql.strip()[:80]}")
+    if kind in ("ddl", "noop", "maintenance"):
+        return Result([], -1, None, None)
+    check_target(sql)
+    cur = conn.execute(sql, parameters)
+    rows = cur.fetchall() if cur.description else []
+    return Result(rows, cur.rowcount, cur.lastrowid, cur.description)
+
+
+def _run_many(conn: sqlite3.Connection, sql: str, params: list[Any]) -> Result:
+    check_target(sql)
+    cur = conn.executemany(sql, params)
+    return Result([], cur.rowcount, cur.lastrowid, cur.description)
+
+
+def _split(script: str) -> list[str]:
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            if current.strip():
+                out.append(current.strip())
+            current = ""
+    if current.strip():
+        out.append(current.strip())
+    return out

@@ -1,0 +1,465 @@
+"""EventlogSaver: a LangGraph checkpointer whose checkpoints are events in an eventlog profile."""
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import secrets
+import sqlite3
+import threading
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+import orjson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from eventlog.adapters import _shared
+from eventlog.adapters.langgraph import model
+from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
+from eventlog.profiles import DEFAULT_PROFILE, validate_profile
+from eventlog.sessions.events import make_event
+from eventlog.sessions.rules import clean_text
+from eventlog.sessions.store import SessionStore
+
+SOURCE = "langgraph"
+_ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assistant", "system": "system",
+          "developer": "system", "tool": "tool", "function": "tool"}
+_COLUMNS = ("thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, checkpoint, "
+            "metadata_type, metadata, channel_versions")
+
+
+def _text(value: Any) -> str:
+    """Ids as the saver keys them: strings (a UUID or int id becomes its text), surrogates replaced."""
+    return clean_text(value if isinstance(value, str) else str(value))
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON copy of a message field (unknown objects as their text)."""
+    try:
+        return orjson.loads(orjson.dumps(value, default=str))
+    except (TypeError, orjson.JSONEncodeError):
+        return str(value)
+
+
+def message_fields(message: Any) -> dict[str, Any] | None:
+    """The eventlog message that mirrors one LangGraph message (a LangChain message or a dict
+    with an id), or None for what cannot be mirrored (no id, unknown shape)."""
+    get = message.get if isinstance(message, dict) else (lambda k, d=None: getattr(message, k, d))
+    mid = get("id")
+    kind = get("type") or get("role")
+    if not isinstance(mid, str) or not mid or not isinstance(kind, str):
+        return None
+    role = _ROLES.get(kind) or _ROLES.get(str(get("role") or ""), "user")
+    content = get("content")
+    fields: dict[str, Any] = {
+        "role": role,
+        "content": content if isinstance(content, str) else (_jsonable(content) if content is not None else None),
+        "display_kind": model.MESSAGE_KIND,
+        "display_metadata": {"langgraph_id": mid, "type": kind},
+    }
+    if not isinstance(fields["content"], (str, list, dict)):
+        fields["content"] = None if fields["content"] is None else str(fields["content"])
+    calls = get("tool_calls")
+    if calls:
+        fields["tool_calls"] = _jsonable(list(calls))
+    call_id, name = get("tool_call_id"), get("name")
+    if isinstance(call_id, str) and 0 < len(call_id) <= 1024:
+        fields["tool_call_id"] = call_id
+    if role == "tool" and isinstance(name, str) and 0 < len(name) <= 1024:
+        fields["tool_name"] = name
+    return fields
+
+
+class EventlogSaver(BaseCheckpointSaver[Any]):
+    """LangGraph checkpointer on an eventlog profile (sync and async; ``with``/``async with``).
+
+    Every ``put``/``put_writes``/delete/copy/prune is an event in the profile's log, in the
+    stream of the thread's session (``lg:<thread_id>``, see :func:`model.thread_session`);
+    ``get_tuple`` and ``list`` read the ``langgraph`` read model, never the log. Messages of the
+    root graph's ``messages`` channel are mirrored into the thread's session once each (by
+    message id), so eventlog's search, transcripts and stats cover LangGraph conversations;
+    ``delete_thread`` also rewinds them (the log keeps them) — or, with ``erase_deleted=True``,
+    erases the thread's whole stream (:meth:`SessionStore.erase_session`: checkpoints, writes and
+    messages gone from every file, an audit record kept; the thread id cannot be used again).
+
+    Savers of one (home, profile) share one store in the process.
+    """
+
+    def __init__(self, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
+                 serde: SerializerProtocol | None = None, mirror_messages: bool = True,
+                 erase_deleted: bool = False) -> None:
+        super().__init__(serde=serde)
+        validate_profile(profile)
+        self._home = home
+        self._profile = profile
+        self._mirror = mirror_messages
+        self._erase_deleted = erase_deleted
+        self._store: SessionStore | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._sessions: set[str] = set()
+        self._mirrored: dict[str, set[str]] = {}
+        self._one_batch = True
+
+    def get_next_version(self, current: Any, channel: Any) -> str:
+        """A channel's next version: the counter, zero-padded so versions order as strings, and a
+        random tail so two branches of one thread (a fork from an older checkpoint) never share
+        a version, which would make them share the channel's stored value."""
+        if current is None:
+            n = 0
+        elif isinstance(current, int):
+            n = current
+        else:
+            n = int(str(current).split(".", 1)[0])
+        return f"{n + 1:032d}.{secrets.token_hex(8)}"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _open(self) -> SessionStore:
+        with self._lock:
+            if self._closed:
+                raise ClosedError("EventlogSaver is closed")
+            if self._store is None:
+                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION])
+            return self._store
+
+    def close(self) -> None:
+        """Give back this saver's share of the store (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            store, self._store = self._store, None
+        if store is not None:
+            _shared.release(store)
+
+    def __enter__(self) -> "EventlogSaver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> "EventlogSaver":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _session(self, store: SessionStore, thread_id: str) -> str:
+        """The thread's session, created on its first checkpoint."""
+        sid = model.thread_session(thread_id)
+        if sid in self._sessions:
+            return sid
+        if store.get_session(sid) is None:
+            try:
+                store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
+            except ConflictError:
+                pass  # another saver or process created it meanwhile
+        self._sessions.add(sid)
+        return sid
+
+    def _append(self, store: SessionStore, events: list[dict[str, Any]]) -> None:
+        _shared.append_events(store, events)
+
+    def _reads(self, store: SessionStore) -> Any:
+        return _shared.read_model(store, model.NAMESPACE)
+
+    def _tuple(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> CheckpointTuple:
+        tid, ns, cid, parent, ctype, cdata, mtype, mdata, versions = row
+        checkpoint = self.serde.loads_typed((ctype, cdata))
+        channel_versions = orjson.loads(versions) if versions else {}
+        values: dict[str, Any] = {}
+        if channel_versions:
+            pairs = [(str(ch), model.version_key(v)) for ch, v in channel_versions.items()]
+            sql = ("SELECT b.channel, b.type, b.data FROM langgraph_blobs b JOIN (VALUES "
+                   + ", ".join("(?, ?)" for _ in pairs)
+                   + ") AS w ON b.channel = w.column1 AND b.version = w.column2 "
+                     "WHERE b.thread_id = ? AND b.checkpoint_ns = ?")
+            for channel, btype, bdata in conn.execute(sql, [x for p in pairs for x in p] + [tid, ns]):
+                if btype != "empty" and bdata is not None:
+                    values[channel] = self.serde.loads_typed((btype, bdata))
+        writes = conn.execute(
+            "SELECT task_id, channel, type, data FROM langgraph_writes WHERE thread_id = ? AND checkpoint_ns = ? "
+            "AND checkpoint_id = ? ORDER BY task_path, task_id, idx", (tid, ns, cid)).fetchall()
+        return CheckpointTuple(
+            config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}},
+            checkpoint={**checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
+            metadata=self.serde.loads_typed((mtype, mdata)),
+            parent_config=({"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": parent}}
+                           if parent else None),
+            pending_writes=[(t, c, self.serde.loads_typed((wt, wd))) for t, c, wt, wd in writes],
+        )
+
+    # ------------------------------------------------------------------ reads
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        cid = get_checkpoint_id(config)
+        store = self._open()
+        with self._reads(store) as conn:
+            if cid:
+                row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
+                                   "checkpoint_ns = ? AND checkpoint_id = ?", (tid, ns, _text(cid))).fetchone()
+            else:
+                row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
+                                   "checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1", (tid, ns)).fetchone()
+            return None if row is None else self._tuple(conn, row)
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id) matching every given criterion: the
+        config's thread, namespace and checkpoint id, ids before ``before``'s, metadata equal to
+        ``filter`` key by key; at most ``limit``."""
+        where, params = [], []
+        conf = (config or {}).get("configurable") or {}
+        if conf.get("thread_id") is not None:
+            where.append("thread_id = ?")
+            params.append(_text(conf["thread_id"]))
+        if conf.get("checkpoint_ns") is not None:
+            where.append("checkpoint_ns = ?")
+            params.append(_text(conf["checkpoint_ns"]))
+        if config is not None and get_checkpoint_id(config):
+            where.append("checkpoint_id = ?")
+            params.append(_text(get_checkpoint_id(config)))
+        if before is not None and get_checkpoint_id(before):
+            where.append("checkpoint_id < ?")
+            params.append(_text(get_checkpoint_id(before)))
+        sql = f"SELECT {_COLUMNS} FROM langgraph_checkpoints"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY checkpoint_id DESC, thread_id, checkpoint_ns"
+        if limit is not None and not filter:
+            sql += f" LIMIT {max(int(limit), 0)}"
+        out: list[CheckpointTuple] = []
+        store = self._open()
+        with self._reads(store) as conn:
+            for row in conn.execute(sql, params).fetchall():
+                if limit is not None and len(out) >= limit:
+                    break
+                if filter:
+                    metadata = self.serde.loads_typed((row[6], row[7]))
+                    if not all(metadata.get(k) == v for k, v in filter.items()):
+                        continue
+                out.append(self._tuple(conn, row))
+        return iter(out)
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        conf = config["configurable"]
+        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        parent = conf.get("checkpoint_id")
+        stripped = dict(checkpoint)
+        values: dict[str, Any] = stripped.pop("channel_values", {})  # type: ignore[assignment]
+        blobs = []
+        for channel, version in new_versions.items():
+            kind, raw = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
+            blob = model.encode_blob(kind, raw) if kind != "empty" else {"type": "empty", "data": None}
+            blobs.append({"channel": channel, "version": version, **blob})
+        meta = get_checkpoint_metadata(config, metadata)
+        data: dict[str, Any] = {
+            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": _text(checkpoint["id"]),
+            "parent_checkpoint_id": _text(parent) if parent else None,
+            "checkpoint": model.encode_blob(*self.serde.dumps_typed(stripped)),
+            "metadata": model.encode_blob(*self.serde.dumps_typed(meta)),
+            "channel_versions": dict(checkpoint.get("channel_versions", {})),
+            "blobs": blobs,
+        }
+        for key in ("run_id", "source", "step"):
+            value = meta.get(key)
+            if isinstance(value, str) or (key == "step" and isinstance(value, int) and not isinstance(value, bool)):
+                data[key] = value
+        store = self._open()
+        sid = self._session(store, tid)
+        events = [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
+        mirror: builtins.list[dict[str, Any]] = []
+        if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
+            mirror = self._unmirrored(store, sid, values["messages"])
+        if mirror and self._one_batch:
+            try:  # the checkpoint and its new messages in one atomic batch: one commit, one sync
+                self._append(store, events + [{"type": "message.appended", "session": sid, "data": m} for m in mirror])
+            except ValidationError as e:
+                if not e.field.endswith(".type"):
+                    raise
+                self._one_batch = False  # this store takes session events only through its own methods
+        if not mirror or not self._one_batch:
+            self._append(store, events)
+            if mirror:
+                store.append_messages(sid, mirror)
+        if mirror:
+            self._mirrored[sid].update(m["display_metadata"]["langgraph_id"] for m in mirror)
+        return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
+
+    def _unmirrored(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> builtins.list[dict[str, Any]]:
+        """The checkpoint's messages after the newest one already in the thread's session, as valid
+        message fields in order (one that does not validate is left out: the checkpoint keeps it)."""
+        seen = self._mirrored.get(sid)
+        if seen is None:
+            with self._reads(store) as conn:
+                seen = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages WHERE session_id = ?",
+                                                   (sid,))}
+            self._mirrored[sid] = seen
+        out: builtins.list[dict[str, Any]] = []
+        taken: set[str] = set()
+        # From the newest back to the newest one already mirrored: a turn adds at its end.
+        for m in reversed(messages):
+            fields = message_fields(m)
+            if fields is None:
+                continue
+            key = fields["display_metadata"]["langgraph_id"]
+            if key in seen:
+                break
+            if key in taken:
+                continue
+            try:
+                out.append(make_event("message.appended", sid, fields)["data"])
+            except ValidationError:
+                continue
+            taken.add(key)
+        out.reverse()
+        return out
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        conf = config["configurable"]
+        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        rows = []
+        for idx, (channel, value) in enumerate(writes):
+            kind, raw = self.serde.dumps_typed(value)
+            rows.append({"idx": WRITES_IDX_MAP.get(channel, idx), "channel": channel, **model.encode_blob(kind, raw)})
+        if not rows:
+            return
+        store = self._open()
+        sid = self._session(store, tid)
+        self._append(store, [{"type": "langgraph.writes_put", "session": sid, "data": {
+            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": _text(conf["checkpoint_id"]),
+            "task_id": _text(task_id), "task_path": _text(task_path), "writes": rows}}])
+
+    def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
+        with self._reads(store) as conn:
+            return [r[0] for r in conn.execute(sql, params)]
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread's checkpoints and writes from the read model (the log keeps them) and
+        rewind its mirrored messages."""
+        tid = _text(thread_id)
+        store = self._open()
+        sid = model.thread_session(tid)
+        known = self._threads_with(store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (tid,))
+        if not known and store.get_session(sid) is None:
+            return
+        sid = self._session(store, tid)
+        self._append(store, [{"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}])
+        self._mirrored.pop(sid, None)
+        if self._erase_deleted:
+            store.erase_session(sid, "EventlogSaver.delete_thread (erase_deleted=True)")
+            self._sessions.discard(sid)
+            return
+        self._rewind_all(store, sid)
+
+    def _rewind_all(self, store: SessionStore, sid: str) -> None:
+        while True:
+            version = store.version(sid)
+            store.sync()
+            first = store.get_messages(sid)[:1]
+            if not first:
+                return
+            try:
+                store.rewind(sid, first[0]["id"], expected_version=version)
+                return
+            except ConcurrencyError:
+                continue
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove every checkpoint (and its writes) whose metadata ``run_id`` is one of ``run_ids``."""
+        runs = sorted({_text(r) for r in run_ids})
+        if not runs:
+            return
+        store = self._open()
+        threads = self._threads_with(
+            store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE run_id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps(runs).decode(),))
+        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
+                   "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
+        if events:
+            self._append(store, events)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, blob and write of one thread to another (and the mirrored messages)."""
+        src, dst = _text(source_thread_id), _text(target_thread_id)
+        store = self._open()
+        if src == dst or not self._threads_with(
+                store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (src,)):
+            return
+        dst_sid = self._session(store, dst)
+        self._append(store, [{"type": "langgraph.thread_copied", "session": dst_sid,
+                              "data": {"thread_id": dst, "source_thread_id": src}}])
+        if self._mirror:
+            keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
+            msgs = [{k: m[k] for k in keep if m.get(k) is not None}
+                    for m in store.get_messages(model.thread_session(src)) if m.get("display_kind") == model.MESSAGE_KIND]
+            self._mirrored.pop(dst_sid, None)
+            if msgs:
+                store.append_messages(dst_sid, msgs)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest``: keep only each namespace's newest checkpoint (its writes and the blobs
+        it uses); ``delete``: remove every checkpoint. The log keeps everything either way."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValidationError("strategy", "must be 'keep_latest' or 'delete'")
+        tids = sorted({_text(t) for t in thread_ids})
+        if not tids:
+            return
+        store = self._open()
+        known = self._threads_with(
+            store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE thread_id IN (SELECT value FROM json_each(?))",
+            (orjson.dumps(tids).decode(),))
+        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
+                   "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
+        if events:
+            self._append(store, events)
+
+    # ------------------------------------------------------------------ async forms (a worker thread each)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+        items = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+        for item in items:
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+                   new_versions: ChannelVersions) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                          task_path: str = "") -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)

@@ -1,0 +1,141 @@
+"""Extension read models: an extension's tables in state.db, built by the same projector.
+
+Each read model (:class:`eventlog.sessions.extensions.ReadModel`) keeps its own cursor in
+state.db's ``meta`` (``ext:<name>:version``, ``ext:<name>:seq``, ``ext:<name>:tables``), so
+that it can catch up on its own: after the core tables (under the same lease), it takes the log
+from its cursor up to state.db's, one transaction per batch, rows and cursor together (exactly
+once, as the core tables). A read model whose version differs from the one its tables were
+built by — or whose tables are missing, after a rebuild of state.db swapped in a new file — has
+its tables dropped and rebuilt from the start of the log. Processes that do not register it
+never touch its tables.
+
+A read model whose ``apply`` raises stops where it is (the core projections are not affected)
+and is reported as broken; its readers get a :class:`ProjectionError` until it is fixed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from eventlog.errors import ProjectionError
+from projections import db as sql
+from projections.health import read_meta
+from projections.site import Site
+
+if TYPE_CHECKING:
+    from eventlog.sessions.extensions import ReadModel
+    from projections.catchup import Writer
+
+log = logging.getLogger("eventlog.projections")
+BATCH = 1000
+
+
+class ExtensionTables:
+    """The registered read models of one projector (lease held for :meth:`catch_up`)."""
+
+    def __init__(self, site: Site, writer: Writer) -> None:
+        self.site = site
+        self.writer = writer
+        self.models: dict[str, ReadModel] = {}
+        self.upcast: Callable[[dict[str, Any]], dict[str, Any]] = lambda env: env
+        self.broken: dict[str, str] = {}
+
+    def register(self, models: dict[str, ReadModel], upcast: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.models.update(models)
+        self.upcast = upcast
+
+    def catch_up(self) -> None:
+        """Bring every registered read model up to state.db's cursor (the lease is held)."""
+        if not self.models:
+            return
+        conn = self.writer.state()
+        for name, rm in self.models.items():
+            if name in self.broken:
+                continue
+            try:
+                self._catch_up(conn, rm)
+            except (sqlite3.Error, ProjectionError):
+                raise  # the file itself: the healer's business
+            except Exception as e:  # the extension's own code failed: it alone stops
+                self.broken[name] = f"{type(e).__name__}: {e}"
+                log.warning("read model %r stopped: %s", name, self.broken[name])
+
+    def build_into(self, path: Path) -> None:
+        """Build every registered read model into the standalone snapshot at ``path`` (a file of
+        this process's own, e.g. a replay), up to that file's cursor."""
+        if not self.models:
+            return
+        conn = sql.connect_rw(path)
+        try:
+            for rm in self.models.values():
+                self._catch_up(conn, rm)
+        finally:
+            conn.close()
+
+    def _catch_up(self, conn: sqlite3.Connection, rm: ReadModel) -> None:
+        meta = read_meta(conn)
+        core_seq = int(meta["last_seq"])
+        version, seq = meta.get(f"ext:{rm.name}:version"), meta.get(f"ext:{rm.name}:seq")
+        if version != rm.version or seq is None or not self._tables_present(conn, meta, rm):
+            self._reset(conn, meta, rm)
+            seq = 0
+        seq = int(seq)
+        while seq < core_seq:
+            batch = list(self.site.log.read(seq + 1, min(core_seq, seq + BATCH)))
+            if not batch:
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for env in batch:
+                    rm.apply(conn, self.upcast(env))
+                seq = batch[-1]["seq"]
+                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (f"ext:{rm.name}:seq", seq))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _tables_present(self, conn: sqlite3.Connection, meta: dict[str, Any], rm: ReadModel) -> bool:
+        recorded = json.loads(meta.get(f"ext:{rm.name}:tables") or "[]")
+        present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return all(t in present for t in recorded)
+
+    def _reset(self, conn: sqlite3.Connection, meta: dict[str, Any], rm: ReadModel) -> None:
+        """Drop the read model's tables (as recorded) and create them anew, cursor at 0."""
+        recorded = json.loads(meta.get(f"ext:{rm.name}:tables") or "[]")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table in recorded:
+                conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+            before = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for statement in rm.ddl:
+                conn.execute(statement)
+            created = sorted({r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                             - before)
+            bad = [t for t in created if not t.startswith(f"{rm.name}_")]
+            if bad:
+                raise ProjectionError(f"read model {rm.name!r} creates tables outside its prefix: {bad}",
+                                      hint=f"name its tables {rm.name}_...")
+            conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [
+                (f"ext:{rm.name}:version", rm.version), (f"ext:{rm.name}:seq", 0),
+                (f"ext:{rm.name}:tables", json.dumps(created))])
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        log.info("building read model %r (version %d) from the log", rm.name, rm.version)
+
+
+def extension_cursor(conn: sqlite3.Connection, name: str, version: int) -> int:
+    """How far read model ``name`` at ``version`` has reached in the state.db of ``conn`` (-1 when
+    its tables are of another version or not built yet)."""
+    rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)",
+                             (f"ext:{name}:version", f"ext:{name}:seq")).fetchall())
+    if rows.get(f"ext:{name}:version") != version:
+        return -1
+    return int(rows.get(f"ext:{name}:seq") or 0)

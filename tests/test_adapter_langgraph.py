@@ -1,0 +1,318 @@
+"""EventlogSaver: LangGraph's own conformance suite, plus what it never checks (reopen, rebuild,
+two processes, byte-exact blobs, the message mirror, a real graph)."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Iterator
+from uuid import uuid4
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import BASE_CAPABILITIES, EXTENDED_CAPABILITIES, DetectedCapabilities
+
+from eventlog import SessionStore
+from eventlog.adapters import _shared
+from eventlog.adapters.langgraph import EventlogSaver
+from eventlog.adapters.langgraph import model as lg_model
+from eventlog.errors import ClosedError, ValidationError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def checkpoint(values: dict[str, Any], versions: dict[str, Any]) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = versions
+    return cp
+
+
+@pytest.fixture
+def saver(tmp_path: Path) -> Iterator[EventlogSaver]:
+    with EventlogSaver(home=tmp_path) as s:
+        yield s
+
+
+def rebuild(saver: EventlogSaver) -> None:
+    """Drop the langgraph read model and derive it again from the log."""
+    saver._open().rebuild()
+
+
+# ---------------------------------------------------------------- the conformance suite
+
+def test_langgraph_conformance_suite_passes_every_capability(tmp_path: Path) -> None:
+    @checkpointer_test(name="EventlogSaver")
+    async def factory() -> Any:
+        async with EventlogSaver(home=tmp_path) as s:
+            yield s
+
+    report = asyncio.run(validate(factory))
+    results = report.results
+    failures = {cap: r.failures for cap, r in results.items() if r.failures}
+    assert failures == {}
+    declared = DetectedCapabilities.from_instance(EventlogSaver(home=tmp_path)).detected
+    assert declared == BASE_CAPABILITIES | EXTENDED_CAPABILITIES
+    base = sum(results[c.value].tests_passed for c in BASE_CAPABILITIES)
+    extended = sum(results[c.value].tests_passed for c in EXTENDED_CAPABILITIES)
+    assert (base, extended) == (58, 23)
+    assert all(results[c.value].passed for c in BASE_CAPABILITIES | EXTENDED_CAPABILITIES)
+
+
+# ---------------------------------------------------------------- what the suite never checks
+
+def _populate(s: EventlogSaver, thread: str) -> dict[str, Any]:
+    c1 = s.put(cfg(thread), checkpoint({"a": "v1", "b": b"\x00\xffraw"}, {"a": 1, "b": 1}),
+               {"source": "input", "step": -1, "run_id": "run-1"}, {"a": 1, "b": 1})
+    c2 = s.put(cfg(thread, checkpoint_id=c1["configurable"]["checkpoint_id"]),
+               checkpoint({"a": "v2", "b": b"\x00\xffraw"}, {"a": 2, "b": 1}),
+               {"source": "loop", "step": 0, "run_id": "run-2"}, {"a": 2})
+    s.put_writes(c2, [("a", "pending"), ("__error__", "boom")], "task-1", "p")
+    child = s.put(cfg(thread, "child:1"), checkpoint({"x": 1}, {"x": 1}), {"source": "loop", "step": 0}, {"x": 1})
+    return {"c1": c1, "c2": c2, "child": child}
+
+
+def _snapshot(s: EventlogSaver, thread: str) -> list[Any]:
+    return [(t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+            for ns in ("", "child:1") for t in s.list(cfg(thread, ns))]
+
+
+@pytest.mark.parametrize("how", ["reopen", "rebuild"])
+def test_every_capability_survives_reopen_and_rebuild(tmp_path: Path, how: str) -> None:
+    def fresh() -> EventlogSaver:
+        s = EventlogSaver(home=tmp_path)
+        if how == "rebuild":
+            rebuild(s)
+        return s
+
+    with EventlogSaver(home=tmp_path) as s:
+        for t in ("keep", "gone", "copied", "pruned", "runs"):
+            _populate(s, t)
+        s.put_writes(_populate(s, "idem")["c2"], [("a", "pending")], "task-1", "p")  # same (task, idx) again
+        before = {t: _snapshot(s, t) for t in ("keep", "runs", "pruned", "idem")}
+        s.delete_thread("gone")
+        s.copy_thread("copied", "copy-target")
+        s.prune(["pruned"], strategy="keep_latest")
+        s.delete_for_runs(["run-1"])
+        after = {t: _snapshot(s, t) for t in ("keep", "gone", "copied", "copy-target", "pruned", "runs", "idem")}
+    assert before["keep"] != after["keep"]  # run-1 was deleted everywhere, keep included
+    assert len(after["pruned"]) == 2 and len(before["pruned"]) == 3
+    assert after["gone"] == [] and len(after["copy-target"]) == len(after["copied"]) == 2
+    assert len(after["idem"][0][4]) == 2  # pending writes: one per (task_id, idx)
+
+    with fresh() as s2:
+        again = {t: _snapshot(s2, t) for t in after}
+        assert again == after
+        latest = s2.get_tuple(cfg("copy-target"))
+        assert latest is not None and latest.checkpoint["channel_values"] == {"a": "v2", "b": b"\x00\xffraw"}
+        assert latest.pending_writes == [("task-1", "__error__", "boom"), ("task-1", "a", "pending")]
+
+
+def test_blobs_round_trip_byte_exactly_and_the_log_holds_base64(saver: EventlogSaver, tmp_path: Path) -> None:
+    raw = bytes(range(256)) * 64
+    stored = saver.put(cfg("bytes"), checkpoint({"blob": raw}, {"blob": 1}), {"step": 1}, {"blob": 1})
+    got = saver.get_tuple(stored)
+    assert got is not None and got.checkpoint["channel_values"]["blob"] == raw
+    kind, expected = saver.serde.dumps_typed(raw)
+    store = saver._open()
+    puts = [e for e in store.log.read() if e["type"] == "langgraph.checkpoint_put"]
+    blob = puts[-1]["data"]["blobs"][0]
+    assert blob["type"] == kind and base64.b64decode(blob["data"]) == expected
+
+
+def test_sync_and_async_forms_agree(saver: EventlogSaver) -> None:
+    async def go() -> None:
+        stored = await saver.aput(cfg("t"), checkpoint({"k": [1, 2]}, {"k": 1}), {"step": 0}, {"k": 1})
+        await saver.aput_writes(stored, [("k", 3)], "task")
+        a = await saver.aget_tuple(cfg("t"))
+        b = saver.get_tuple(cfg("t"))
+        assert a == b and a is not None and a.pending_writes == [("task", "k", 3)]
+        assert [t async for t in saver.alist(None)] == list(saver.list(None))
+
+    asyncio.run(go())
+
+
+def test_two_processes_sharing_a_profile_see_each_others_checkpoints(tmp_path: Path) -> None:
+    child = textwrap.dedent(f"""
+        import sys
+        from langgraph.checkpoint.base import empty_checkpoint
+        from eventlog.adapters.langgraph import EventlogSaver
+        with EventlogSaver(home={str(tmp_path)!r}) as s:
+            t = s.get_tuple({{"configurable": {{"thread_id": "from-parent", "checkpoint_ns": ""}}}})
+            assert t is not None and t.checkpoint["channel_values"] == {{"who": "parent"}}, t
+            cp = empty_checkpoint()
+            cp["channel_values"] = {{"who": "child"}}
+            cp["channel_versions"] = {{"who": 1}}
+            s.put({{"configurable": {{"thread_id": "from-child", "checkpoint_ns": ""}}}}, cp, {{"step": 0}}, {{"who": 1}})
+        print("ok")
+    """)
+    with EventlogSaver(home=tmp_path) as s:
+        s.put(cfg("from-parent"), checkpoint({"who": "parent"}, {"who": 1}), {"step": 0}, {"who": 1})
+        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+        got = s.get_tuple(cfg("from-child"))
+        assert got is not None and got.checkpoint["channel_values"] == {"who": "child"}
+
+
+def test_thread_ids_of_any_shape_are_kept_exactly(saver: EventlogSaver) -> None:
+    for tid in ["plain", "with space", "x" * 5000, "", "nul\x00"]:
+        saver.put(cfg(tid), checkpoint({"v": tid[:10]}, {"v": 1}), {"step": 0}, {"v": 1})
+        got = saver.get_tuple(cfg(tid))
+        assert got is not None and got.config["configurable"]["thread_id"] == tid
+    assert lg_model.thread_session("plain") == "lg:plain"
+    assert lg_model.thread_session("with space").startswith("lg:h-")
+
+
+def test_bad_input_is_refused_before_anything_is_written(saver: EventlogSaver) -> None:
+    store = saver._open()
+    head = store.log.head()[0]
+    with pytest.raises(ValidationError):
+        saver.prune(["t"], strategy="everything")
+    with pytest.raises(ValidationError):
+        _shared.append_events(store, [{"type": "langgraph.checkpoint_put", "session": "lg:t",
+                                       "data": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c",
+                                                "checkpoint": {"type": "msgpack", "data": "not base64!"},
+                                                "metadata": {"type": "msgpack", "data": ""},
+                                                "channel_versions": {}, "blobs": []}}])
+    assert store.log.head()[0] == head
+
+
+def test_closed_saver_refuses_calls(tmp_path: Path) -> None:
+    s = EventlogSaver(home=tmp_path)
+    s.close()
+    s.close()
+    with pytest.raises(ClosedError):
+        s.get_tuple(cfg("t"))
+
+
+# ---------------------------------------------------------------- a real graph and the message mirror
+
+def _chat_graph(saver: EventlogSaver) -> Any:
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        last = state["messages"][-1].content
+        return {"messages": [AIMessage(content=f"echo: {last}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_real_graph_resumes_its_thread_and_its_messages_are_searchable(tmp_path: Path) -> None:
+    config = {"configurable": {"thread_id": "chat-1"}}
+    with EventlogSaver(home=tmp_path) as saver:
+        graph = _chat_graph(saver)
+        graph.invoke({"messages": [("user", "hello aurora")]}, config)
+    with EventlogSaver(home=tmp_path) as saver:  # a new saver: the thread resumes from the log
+        graph = _chat_graph(saver)
+        out = graph.invoke({"messages": [("user", "and the fjords")]}, config)
+        assert [m.content for m in out["messages"]] == ["hello aurora", "echo: hello aurora",
+                                                         "and the fjords", "echo: and the fjords"]
+        history = list(graph.get_state_history(config))
+        assert len(history) >= 4
+    with SessionStore.open(tmp_path) as store:
+        msgs = store.get_messages("lg:chat-1")
+        assert [(m["role"], m["content"]) for m in msgs] == [
+            ("user", "hello aurora"), ("assistant", "echo: hello aurora"),
+            ("user", "and the fjords"), ("assistant", "echo: and the fjords")]  # each once, in order
+        assert store.search("fjords")["results"][0]["session_id"] == "lg:chat-1"
+        assert store.get_session("lg:chat-1")["source"] == "langgraph"
+
+
+def test_async_graph_and_delete_thread_rewinds_the_mirror(tmp_path: Path) -> None:
+    config = {"configurable": {"thread_id": "chat-2"}}
+
+    async def go() -> None:
+        async with EventlogSaver(home=tmp_path) as saver:
+            graph = _chat_graph(saver)
+            await graph.ainvoke({"messages": [("user", "ping")]}, config)
+            assert (await saver.aget_tuple(config)) is not None
+            await saver.adelete_thread("chat-2")
+            assert (await saver.aget_tuple(config)) is None
+            await graph.ainvoke({"messages": [("user", "fresh start")]}, config)
+            state = await graph.aget_state(config)
+            assert [m.content for m in state.values["messages"]] == ["fresh start", "echo: fresh start"]
+
+    asyncio.run(go())
+    with SessionStore.open(tmp_path) as store:
+        assert [m["content"] for m in store.get_messages("lg:chat-2")] == ["fresh start", "echo: fresh start"]
+        assert len(store.get_messages("lg:chat-2", include_inactive=True)) == 4
+
+
+def test_copy_thread_copies_the_mirrored_transcript(saver: EventlogSaver, tmp_path: Path) -> None:
+    graph = _chat_graph(saver)
+    graph.invoke({"messages": [("user", "original")]}, {"configurable": {"thread_id": "src"}})
+    saver.copy_thread("src", "dst")
+    store = saver._open()
+    assert [m["content"] for m in store.get_messages("lg:dst")] == ["original", "echo: original"]
+    out = graph.invoke({"messages": [("user", "more")]}, {"configurable": {"thread_id": "dst"}})
+    assert len(out["messages"]) == 4
+    assert [m["content"] for m in store.get_messages("lg:dst")][-2:] == ["more", "echo: more"]
+    assert len(store.get_messages("lg:dst")) == 4
+
+
+def test_model_module_imports_no_langgraph() -> None:
+    code = ("import sys; import eventlog.adapters.langgraph.model as m; "
+            "assert not [k for k in sys.modules if k.startswith(('langgraph', 'langchain'))], 'imported'; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_unique_thread_per_test_run_isolated(saver: EventlogSaver) -> None:
+    a, b = str(uuid4()), str(uuid4())
+    saver.put(cfg(a), checkpoint({"x": "a"}, {"x": 1}), {"step": 0}, {"x": 1})
+    assert saver.get_tuple(cfg(b)) is None
+    assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == [a]
+
+
+def test_a_fork_from_an_older_checkpoint_leaves_the_original_branch_intact(saver: EventlogSaver) -> None:
+    graph = _chat_graph(saver)
+    config = {"configurable": {"thread_id": "fork"}}
+    graph.invoke({"messages": [("user", "one")]}, config)
+    first = graph.get_state(config).config
+    graph.invoke({"messages": [("user", "two")]}, config)
+    latest = graph.get_state(config)
+    graph.invoke({"messages": [("user", "branch")]}, first)  # a new branch from the first turn
+    assert [m.content for m in graph.get_state(latest.config).values["messages"]] == [
+        "one", "echo: one", "two", "echo: two"]
+    assert [m.content for m in graph.get_state(config).values["messages"]] == [
+        "one", "echo: one", "branch", "echo: branch"]
+
+
+def test_delete_thread_can_erase_the_thread_from_every_file(tmp_path: Path) -> None:
+    marker = "LangGraphSecretMarker"
+    config = {"configurable": {"thread_id": "secret-thread"}}
+    with EventlogSaver(home=tmp_path, erase_deleted=True) as saver:
+        graph = _chat_graph(saver)
+        graph.invoke({"messages": [("user", f"remember {marker}")]}, config)
+        graph.invoke({"messages": [("user", "keep me")]}, {"configurable": {"thread_id": "kept"}})
+
+        def traces() -> list[str]:
+            return [str(p) for p in tmp_path.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+                    and any(f in p.read_bytes() for f in (marker.encode(), marker.lower().encode(),
+                                                          marker.encode("utf-16-le")))]
+
+        assert traces()
+        saver.delete_thread("secret-thread")
+        assert saver.get_tuple(config) is None and traces() == []
+        assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
+    with SessionStore.open(tmp_path, follower=False) as store:
+        assert store.log.verify().ok and store.log.verify().erased > 0
+        assert store.get_session("lg:secret-thread") is None

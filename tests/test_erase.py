@@ -1,0 +1,175 @@
+"""Erase: a session's content made unrecoverable in every file under the profile (log, state.db,
+FTS index, WALs, old generations), while the chain still verifies and other sessions read back
+intact; retention erases by age; a raw byte scan is the judge."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from eventlog.errors import ConflictError, NotFoundError, ValidationError
+from eventlog.log.lmdb import EventLog
+from eventlog.sessions.store import SessionStore
+from sqlite_export.jsonl import export_jsonl
+
+MARKER = "ZqxwErase7d1fMarker"
+
+
+def forms(marker: str) -> list[bytes]:
+    return [marker.encode(), marker.lower().encode(), marker.upper().encode(), marker.encode("utf-16-le"),
+            marker.encode("utf-16-be"), marker.lower().encode("utf-16-le")]
+
+
+def traces(root: Path, marker: str = MARKER) -> list[str]:
+    """Every file under ``root`` holding the marker in any of its forms (a raw byte scan)."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_symlink() and not path.exists():
+            continue
+        if path.is_file():
+            data = path.read_bytes()
+            found += [f"{path.relative_to(root)}: {f!r}" for f in forms(marker) if f in data]
+    return found
+
+
+def fill(store: SessionStore) -> tuple[str, str, str]:
+    """A secret session with a child, and an ordinary one; returns (secret, child, ordinary)."""
+    secret = store.create_session(source="cli", title=f"Plans {MARKER}", cwd=f"/work/{MARKER}")
+    child = store.create_session(source="cli", parent_session_id=secret)
+    ordinary = store.create_session(source="cli", title="ordinary")
+    for i in range(30):
+        store.append_message(secret, "user", f"message {i} mentions {MARKER} again")
+        store.append_message(secret, "assistant", "calling a tool", tool_calls=[{
+            "id": f"c{i}", "type": "function", "function": {"name": "grep", "arguments": f'{{"q": "{MARKER}"}}'}}],
+            display_metadata={"note": MARKER})
+        store.append_message(ordinary, "user", f"plain text {i}")
+    mid = store.append_message(child, "user", f"the child knows {MARKER.lower()} too")
+    store.react(mid, author="alice", emoji="👍")
+    store.record_usage(secret, model=f"model-{MARKER}", provider="acme", input_tokens=10)
+    store.set_title(secret, f"Renamed {MARKER}", source="user")
+    return secret, child, ordinary
+
+
+def test_erase_leaves_no_trace_in_any_file_and_the_chain_verifies(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        secret, child, ordinary = fill(store)
+        assert store.search(MARKER)["results"]
+        store.rebuild()  # a superseded generation now holds the words too
+        assert store.search(MARKER.lower())["results"]
+        profile = tmp_path / "profiles" / "p"
+        assert traces(profile), "the scan finds the marker before the erase (the check can fail)"
+        before_ordinary = store.get_messages(ordinary)
+        out = store.erase_session(secret, "user asked to forget", by="tester")
+        assert sorted(out["sessions"]) == sorted([secret, child]) and out["events"] == 66
+        assert traces(profile) == []
+        assert store.get_session(secret) is None and store.get_session(child) is None
+        assert store.search(MARKER)["results"] == [] and store.search(MARKER.lower())["results"] == []
+        assert store.get_messages(ordinary) == before_ordinary
+        res = store.log.verify()
+        assert res.ok and res.erased == out["events"]
+        record = store.log.get(out["seq"])
+        assert record["type"] == "log.erased" and record["data"]["by"] == "tester"
+        assert record["data"]["reason"] == "user asked to forget" and len(record["data"]["erased"]) == out["events"]
+        exported = io.BytesIO()
+        export_jsonl(store.log, exported)
+        assert not any(f in exported.getvalue() for f in forms(MARKER)) and b'"erased":true' in exported.getvalue()
+        snap = tmp_path / "replay.db"
+        store.snapshot(snap)
+        assert traces(tmp_path) == []  # the replay snapshot included
+        again = store.erase_session(secret, "twice")
+        assert again == {"seq": 0, "sessions": [secret, child], "events": 0}
+        assert store.create_session(source="cli") and store.log.verify().ok
+        with pytest.raises(ConflictError):
+            store.create_session(id=secret, source="cli")  # an erased id stays used
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        store.rebuild()
+        assert store.get_messages(ordinary) == before_ordinary and store.get_session(secret) is None
+    assert traces(tmp_path / "profiles" / "p") == []
+
+
+def test_erase_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        with pytest.raises(NotFoundError):
+            store.erase_session("no-such-session", "x")
+        for bad in ("", " ", 7, None, "x" * 1001):
+            with pytest.raises(ValidationError):
+                store.erase_session(sid, bad)  # type: ignore[arg-type]
+        assert store.log.head()[0] == 1
+
+
+def test_a_deleted_session_can_still_be_erased(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        secret, _child, _ordinary = fill(store)
+        store.delete_session(secret)
+        assert traces(tmp_path / "profiles" / "p"), "a tombstone keeps the words in the log"
+        store.erase_session(secret, "delete for real")
+    assert traces(tmp_path / "profiles" / "p") == []
+
+
+def test_retention_erases_sessions_older_than_the_cutoff(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        old = store.create_session(source="cli", started_at=1_000_000_000.0)
+        store.append_message(old, "user", f"old {MARKER}", timestamp=1_000_000_001.0)
+        new = store.create_session(source="cli")
+        store.append_message(new, "user", "fresh")
+        planned = store.retention(30 * 86400, dry_run=True)
+        assert planned["sessions"] == [old] and planned["erased_events"] == 0 and traces(tmp_path)
+        done = store.retention(30 * 86400)
+        assert done["sessions"] == [old] and done["erased_events"] == 2
+        assert store.get_session(old) is None and [m["content"] for m in store.get_messages(new)] == ["fresh"]
+    assert traces(tmp_path) == []
+    with EventLog.open(tmp_path / "profiles" / "p" / "log") as lg:
+        assert lg.verify().ok
+
+
+def test_retention_also_erases_deleted_sessions_whose_words_the_log_keeps(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        gone = store.create_session(source="cli")
+        store.append_message(gone, "user", f"deleted {MARKER}")
+        store.delete_session(gone)
+        kept = store.create_session(source="cli")
+        store.append_message(kept, "user", "kept")
+        assert store.retention(365 * 86400)["sessions"] == [] and traces(tmp_path)
+        done = store.retention(0.0)  # older than now: everything
+        assert set(done["sessions"]) == {gone, kept} and done["erased_events"] == 5  # 3 + 2 events
+        assert store.retention(0.0)["sessions"] == []  # nothing left to erase
+    assert traces(tmp_path) == []
+
+
+def cli(home: Path, *args: str) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+
+    from eventlog.cli import main
+
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_the_cli_erases_retains_and_compacts(tmp_path: Path) -> None:
+    import json
+
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        secret, _child, ordinary = fill(store)
+        old = store.create_session(source="cli", started_at=1_000_000_000.0)
+        store.append_message(old, "user", "ancient", timestamp=1_000_000_001.0)
+    code, out, _ = cli(tmp_path, "sessions", "erase", secret, "--reason", "asked", "--json")
+    assert code == 0 and json.loads(out)["events"] == 66
+    code, out, _ = cli(tmp_path, "sessions", "erase", secret, "--reason", "asked")
+    assert code == 0 and "nothing left" in out
+    code, out, err = cli(tmp_path, "sessions", "erase", "nope", "--reason", "asked")
+    assert code == 1 and "not found" in err
+    code, out, _ = cli(tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json")
+    assert code == 0 and json.loads(out) == {"sessions": [old], "erased_events": 0, "seq": 0, "dry_run": True}
+    code, out, _ = cli(tmp_path, "retention", "--older-than", "4w2d")
+    assert code == 0 and out.startswith("erased 1 sessions")
+    code, out, err = cli(tmp_path, "retention", "--older-than", "soon")
+    assert code == 2 and "--older-than" in err
+    code, out, _ = cli(tmp_path, "compact", "--json")
+    assert code == 0 and json.loads(out)["bytes_after"] > 0
+    code, out, _ = cli(tmp_path, "log", "verify", "--json")
+    assert code == 0 and json.loads(out)["erased"] == 68
+    assert traces(tmp_path) == []
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        assert len(store.get_messages(ordinary)) == 30

@@ -1,0 +1,503 @@
+"""eventlog's Hermes SessionDB on its own (no Hermes needed): the log beside db_path, the
+projection at db_path, rebuilds, crash tails, read-only handles, refused raw writes, bad
+input, many handles and many processes. Behaviour against the real Hermes class is checked
+by tests/test_hermes_differential.py (``python3 run compat``)."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.adapters.hermes import SessionDB
+from eventlog.adapters.hermes.db import UnsupportedRawWrite
+from eventlog.adapters.hermes.projection import Layout
+from eventlog.adapters.hermes.schema import PROJECTION_VERSION, create
+from eventlog.log.lmdb import generation_dir
+from sqlite_export.hermes import map_session_id
+
+TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing", "compression_locks",
+          "sqlite_sequence", "messages_fts", "messages_fts_trigram")
+
+
+def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {t: [tuple((type(v).__name__, v) for v in r)
+                    for r in conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid")] for t in TABLES}
+    finally:
+        conn.close()
+
+
+def head(db: SessionDB) -> int:
+    assert db._engine is not None
+    return int(db._engine.log.head()[0])
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    """The log's envelopes, read in a fresh process (one environment per process)."""
+    code = ("import sys, json; from eventlog.log.lmdb import EventLog\n"
+            "log = EventLog.open(sys.argv[1]); print(json.dumps(list(log.read()))); log.close()")
+    out = subprocess.run([sys.executable, "-c", code, str(Layout(path).log_dir)], capture_output=True, text=True,
+                         check=True).stdout
+    import json
+
+    return list(json.loads(out))
+
+
+def workload(db: SessionDB) -> None:
+    db.create_session("s1", "cli", model="gpt", system_prompt="You are Hermes", cwd="/repo")
+    db.create_session("s2", "telegram", user_id="u1", session_key="k1", chat_id="c", chat_type="dm")
+    db.create_session("c1", "cli", parent_session_id="s1", model_config={"_delegate_from": "s1"})
+    db.create_session("odd id/with space", "cron")
+    for i in range(5):
+        db.append_message("s1", "user" if i % 2 == 0 else "assistant", f"hello world {i}",
+                          tool_calls=[{"id": str(i), "type": "function", "function": {"name": "terminal",
+                                                                                  "arguments": "{}"}}] if i == 1 else None)
+    db.append_message("s2", "user", [{"type": "text", "text": "multimodal"}], platform_message_id="p1")
+    db.append_message("odd id/with space", "user", "cron ran", token_count=3)
+    db.update_token_counts("s1", 100, 20, model="gpt", billing_provider="openai", api_call_count=1,
+                           estimated_cost_usd=0.25)
+    db.record_auxiliary_usage("s1", "title_generation", model="small", input_tokens=7)
+    db.set_session_title("s1", "  First   session ")
+    db.end_session("s1", "compression")
+    db.create_session("s1b", "cli", parent_session_id="s1")
+    db.set_session_title("s1b", "First session #2")
+    db.rewind_to_message("s1", 3)
+    db.replace_gateway_routing_entries({"k1": '{"session_id": "s2"}'})
+    db.try_acquire_compression_lock("s2", "holder", 60)
+    db.set_meta("last_auto_prune", "1")
+    db.delete_session("s2")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "hermes" / "state.db"
+
+
+def test_layout_and_event_types(path: Path) -> None:
+    db = SessionDB(path)
+    workload(db)
+    layout = Layout(path)
+    # The workload ends with a delete: an erase, which rebuilt the projection as generation 2.
+    assert path.is_symlink() and Path(os.readlink(path)).name == f"state.2.v{PROJECTION_VERSION}.db"
+    assert (generation_dir(layout.log_dir) / "data.mdb").is_file()
+    assert db.get_session("s1")["title"] == "First session"
+    db.close()
+    kinds = [e["type"] for e in events(path)]
+    # Catalogue names where Hermes means the same, hermes.* for what the catalogue lacks.
+    for core in ("session.created", "message.appended", "usage.recorded", "session.titled", "session.ended"):
+        assert core in kinds
+    assert {"hermes.messages_rewound", "hermes.routing_replaced", "hermes.compression_lock_acquired",
+            "hermes.meta_set", "hermes.sessions_deleted"} <= set(kinds)
+    odd = [e for e in events(path) if e["type"] == "message.appended" and e.get("data", {}).get("sid")]
+    # An id eventlog's stream field cannot hold: a stable stand-in there, the real one in the data.
+    assert odd and odd[0]["data"]["sid"] == "odd id/with space"
+    assert odd[0]["session"] == map_session_id("odd id/with space")
+
+
+def test_writes_that_change_nothing_append_nothing(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli", model="gpt")
+    db.update_system_prompt("s1", "prompt")
+    db.replace_gateway_routing_entries({"k": "v"})
+    before = head(db)
+    db.update_system_prompt("s1", "prompt")
+    db.replace_gateway_routing_entries({"k": "v"})
+    db.create_session("s1", "cli", model="other")  # insert-or-enrich: model already known
+    db.end_session("nope", "x")
+    db.record_gateway_session_peer("s1", source="cli")  # no session_key: Hermes ignores it
+    assert head(db) == before
+    db.update_token_counts("s1", 1, 1)
+    assert head(db) == before + 1  # the row exists: only the usage event
+    db.close()
+
+
+def test_rebuild_from_the_log_gives_the_same_rows(path: Path) -> None:
+    db = SessionDB(path)
+    workload(db)
+    before = dump(path)
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert dump(path) == before
+    assert db.get_messages("s1", include_inactive=True)[1]["tool_calls"][0]["id"] == "1"
+    db.close()
+    # The pointer's target deleted: the next open rebuilds it.
+    target = path.resolve()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{target}{suffix}").unlink(missing_ok=True)
+    db = SessionDB(path)
+    assert dump(path) == before
+    db.close()
+
+
+@pytest.mark.parametrize("damage", ["zeroed", "garbage", "other_log", "old_version"])
+def test_a_damaged_or_foreign_projection_is_rebuilt_on_open(path: Path, tmp_path: Path, damage: str) -> None:
+    db = SessionDB(path)
+    workload(db)
+    before = dump(path)
+    db.close()
+    target = path.resolve()
+    if damage == "zeroed":
+        size = target.stat().st_size
+        target.write_bytes(b"\0" * size)
+    elif damage == "garbage":
+        target.write_bytes(b"not a database at all" * 100)
+    elif damage == "other_log":
+        other = SessionDB(tmp_path / "other" / "state.db")
+        other.create_session("x", "cli")
+        other.close()
+        Path(f"{target}-wal").unlink(missing_ok=True)
+        Path(f"{target}-shm").unlink(missing_ok=True)
+        target.write_bytes((tmp_path / "other" / "state.db").resolve().read_bytes())
+    else:
+        conn = sqlite3.connect(target)
+        conn.execute("UPDATE eventlog_projection SET projection_version = 0")
+        conn.commit()
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        if damage != "old_version":
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
+    db = SessionDB(path)
+    assert path.resolve() != target  # a new generation, swapped in
+    assert dump(path) == before
+    db.close()
+
+
+def test_a_crash_between_the_log_and_the_projection_is_caught_up(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.close()
+    # A real process appends a message and is killed before its projection commit.
+    child = textwrap.dedent(f"""
+        import os, signal
+        from eventlog.adapters.hermes import SessionDB, projection
+        def die(*a, **k):
+            os.kill(os.getpid(), signal.SIGKILL)
+        projection.write_cursor = die
+        db = SessionDB({str(path)!r})
+        db.append_message("s1", "user", "written before the crash")
+    """)
+    proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL
+    db = SessionDB(path)
+    assert [m["content"] for m in db.get_messages("s1")] == ["written before the crash"]
+    assert db.search_messages("crash")[0]["session_id"] == "s1"
+    db.close()
+
+
+def test_readers_catch_up_a_crashed_writers_tail(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    child = textwrap.dedent(f"""
+        import os, signal
+        from eventlog.adapters.hermes import SessionDB, projection
+        projection.write_cursor = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        SessionDB({str(path)!r}).append_message("s1", "user", "tail")
+    """)
+    subprocess.run([sys.executable, "-c", child], capture_output=True)
+    deadline = time.monotonic() + 5
+    while db.message_count("s1") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert db.message_count("s1") == 1
+    db.close()
+
+
+def test_read_only_handles_never_take_the_writer(path: Path) -> None:
+    db = SessionDB(path)
+    workload(db)
+    layout = Layout(path)
+    # Another process holds the projection lease (a writer mid-transaction, say).
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, sys, time
+        fd = os.open({str(layout.dir)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(30)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        ro = SessionDB(path, read_only=True)
+        assert ro.get_session("s1")["title"] == "First session"
+        assert len(ro.list_sessions_rich()) >= 1
+        assert ro.search_messages("hello")
+        with pytest.raises(sqlite3.OperationalError):
+            ro.create_session("nope", "cli")
+        ro.close()
+        assert time.monotonic() - started < 2
+    finally:
+        holder.kill()
+        holder.wait()
+    db.close()
+
+
+def test_read_only_on_a_missing_database_fails_like_hermes(tmp_path: Path) -> None:
+    with pytest.raises(sqlite3.OperationalError):
+        SessionDB(tmp_path / "missing" / "state.db", read_only=True)
+
+
+def test_raw_sql_writes_are_recorded_and_survive_a_rebuild(path: Path) -> None:
+    """Hermes code that bypasses the methods (maintenance UPDATEs on ``_conn``, the API server's
+    ``_execute_write`` callback) gets its rows into the log as row images."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.append_message("s1", "user", "hi")
+    assert db._conn is not None
+    before = head(db)
+    cur = db._conn.execute("UPDATE sessions SET started_at = 1.5, title = 'raw' WHERE id = 's1'")
+    assert cur.rowcount == 1
+    db._conn.commit()  # accepted, nothing pending
+
+    def create(conn: sqlite3.Connection) -> Any:
+        if conn.execute("SELECT id FROM sessions WHERE id = ?", ("api",)).fetchone():
+            return None
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('api', 'api_server', 2.5)")
+        return dict(conn.execute("SELECT * FROM sessions WHERE id = 'api'").fetchone())
+
+    assert db._execute_write(create)["source"] == "api_server"
+    db._conn.execute("DELETE FROM messages WHERE session_id = 's1'")
+    assert head(db) == before + 3
+    rows = dump(path)
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert dump(path) == rows
+    assert (db.get_session("s1")["title"], db.get_session("s1")["started_at"]) == ("raw", 1.5)
+    assert db.get_messages("s1") == [] and db.search_messages("hi") == []
+    # Reads as Hermes code does them.
+    assert [r["id"] for r in db._conn.execute("SELECT id FROM sessions ORDER BY id").fetchall()] == ["api", "s1"]
+    db.close()
+
+
+def test_raw_schema_changes_are_refused_and_reach_nothing(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    before, rows = head(db), dump(path)
+    assert db._conn is not None
+    with pytest.raises(UnsupportedRawWrite):
+        db._conn.execute("ALTER TABLE sessions ADD COLUMN extra TEXT")
+    with pytest.raises(UnsupportedRawWrite):
+        db._execute_write(lambda conn: conn.execute("DROP TABLE state_meta"))
+    db._conn.execute("CREATE TABLE IF NOT EXISTS sessions (id TEXT)")  # exists: nothing to do
+    assert head(db) == before and dump(path) == rows
+    db.close()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda db: db.append_message("s1", ["not", "a", "role"]), sqlite3.ProgrammingError),
+    (lambda db: db.append_message("s1", "user\ud800"), UnicodeEncodeError),
+    (lambda db: db.append_message("s1", "user", token_count=2**70), OverflowError),
+    (lambda db: db.append_message("missing", "user", "x"), sqlite3.IntegrityError),
+    (lambda db: db.set_session_title("s1", "x" * 101), ValueError),
+    (lambda db: db.set_session_title("s2", "taken"), ValueError),
+    (lambda db: db.rewind_to_message("s1", 999), ValueError),
+    (lambda db: db.create_session("s3", "cli", parent_session_id="missing"), sqlite3.IntegrityError),
+    (lambda db: db.create_session("s3", "cli", no_such_field=1), TypeError),
+    (lambda db: db.prune_sessions(no_such_filter=1), TypeError),
+    (lambda db: db.import_sessions("not a list"), ValueError),
+])
+def test_bad_input_raises_hermes_exception_and_appends_nothing(path: Path, call: Any, error: type) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.create_session("s2", "cli")
+    db.set_session_title("s1", "taken")
+    before, rows = head(db), dump(path)
+    with pytest.raises(error):
+        call(db)
+    assert head(db) == before and dump(path) == rows
+    db.close()
+
+
+def test_lone_surrogates_in_content_are_scrubbed_like_hermes(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.append_message("s1", "user", "bad \ud800 text", reasoning="r\udfff", tool_name="t\ud801")
+    msg = db.get_messages("s1")[0]
+    assert (msg["content"], msg["reasoning"], msg["tool_name"]) == ("bad \ufffd text", "r\ufffd", "t\ufffd")
+    db.close()
+
+
+def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
+    handles = [SessionDB(path) for _ in range(6)]
+    assert len({id(h._engine) for h in handles}) == 1
+    handles[0].create_session("s1", "cli")
+    for i, h in enumerate(handles):
+        h.append_message("s1", "user", f"from handle {i}")
+    for h in handles[:3]:
+        h.close()
+        h.close()  # idempotent
+    assert handles[3].message_count("s1") == 6
+    handles[4].append_message("s1", "user", "still writing")
+    with pytest.raises(sqlite3.ProgrammingError):
+        handles[0].append_message("s1", "user", "closed")
+    for h in handles[3:]:
+        h.close()
+    again = SessionDB(path)
+    assert again.message_count("s1") == 7
+    again.close()
+
+
+def test_every_write_marks_the_file_for_mtime_pollers(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    target = path.resolve()
+    os.utime(target, (1, 1))
+    db.append_message("s1", "user", "poll me")
+    assert path.stat().st_mtime > 1  # what Hermes' mcp_serve watches
+    db.close()
+
+
+WRITER = textwrap.dedent("""
+    import sys
+    from eventlog.adapters.hermes import SessionDB
+    path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    db = SessionDB(path)
+    db.create_session(name, "cli")
+    for i in range(n):
+        db.append_message(name, "user", f"{name} message {i}")
+        db.update_token_counts(name, 1, 1, model="m")
+        if i % 10 == 0:
+            db.list_sessions_rich()
+    db.close()
+""")
+
+
+def test_concurrent_processes_write_one_profile_without_lock_errors(path: Path) -> None:
+    SessionDB(path).close()
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"w{i}", "40"], stderr=subprocess.PIPE,
+                              text=True) for i in range(4)]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    assert not any("locked" in e for e in errors)
+    db = SessionDB(path)
+    for i in range(4):
+        assert db.message_count(f"w{i}") == 40
+        assert db.get_session(f"w{i}")["input_tokens"] == 40
+    ids = [m["id"] for i in range(4) for m in db.get_messages(f"w{i}")]
+    assert sorted(ids) == list(range(1, 161))
+    assert db._engine is not None and db._engine.log.verify().ok
+    db.close()
+
+
+def test_an_existing_hermes_database_is_imported_once_and_kept(tmp_path: Path) -> None:
+    """Without Hermes installed: a Hermes-schema file at db_path is read, imported row for row,
+    moved aside unchanged; the projection then serves it."""
+    path = tmp_path / "h" / "state.db"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path)
+    create(conn)
+    conn.execute("DROP TABLE eventlog_projection")
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO sessions (id, source, started_at, title, system_prompt) VALUES"
+                 " ('old', 'cli', 1700000000.5, 'Old one', 'prompt kept')")
+    conn.execute("INSERT INTO sessions (id, source, started_at, parent_session_id) VALUES ('kid', 'cli', 1.0, 'old')")
+    conn.execute("INSERT INTO messages (id, session_id, role, content, timestamp) VALUES (41, 'old', 'user', 'hi', 2.0)")
+    conn.execute("INSERT INTO session_model_usage (session_id, model, task, api_call_count, input_tokens)"
+                 " VALUES ('old', 'm', 'vision', 3, 10)")
+    conn.execute("INSERT INTO session_model_usage (session_id, model, task, api_call_count, input_tokens)"
+                 " VALUES ('old', 'm', '', 1, 5)")
+    conn.commit()
+    conn.close()
+    original = path.read_bytes()
+    expected = dump(path)
+    db = SessionDB(path)
+    assert path.is_symlink()
+    assert (tmp_path / "h" / "state.db.pre-eventlog").read_bytes() == original
+    assert dump(path) == expected
+    assert db.get_session("old")["system_prompt"] == "prompt kept"
+    assert db.append_message("old", "assistant", "next") == 42
+    db.close()
+    again = SessionDB(path)  # opened again: served from the log, nothing imported twice
+    assert again.message_count("old") == 2
+    again.close()
+
+
+def test_eventlogs_own_tools_read_the_hermes_log(path: Path) -> None:
+    db = SessionDB(path)
+    workload(db)
+    db.close()
+    code = textwrap.dedent(f"""
+        from eventlog.sessions.store import SessionStore
+        with SessionStore.open({str(Layout(path).home)!r}, "default", read_model="fold") as store:
+            s = store.get_session("s1")
+            print(s["source"], s["model"], s["title"], s["end_reason"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["cli", "gpt", "First", "session", "compression"]
+
+
+def test_a_projection_changed_behind_the_logs_back_is_rebuilt(path: Path) -> None:
+    """Another program dropping an index of the file (as an old Hermes repair might): the
+    next open rebuilds the projection from the log."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.set_session_title("s1", "kept")
+    db.close()
+    target = path.resolve()
+    conn = sqlite3.connect(target)
+    conn.execute("DROP INDEX idx_sessions_title_unique")
+    conn.commit()
+    conn.close()
+    db = SessionDB(path)
+    assert path.resolve() != target
+    assert db.get_session("s1")["title"] == "kept"
+    db.create_session("s2", "cli")
+    with pytest.raises(ValueError):  # the unique title index is back
+        db.set_session_title("s2", "kept")
+    db.close()
+
+
+def test_raw_writes_to_tables_that_are_not_hermes_data_are_refused(path: Path) -> None:
+    db = SessionDB(path)
+    assert db._conn is not None
+    before = head(db)
+    for sql in ("UPDATE schema_version SET version = 15", "DELETE FROM sqlite_sequence",
+                "UPDATE eventlog_projection SET seq = 0", "DELETE FROM messages_fts_data"):
+        with pytest.raises(UnsupportedRawWrite):
+            db._conn.execute(sql)
+    db._conn.execute("INSERT INTO messages_fts(messages_fts) VALUES('optimize')")  # an FTS command: fine
+    assert head(db) == before
+    db.close()
+
+
+def test_what_hermes_deletes_is_erased_from_every_file(path: Path) -> None:
+    """Hermes' delete_session maps to eventlog's erase: the words are gone from the log, the
+    projection and every generation, the chain verifies, other sessions keep theirs, and message
+    ids are never handed out again."""
+    from eventlog.log.lmdb import EventLog
+
+    marker = "HermesSecretMarker42"
+    db = SessionDB(db_path=path)
+    try:
+        db.create_session("secret", source="cli")
+        db.create_session("other", source="cli")
+        for i in range(20):
+            db.append_message("secret", role="user", content=f"{marker} number {i}")
+        kept = db.append_message("other", role="user", content="plain words")
+        db.set_session_title("secret", f"Title {marker}")
+        last_secret = db.append_message("secret", role="assistant", content=f"{marker} last")
+
+        def traces() -> list[str]:
+            return [str(p) for p in path.parent.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+                    and any(f in p.read_bytes() for f in (marker.encode(), marker.lower().encode(),
+                                                          marker.encode("utf-16-le")))]
+
+        assert traces()
+        assert db.delete_session("secret") is True
+        assert traces() == []
+        assert db.get_session("secret") is None and [m["content"] for m in db.get_messages("other")] == ["plain words"]
+        new_id = db.append_message("other", role="user", content="after the erase")
+        assert new_id > last_secret > kept  # AUTOINCREMENT: no id of a deleted row again
+    finally:
+        db.close()
+    log_dir = next(path.parent.rglob("data.mdb")).parent
+    with EventLog.open(log_dir if (log_dir / "lock.mdb").exists() else log_dir.parent) as lg:
+        res = lg.verify()
+        assert res.ok and res.erased >= 22

@@ -1,0 +1,156 @@
+"""Embedding: many SessionStore opens of one profile in one process share one log, projector and
+follower; each closes on its own; nothing outlives the last one; a follower whose profile
+disappears stops quietly; sequential processes read each other's writes without settling."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from eventlog.errors import ClosedError
+from eventlog.sessions import store as store_module
+from eventlog.sessions.store import SessionStore
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def eventlog_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("eventlog"))
+
+
+def test_three_libraries_share_one_profile_and_close_in_any_order(tmp_path: Path) -> None:
+    errors: list[BaseException] = []
+    sids: dict[int, str] = {}
+    barrier = threading.Barrier(3)
+
+    def library(n: int) -> None:
+        rng = random.Random(n)
+        try:
+            with SessionStore.open(tmp_path, "p", follower=n != 1, durability="nosync") as store:
+                sid = store.create_session(source=f"lib{n}")
+                sids[n] = sid
+                barrier.wait()
+                for i in range(20):
+                    store.append_message(sid, "user", f"lib{n} says {i}")
+                    assert len(store.get_messages(sid)) == i + 1  # read-your-writes per handle
+                barrier.wait()
+                assert {s["source"] for s in store.list_sessions()} >= {"lib0", "lib1", "lib2"}
+                time.sleep(rng.random() / 20)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=library, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert store_module._shared == {} and eventlog_threads() == []
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        assert sorted(len(store.get_messages(s)) for s in sids.values()) == [20, 20, 20]
+
+
+def test_handles_share_one_core_and_a_closed_one_refuses_use(tmp_path: Path) -> None:
+    a = SessionStore.open(tmp_path, "p", durability="nosync")
+    b = SessionStore.open(tmp_path, "p", follower=False, durability="nosync")
+    try:
+        assert a._core is b._core and a.log is b.log and a._core.refs == 2
+        sid = a.create_session(source="cli")
+        b.append_message(sid, "user", "from b")
+        a.close()
+        a.close()  # idempotent
+        with pytest.raises(ClosedError):
+            a.append_message(sid, "user", "after close")
+        with pytest.raises(ClosedError):
+            a.get_session(sid)
+        assert [m["content"] for m in b.get_messages(sid)] == ["from b"]  # the other handle works on
+        assert not b._core.projector.following  # the follower went with the only handle that asked for it
+    finally:
+        b.close()
+    assert store_module._shared == {} and eventlog_threads() == []
+
+
+FOLLOWER_CHILD = textwrap.dedent("""
+    import sys, threading, time, logging
+    logging.basicConfig(level=logging.WARNING)
+    from eventlog.sessions.store import SessionStore
+    store = SessionStore.open(sys.argv[1], "p")
+    sid = store.create_session(source="cli")
+    store.append_message(sid, "user", "hello")
+    print("READY", flush=True)
+    sys.stdin.readline()  # the profile folder is removed now
+    t0 = time.monotonic()
+    while any(t.name == "eventlog-projector" for t in threading.enumerate()) and time.monotonic() - t0 < 5:
+        time.sleep(0.01)
+    alive = [t.name for t in threading.enumerate() if t.name == "eventlog-projector"]
+    print("FOLLOWER", "alive" if alive else "gone", round(time.monotonic() - t0, 2), flush=True)
+""")
+
+
+def test_a_follower_whose_profile_disappears_stops_once_without_a_traceback(tmp_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", FOLLOWER_CHILD, str(tmp_path)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert child.stdout is not None and child.stdin is not None
+    assert child.stdout.readline().strip() == "READY"
+    shutil.rmtree(tmp_path / "profiles" / "p")
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    out, err = child.communicate(timeout=30)
+    word, state, seconds = out.split()
+    assert (word, state) == ("FOLLOWER", "gone") and float(seconds) < 1.0, out
+    assert "Traceback" not in err, err
+    assert err.count("follower stops") == 1, err
+
+
+EXIT_WITHOUT_CLOSE = textwrap.dedent("""
+    import sys
+    from eventlog.sessions.store import SessionStore
+    store = SessionStore.open(sys.argv[1], "p")
+    sid = store.create_session(source="cli")
+    for i in range(50):
+        store.append_message(sid, "user", f"m{i}")
+    print(sid, flush=True)  # and exit with the store and its follower still open
+""")
+
+
+def test_interpreter_exit_with_stores_open_prints_nothing_and_loses_nothing(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-c", EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        assert len(store.get_messages(r.stdout.strip())) == 50
+
+
+def cli(home: Path, *args: str) -> str:
+    r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                        "--profile", "p", *args], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_sequential_cli_processes_read_each_others_writes(tmp_path: Path) -> None:
+    """`messages add` then `sessions show` in the next process shows the message — also while a
+    long-lived process elsewhere runs a follower — though the writer does not settle its append."""
+    gateway = subprocess.Popen([sys.executable, "-c", FOLLOWER_CHILD, str(tmp_path)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert gateway.stdout is not None and gateway.stdout.readline().strip() == "READY"
+        sid = cli(tmp_path, "sessions", "new", "--source", "cli").split()[-1]
+        for i in range(5):
+            cli(tmp_path, "messages", "add", sid, "--role", "user", "--content", f"step {i}")
+            shown = cli(tmp_path, "sessions", "show", sid, "--json")
+            assert f"step {i}" in shown, shown
+    finally:
+        gateway.kill()
+        gateway.wait()
