@@ -24,6 +24,12 @@ from projections.site import Broken, Site, check_writable, write_cursor
 DEFAULT_BATCH = 1000
 
 
+WAL_LIMIT = 1 << 20
+"""Bytes a WAL is cut back to when SQLite restarts it after a checkpoint (``journal_size_limit``;
+it grows to ~4 MB between automatic checkpoints); an idle projector empties it entirely
+(:meth:`Writer.truncate_wal`)."""
+
+
 class Writer:
     """The lease holder's read-write connection: state.db, with the FTS file attached as ``f``.
 
@@ -39,6 +45,11 @@ class Writer:
         self.state_gen: Generation | None = None
         self._fts_gen: Generation | None = None
         self._holds: dict[str, tuple[int | None, Generation]] = {}  # kind -> hold of its generation
+
+    @property
+    def open(self) -> bool:
+        """A read-write connection is open (this process has caught up or built under the lease)."""
+        return self._conn is not None
 
     def state(self) -> sqlite3.Connection:
         """The connection to the generation state.db names now; raises :class:`Broken` when
@@ -70,6 +81,7 @@ class Writer:
             self._let_go("state")
             raise
         fts.register(conn)
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         self._conn, self.state_gen = conn, g
         return conn
 
@@ -92,7 +104,25 @@ class Writer:
             raise Broken("foreign", "application_id")
         if conn.execute("PRAGMA f.user_version").fetchone()[0] != g.schema:
             raise Broken("foreign", "user_version")
+        conn.execute(f"PRAGMA f.journal_size_limit = {WAL_LIMIT}")
         return g
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint both files' WALs into the databases and truncate them to zero bytes
+        (``wal_checkpoint(TRUNCATE)``), never waiting: a reader inside a read transaction
+        makes it give up. True when every WAL is empty now. Under the lease, when idle."""
+        if files.read_pointer(self.site.state_pointer()) is None:
+            return True
+        conn = self.state()
+        schemas = ["main"]
+        if files.read_pointer(self.site.fts_pointer()) is not None:
+            self.attach_fts(conn)
+            schemas.append("f")
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            return all(conn.execute(f"PRAGMA {s}.wal_checkpoint(TRUNCATE)").fetchone()[0] == 0 for s in schemas)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
 
     def detach_fts(self) -> None:
         """Let go of the FTS file (before it is rebuilt); closes the whole connection when the

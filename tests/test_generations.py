@@ -197,3 +197,96 @@ def test_a_replaced_generation_goes_when_its_last_reader_lets_go(tmp_path: Path,
         assert not files.lock_path(old_state).exists() and not files.lock_path(old_fts).exists()
         r2.close()
     assert sorted(files.collect(directory, SCHEMAS)) == []
+
+
+READ_CONN = """
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, isolation_level=None)
+db.execute("SELECT count(*) FROM messages").fetchone()
+print("ready", flush=True)
+for line in sys.stdin:  # "begin": open a read transaction and keep it; "end": close it
+    if line.strip() == "begin":
+        db.execute("BEGIN")
+        db.execute("SELECT count(*) FROM messages").fetchone()
+    else:
+        db.execute("COMMIT")
+    print("ok", flush=True)
+"""
+
+
+def wal_bytes(directory: Path) -> int:
+    total = 0
+    for k in ("state", "fts"):
+        g = files.read_pointer(directory / f"{k}.db")
+        assert g is not None
+        try:
+            total += os.stat(f"{g.path}-wal").st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def until(cond: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_an_idle_follower_empties_the_wals_other_processes_reading_on(tmp_path: Path, made: EventLog) -> None:
+    """WALs are measured, not assumed: they grow while events arrive, and once the projector is
+    idle they are cut to zero bytes — with another process's connection open (so SQLite's own
+    delete-on-last-close cannot be what emptied them); a reader inside a read transaction
+    postpones it until it ends."""
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+        g = files.read_pointer(directory / "state.db")
+        assert g is not None
+        other = spawn(READ_CONN, g.path)
+        try:
+            ready(other)
+            p.start_follower()
+            for round_ in range(2):
+                for i in range(200):
+                    log.append([make_event("message.appended", "a", {"role": "user", "content": f"wal {round_} {i}"})])
+                grown = until(lambda: wal_bytes(directory) > 0 and p.cursor() == log.head()[0], 5)
+                assert grown, "the WALs never held anything: the check below would prove nothing"
+                if round_ == 1:  # a reader in a transaction: the WAL must stay until it ends
+                    assert other.stdin is not None and other.stdout is not None
+                    other.stdin.write("begin\n")
+                    other.stdin.flush()
+                    assert other.stdout.readline().strip() == "ok"
+                    time.sleep(1.5)  # three idle periods
+                    assert wal_bytes(directory) > 0
+                    other.stdin.write("end\n")
+                    other.stdin.flush()
+                    assert other.stdout.readline().strip() == "ok"
+                assert until(lambda: wal_bytes(directory) == 0, 10), wal_bytes(directory)
+            assert p.reader().search("wal 1 199")["results"]
+        finally:
+            kill(other)
+
+
+def test_closing_a_writer_leaves_no_wal_behind(tmp_path: Path, made: EventLog) -> None:
+    """A process that caught up and closes (no follower) empties the WALs, though another
+    process still has the files open."""
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+    g = files.read_pointer(directory / "state.db")
+    assert g is not None
+    other = spawn(READ_CONN, g.path)
+    try:
+        ready(other)
+        p = Projector(directory, log, "p")
+        for i in range(100):
+            log.append([make_event("message.appended", "b", {"role": "user", "content": f"close {i}"})])
+            p.advance()
+        assert wal_bytes(directory) > 0
+        p.close()
+        assert wal_bytes(directory) == 0
+    finally:
+        kill(other)
