@@ -501,3 +501,24 @@ def test_what_hermes_deletes_is_erased_from_every_file(path: Path) -> None:
     with EventLog.open(log_dir if (log_dir / "lock.mdb").exists() else log_dir.parent) as lg:
         res = lg.verify()
         assert res.ok and res.erased >= 22
+
+
+def test_a_child_orphaned_by_a_delete_survives_the_erase_and_every_rebuild(path: Path) -> None:
+    """Hermes orphans the children of a deleted session (parent set to NULL); once the parent's
+    events are erased, a rebuild must still give the child back, orphaned, with its messages."""
+    db = SessionDB(db_path=path)
+    try:
+        db.create_session("parent", source="cli")
+        db.create_session("branch", source="cli", parent_session_id="parent")
+        db.append_message("branch", role="user", content="child words")
+        assert db.delete_session("parent") is True
+        got = db.get_session("branch")
+        assert got is not None and got["parent_session_id"] is None
+        assert [m["content"] for m in db.get_messages("branch")] == ["child words"]
+        assert db._engine is not None
+        db._engine.rebuild()
+        again = db.get_session("branch")
+        assert again is not None and again["parent_session_id"] is None
+        assert [m["content"] for m in db.get_messages("branch")] == ["child words"]
+    finally:
+        db.close()

@@ -153,6 +153,45 @@ def test_a_stopped_writer_blocks_no_reader_and_a_writer_gives_up_naming_it(tmp_p
         assert lg.head()[0] == 51 and lg.verify().ok
 
 
+STORE_WRITER = textwrap.dedent("""
+    import sys, time
+    from eventlog.errors import WriterBusyError
+    from eventlog.sessions.store import SessionStore
+    with SessionStore.open(sys.argv[1], "p", follower=False, lock_timeout=float(sys.argv[2])) as store:
+        listed = len(store.list_sessions())            # a read answers past the frozen writer
+        t0 = time.monotonic()
+        try:
+            store.create_session(source="cli")
+            print("CREATED", flush=True)
+        except WriterBusyError as e:
+            print("BUSY", listed, e.pid, round(time.monotonic() - t0, 3), flush=True)
+""")
+
+
+def test_session_store_lock_timeout_bounds_a_write_behind_a_stopped_writer(tmp_path: Path) -> None:
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        store.create_session(source="cli")
+    with pytest.raises(ValidationError):
+        SessionStore.open(tmp_path, "q", follower=False, lock_timeout=-1)
+    log_dir = tmp_path / "profiles" / "p" / "log"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(log_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HOLDING"
+        os.kill(holder.pid, signal.SIGSTOP)
+        for timeout in ("0.3", "1.5"):
+            out = subprocess.run([sys.executable, "-c", STORE_WRITER, str(tmp_path), timeout],
+                                 capture_output=True, text=True, timeout=30)
+            word, listed, pid, seconds = out.stdout.split()
+            assert (word, listed, int(pid)) == ("BUSY", "1", holder.pid), out
+            assert float(timeout) - 0.05 <= float(seconds) < float(timeout) + 3.0, out.stdout
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+
+
 def test_the_writer_lock_error_is_typed(tmp_path: Path) -> None:
     err = WriterBusyError(tmp_path, os.getpid(), 1.5)
     assert isinstance(err, StorageError) and err.pid == os.getpid() and "1.5 s" in str(err) and err.hint

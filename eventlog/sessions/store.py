@@ -29,7 +29,7 @@ from eventlog.errors import (
     ValidationError,
     process_state,
 )
-from eventlog.log import LOG_URL_ENV, Log, open_log
+from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
@@ -317,7 +317,9 @@ class SessionStore:
         object: used as it is, and closing it is left to the caller. The projections live in the
         profile's directory under ``home`` whatever the log.
         Options: ``durability`` ("sync" | "nosync"), ``read_model`` ("projection" | "fold"),
-        ``follower`` (bool, default True: a background thread applies new log events — this
+        ``lock_timeout`` (seconds, default 10: how long an append waits for another process
+        holding the LMDB log's writer lock before :class:`WriterBusyError` names it; reads never
+        wait for it), ``follower`` (bool, default True: a background thread applies new log events — this
         process's and other processes' — within 20 ms whenever it can take the projector
         lease; with False, each read brings the projections up to the log first).
         Opening a profile already open in this process is cheap: the stores share one log and
@@ -353,7 +355,8 @@ class SessionStore:
 
     @staticmethod
     def _check_options(core: _Shared, options: dict[str, Any]) -> None:
-        allowed = {"durability", "map_size", "read_model", "follower", "batch_size", "check", "extensions"}
+        allowed = {"durability", "map_size", "lock_timeout", "read_model", "follower", "batch_size", "check",
+                   "extensions"}
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
@@ -368,12 +371,19 @@ class SessionStore:
         owns_log = not isinstance(log, Log)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
+        timeout = options.pop("lock_timeout", None)
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
+                raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
         options.pop("follower", None)  # the core starts no follower: handles ask for one
         if log is None:
             from eventlog.log.lmdb import EventLog
 
-            log = EventLog.open(d / "log", durability=durability, profile=profile, **map_size)
+            lmdb_options: dict[str, Any] = {**map_size, **({"lock_timeout": float(timeout)} if timeout is not None else {})}
+            log = EventLog.open(d / "log", durability=durability, profile=profile, **lmdb_options)
         elif not isinstance(log, Log):
+            if timeout is not None and not is_log_url(log):
+                map_size["lock_timeout"] = float(timeout)
             log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
             reads, projector = cls._open_reads(d, log, profile, options)

@@ -34,7 +34,23 @@ def apply(conn: sqlite3.Connection, envelope: dict[str, Any]) -> Any:
     data = envelope.get("data")
     if type(data) is not dict:
         return None
+    if "seq" in envelope and "parent_session_id" in data and envelope.get("type") in _LINKING:
+        data = _orphaned_if_erased(conn, data)
     return handler(conn, session_of(envelope), data)
+
+
+_LINKING = frozenset({"session.created", "hermes.session_enriched"})
+
+
+def _orphaned_if_erased(conn: sqlite3.Connection, data: dict[str, Any]) -> dict[str, Any]:
+    """A replayed link to a parent that does not exist, without it. Hermes links only to an
+    existing session (a live write to a missing parent fails on the foreign key and is never
+    logged), so in a replay a missing parent was deleted later and its events erased: Hermes
+    orphaned the child then (``parent_session_id`` NULL), which is what the rebuild gives back."""
+    parent = from_json(data["parent_session_id"])
+    if parent is None or conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone():
+        return data
+    return {k: v for k, v in data.items() if k != "parent_session_id"}
 
 
 def rule(*types: str) -> Callable[[Handler], Handler]:
