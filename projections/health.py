@@ -122,9 +122,11 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done("old_schema", f"schema version {g.schema}, this program writes {schema}")
     if g.schema > schema:
         return done("newer_schema", f"schema version {g.schema} of a newer program")
+    held = files.hold(g)  # no process deletes it while it is being looked at
     try:
         conn = sql.connect_ro(g.path)
     except sqlite3.Error as e:
+        files.release(held, g)
         return done(sql.status_of(e), f"cannot open {g.name}: {e}")
     try:
         found_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -148,6 +150,7 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done(sql.status_of(e), f"{g.name}: {e}")
     finally:
         conn.close()
+        files.release(held, g)
 
 
 def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str | None:
@@ -156,18 +159,22 @@ def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str 
     if [r[0] for r in rows] != ["ok"]:
         return "integrity_check: " + "; ".join(str(r[0]) for r in rows[:5])
     if kind == "fts":
-        # Reading every entry of the index visits every index page; SQLite's integrity_check
-        # does not look inside FTS5 tables (and the 'integrity-check' command needs a write
-        # transaction, which only the lease holder may open).
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_probe USING fts5vocab({schema}, fts, instance)")
+        # SQLite's integrity_check does not look inside FTS5 tables (and the 'integrity-check'
+        # command needs a write transaction, which only the lease holder may open): read every
+        # entry of both indexes instead, and check that the vocabulary is the word index's.
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_tri_probe USING fts5vocab({schema}, vocab_tri, row)")
         try:
-            conn.execute("SELECT count(*) FROM temp.fts_probe").fetchone()
-            docs = conn.execute(f"SELECT count(*) FROM {schema}.docs").fetchone()[0]
-            indexed = conn.execute(f"SELECT count(*) FROM {schema}.fts_docsize").fetchone()[0]
-            if docs != indexed:
-                return f"fts index holds {indexed} documents, docs table {docs}"
+            words, entries = conn.execute(f"SELECT count(*), total(doc) FROM {schema}.fts_terms").fetchone()
+            vocab = conn.execute(f"SELECT count(*) FROM {schema}.vocab").fetchone()[0]
+            conn.execute("SELECT count(*) FROM temp.vocab_tri_probe").fetchone()
+            if words != vocab:
+                return f"the word index holds {words} words, its vocabulary {vocab}"
+            documents = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'documents'").fetchone()
+            if documents is None or not isinstance(documents[0], int) or documents[0] < 0 \
+                    or (documents[0] == 0 and entries > 0):
+                return f"the word index holds {int(entries)} entries for {documents and documents[0]} documents"
         finally:
-            conn.execute("DROP TABLE IF EXISTS temp.fts_probe")
+            conn.execute("DROP TABLE IF EXISTS temp.vocab_tri_probe")
     return None
 
 
