@@ -2,11 +2,12 @@
 
 ``baseline_bare_rebuild.scale`` takes eventlog's own projection schema
 (``projections.schema.STATE_DDL`` + ``FTS_TABLES``: sessions, messages with their indexes,
-``docs`` and the trigram FTS5 table over it), inserts the *same rows* a rebuild of the same
-workload produces -- one ``sessions`` row per session with its final counters, one ``messages``
-row per message, one ``docs`` row (the lower-cased search text) per message -- with
-``executemany``, then builds the index with a single ``INSERT INTO fts(fts) VALUES('rebuild')``
-and fsyncs the file.  Same bulk pragmas as eventlog's builder (no journal, synchronous off,
+and the search index: a contentless word index over the message rows plus a trigram index over
+its vocabulary), inserts the *same rows* a rebuild of the same workload produces -- one
+``sessions`` row per session with its final counters, one ``messages`` row per message -- with
+``executemany``, then builds the index from those rows with the index's own bulk statements
+(one ``INSERT … SELECT`` into the word index, then the vocabulary and its trigram index:
+``projections.fts.Bulk``) and fsyncs the file.  Same bulk pragmas as eventlog's builder (no journal, synchronous off,
 64 MiB cache).
 
 Everything that is not SQLite is done *outside* the clock: the rows (including the JSON of
@@ -39,7 +40,6 @@ _MESSAGE_COLS = ("id", "session_id", "role", "content", "content_json", "tool_ca
                  "reasoning_details", "display_kind", "display_metadata", "active", "n_tool_calls")
 _INSERT_MESSAGE = (f"INSERT INTO messages ({', '.join(_MESSAGE_COLS)}) "
                    f"VALUES ({', '.join('?' * len(_MESSAGE_COLS))})")
-_INSERT_DOC = "INSERT INTO docs (id, session_id, text) VALUES (?, ?, ?)"
 _SESSION_COLS = ("id", "source", "started_at", "last_activity_at", "message_count", "tool_call_count",
                  "archived", "pinned", "hidden", "profile_name", "created_seq")
 _INSERT_SESSION = (f"INSERT INTO sessions ({', '.join(_SESSION_COLS)}) "
@@ -55,11 +55,10 @@ def _schema() -> list[str]:
 
 
 def _rows(chunk: list[dict[str, Any]], seq: int, sessions: dict[str, list[Any]], now: float
-          ) -> tuple[list[tuple[Any, ...]], list[tuple[int, str, str]], int]:
-    """Message rows and docs rows of one chunk, as eventlog's Applier writes them; sessions
-    (first seen here) get a seq for their ``session.created`` and their counters are bumped."""
+          ) -> tuple[list[tuple[Any, ...]], int]:
+    """Message rows of one chunk, as eventlog's Applier writes them; sessions (first seen
+    here) get a seq for their ``session.created`` and their counters are bumped."""
     msgs: list[tuple[Any, ...]] = []
-    docs: list[tuple[int, str, str]] = []
     for m in chunk:
         sid = m["session_id"]
         c = sessions.get(sid)
@@ -73,12 +72,10 @@ def _rows(chunk: list[dict[str, Any]], seq: int, sessions: dict[str, list[Any]],
         content = m["content"]
         msgs.append((seq, sid, m["role"], content, 0, calls_text, m["tool_name"], m["tool_call_id"], now,
                      m["token_count"], None, m["reasoning"], None, None, None, 1, n_calls))
-        docs.append((seq, sid, "\n".join((content or "", m["tool_name"] or "",
-                                          (calls_text or "") if n_calls else "")).lower()))
         c[1] = now
         c[2] += 1
         c[3] += n_calls
-    return msgs, docs, seq
+    return msgs, seq
 
 
 def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
@@ -102,10 +99,9 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     messages = 0
     conn.execute("BEGIN")
     for chunk in workload.chunks(opts.get("chunk", 5000)):
-        msgs, docs, seq = _rows(chunk, seq, sessions, now)  # untimed
+        msgs, seq = _rows(chunk, seq, sessions, now)  # untimed
         t0 = perf()
         conn.executemany(_INSERT_MESSAGE, msgs)
-        conn.executemany(_INSERT_DOC, docs)
         dt = perf() - t0
         rec.add(dt)
         insert_s += dt
@@ -114,7 +110,12 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
     t0 = perf()
     conn.executemany(_INSERT_SESSION, srows)
     t1 = perf()
-    conn.execute("INSERT INTO fts (fts) VALUES ('rebuild')")
+    from projections import fts
+
+    fts.register(conn)
+    bulk = fts.Bulk(conn)
+    bulk.add_from(f"SELECT id, {fts.INDEXED_VALUES} FROM messages")
+    bulk.finish()
     t2 = perf()
     conn.execute("COMMIT")
     conn.close()
@@ -145,7 +146,7 @@ def scale_point(workload: Any, dir: str, **opts: Any) -> dict[str, Any]:
         "rebuild_events": events,
         "rebuild_events_per_s": round(events / total_s, 1) if total_s else None,
         "rebuild_peak_rss_mb": peak_rss_mb(),
-        "rebuild_what": "executemany of the same rows into eventlog's schema + FTS5 'rebuild' + fsync",
+        "rebuild_what": "executemany of the same rows into eventlog's schema + the index's bulk build + fsync",
         "insert_s": round(insert_s, 4),
         "fts_rebuild_s": round(fts_s, 4),
         "search_p50_ms": None,

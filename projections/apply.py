@@ -7,7 +7,8 @@ the caller opens and commits; :meth:`Applier.flush` must run before the commit.
 Speed: the two events that dominate a log, ``message.appended`` and ``usage.recorded``, are
 applied to an in-memory copy of the rows they touch (session counters, usage rows) and
 written back in bulk by :meth:`flush`; every other event flushes first and then works on the
-tables directly. Sums are still computed one event at a time in log order, so float totals
+tables directly (the cached rows are kept, except by the two that change them in SQL:
+``session.deleted`` and ``messages.rewound``). Sums are still computed one event at a time in log order, so float totals
 are bit-identical to the fold's whatever the batch sizes.
 """
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from eventlog.sessions.events import CURRENT_VERSIONS, Handler, check_handlers, upcast
-from eventlog.sessions.fold import content_text
 from eventlog.sessions.rules import (
     COSTS,
     CREATED_TEXT,
@@ -110,9 +110,6 @@ class Applier:
         self.skipped: dict[str, int] = {}
         """Events of types this program does not project (a newer program's, an extension's),
         by type; added to the ``skipped_types`` meta row at the next flush (shown by doctor)."""
-        self.docs: list[tuple[int, str, str]] | None = None
-        """When a list: (message id, session id, lower-cased search text) of each message
-        inserted, for an FTS index built alongside (see fts.search_doc: same text)."""
 
     # ---- entry points ---------------------------------------------------------------------
 
@@ -209,7 +206,7 @@ class Applier:
         role, tool_name, tool_call_id, finish_reason, reasoning, display_kind = [
             v if type(v) is str else None for v in (g("role"), g("tool_name"), g("tool_call_id"),
                                                     g("finish_reason"), g("reasoning"), g("display_kind"))]
-        raw = content = g("content")
+        content = g("content")
         content_json = 0
         if content is not None and type(content) is not str:
             content = json_text(content, list, dict)
@@ -231,10 +228,6 @@ class Applier:
         display = g("display_metadata")
         if display is not None:
             display = json_text(display, dict)
-        if self.docs is not None:
-            text = content_text(raw) if content_json else (content or "")
-            calls_part = calls_text if calls_text is not None and n_calls else ""
-            self.docs.append((seq, sid, "\n".join((text, tool_name or "", calls_part)).lower()))
         self._messages.append((seq, sid, role, content, content_json, calls_text, tool_name, tool_call_id, stamp,
                                tokens, finish_reason, reasoning, details, display_kind, display, 1, n_calls))
         c[0] += 1
@@ -274,16 +267,19 @@ class Applier:
 
     # ---- session events: each flushes the hot path's buffers first ----------------------------
 
-    def _settled_live(self, sid: str) -> bool:
-        """Flush the buffered rows, then say whether ``sid`` is a live session."""
-        self.flush()
+    def _settled_live(self, sid: str, *, keep_cache: bool = True) -> bool:
+        """Flush the buffered rows, then say whether ``sid`` is a live session. The cached
+        counters and usage rows stay valid unless the caller changes them in SQL itself
+        (``keep_cache=False``: deletes and rewinds)."""
+        self.flush(keep_cache=keep_cache)
         return self._live(sid)
 
     def _live(self, sid: str) -> bool:
         return self.db.execute("SELECT 1 FROM sessions WHERE id = ?", (sid,)).fetchone() is not None
 
     def _created(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
-        self.flush()
+        self.flush(keep_cache=True)
+        self._counters.pop(sid, None)  # a "no such session" cached for an event before this one
         if self._live(sid) or self.db.execute("SELECT 1 FROM tombstones WHERE id = ?", (sid,)).fetchone():
             return
         row = {key: as_str(data.get(key)) for key in CREATED_TEXT}
@@ -352,10 +348,13 @@ class Applier:
                             (*(v for _, v in sets), sid))
 
     def _deleted(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
-        if not self._settled_live(sid):
+        if not self._settled_live(sid, keep_cache=False):
             return
         db = self.db
         for m in [sid, *_descendants(sid, self._children)]:
+            # The search index may hold these messages: it needs what it was given to let them go.
+            db.execute("INSERT INTO fts_pending (id, seq, content, tool_name, tool_calls) "
+                       "SELECT id, ?, content, tool_name, tool_calls FROM messages WHERE session_id = ?", (seq, m))
             db.execute("DELETE FROM reactions WHERE session_id = ?", (m,))
             db.execute("DELETE FROM usage WHERE session_id = ?", (m,))
             db.execute("DELETE FROM messages WHERE session_id = ?", (m,))
@@ -364,14 +363,19 @@ class Applier:
 
     def _erased(self, data: Any, seq: int) -> None:
         """The log's erase record: the rows of the sessions it names go (their events are stubs
-        now, so a build from the start never makes them), and a tombstone tells the FTS index to
-        drop their documents. The connection deletes securely (SQLite overwrites what it frees)."""
+        now, so a build from the start never makes them), and their messages' indexed values go to
+        ``fts_pending`` so the search index drops their documents. The connection deletes
+        securely (SQLite overwrites what it frees)."""
         names = data.get("sessions") if isinstance(data, dict) else None
         db = self.db
         db.execute("PRAGMA secure_delete = ON")
         for sid in names if isinstance(names, list) else []:
             if not isinstance(sid, str):
                 continue
+            # The search index needs what it was given to let the documents go (see _deleted);
+            # the pending rows are purged by the same catch-up's index sync.
+            db.execute("INSERT OR REPLACE INTO fts_pending (id, seq, content, tool_name, tool_calls) "
+                       "SELECT id, ?, content, tool_name, tool_calls FROM messages WHERE session_id = ?", (seq, sid))
             db.execute("DELETE FROM reactions WHERE session_id = ?", (sid,))
             db.execute("DELETE FROM usage WHERE session_id = ?", (sid,))
             db.execute("DELETE FROM messages WHERE session_id = ?", (sid,))
@@ -380,7 +384,7 @@ class Applier:
 
     def _rewound(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         mid = as_int(data.get("message_id"))
-        if not self._settled_live(sid) or mid is None:
+        if not self._settled_live(sid, keep_cache=False) or mid is None:
             return
         target = self.db.execute("SELECT active FROM messages WHERE id = ? AND session_id = ?", (mid, sid)).fetchone()
         if target is None or not target[0]:

@@ -6,10 +6,14 @@ no reader ever sees a half-built file, readers holding the old file keep working
 generation's ``-wal``/``-shm`` stay paired with it. Generation numbers are never reused.
 Leftovers of a build that died are deleted by the next one.
 
-state.db and the FTS index are rebuilt together (the index built in a second thread while
-state.db is written, :class:`IndexBuilder`) or the index alone from state.db (an FTS fault).
-A standalone snapshot (state and FTS tables in one file, as of a log prefix) is written the
-same way to a path of the caller's, needs no lease and touches nothing live.
+A full rebuild builds state.db first and swaps it in — sessions and transcripts are readable
+from then on — and then the search index from state.db (:meth:`Builder.rebuild_fts`; search is
+degraded to a scan of state.db until it is swapped in). In sequence, because on the 2-core VM
+this was measured on a second thread indexing beside the state build finished no sooner (two
+busy threads ran at ~0.7x each) and made state.db wait for the index; see bench/README.md.
+The index alone is rebuilt the same way after an FTS fault. A standalone snapshot (state and
+FTS tables in one file, as of a log prefix) is written to a path of the caller's, needs no
+lease and touches nothing live.
 
 Lease held for everything except :meth:`Builder.standalone`.
 """
@@ -18,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +38,7 @@ from projections.schema import (
     STATE_APP_ID,
     STATE_SCHEMA,
 )
-from projections.site import ZERO_HASH, Site, init_meta, write_cursor
+from projections.site import SCHEMAS, ZERO_HASH, Site, init_meta, write_cursor
 from projections.verified import Verified
 
 log = logging.getLogger("eventlog.projections")
@@ -53,45 +56,42 @@ class Builder:
 
     def rebuild_state(self, until_seq: int | None = None, as_of_ns: int | None = None,
                       progress: Progress | None = None, *, with_fts: bool = False) -> dict[str, Any]:
-        """Build state.db (and, ``with_fts``, the FTS index alongside) and swap it in.
-        Returns ``{"events", "last_seq", "last_hash", "files"}``."""
+        """Build state.db and swap it in; ``with_fts``: then the search index too (search is
+        degraded meanwhile; an index that fails to build is logged and left to the next
+        catch-up, it never undoes the state.db swap). Returns ``{"events", "last_seq",
+        "last_hash", "files"}``."""
         site = self.site
         pointer = site.state_pointer()
-        files.collect_abandoned(site.dir, "state")
         g = files.next_generation(site.dir, "state", STATE_SCHEMA)
-        index = fg = None
-        if with_fts:
-            files.collect_abandoned(site.dir, "fts")
-            fg = files.next_generation(site.dir, "fts", FTS_SCHEMA)
-            index = IndexBuilder(fg.path, site.profile, site.view().log_id)
+        held = files.create_generation(g)
         try:
-            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress, index=index)
-            documents = index.finish(g.path, built["last_seq"], built["last_hash"]) if index is not None else 0
+            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress)
         except BaseException:
-            if index is not None:
-                index.abort()
-            files.remove_file(g.path)
+            files.release(held, g)  # unreferenced: deleted
             raise
-        old = files.read_pointer(pointer)
         self.writer.close()
         files.swap_pointer(pointer, g)
-        files.collect_garbage(site.dir, "state", {old.name} if old else set())
+        files.release(held, None)
+        if with_fts:
+            # Until the new index is in, search answers from a scan of the new state.db.
+            files.drop_pointer(site.fts_pointer())
+        files.collect(site.dir, SCHEMAS)  # the generations just replaced, unless a reader holds one
         site.known_seq = built["last_seq"]
         log.info("state.db rebuilt as %s (%d events)", g.name, built["events"])
         names = [g.name]
-        if fg is not None:
-            fpointer = site.fts_pointer()
-            fold_ = files.read_pointer(fpointer)
-            files.swap_pointer(fpointer, fg)
-            files.collect_garbage(site.dir, "fts", {fold_.name} if fold_ else set())
-            site.fts_fault = None
-            names.append(fg.name)
-            log.info("FTS index rebuilt as %s (%d documents)", fg.name, documents)
+        if with_fts:
+            try:
+                names += self.rebuild_fts()["files"]
+            except Exception as e:  # noqa: BLE001 - a search fault is its own class
+                site.fts_fault = f"{type(e).__name__}: {e}"
+                log.warning("building the search index failed (%s); search is degraded until it is rebuilt",
+                            site.fts_fault)
         return {**built, "files": names}
 
     def rebuild_fts(self) -> dict[str, Any]:
-        """Build the FTS index alone from the current state.db and swap it in.
-        Returns ``{"documents", "last_seq", "files"}``."""
+        """Build the search index alone from the current state.db (one ``INSERT ... SELECT``:
+        no message passes through Python) and swap it in. Returns ``{"documents",
+        "last_seq", "files"}``."""
         site = self.site
         conn = self.writer.state()
         self.writer.detach_fts()
@@ -99,30 +99,31 @@ class Builder:
         state_gen = self.writer.state_gen
         assert state_gen is not None
         pointer = site.fts_pointer()
-        files.collect_abandoned(site.dir, "fts")
         g = files.next_generation(site.dir, "fts", FTS_SCHEMA)
-        files.create_empty(g.path)
-        out = sql.connect_rw(g.path)
+        held = files.create_generation(g)
         try:
-            bulk_pragmas(out)
-            create(out, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
-            fts.register(out)
-            sql.attach_ro(out, state_gen.path, "s")
-            out.execute("BEGIN")
-            init_meta(out, "fts", site.profile, site.view().log_id)
-            fts.sync(out, 0, smeta["last_seq"], fts_schema="main", state_schema="s", bulk=True)
-            fts.rebuild_index(out, "main")
-            write_cursor(out, smeta["last_seq"], smeta["last_hash"])
-            documents = out.execute("SELECT count(*) FROM docs").fetchone()[0]
-            out.execute("COMMIT")
-            out.execute("DETACH DATABASE s")
-            out.execute("PRAGMA journal_mode = WAL")
-        finally:
-            out.close()
-        files.fsync_file(g.path)
-        old = files.read_pointer(pointer)
+            out = sql.connect_rw(g.path)
+            try:
+                bulk_pragmas(out)
+                create(out, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
+                fts.register(out)
+                sql.attach_ro(out, state_gen.path, "s")
+                out.execute("BEGIN")
+                init_meta(out, "fts", site.profile, site.view().log_id)
+                documents = fts.build_from_state(out, fts_schema="main", state_schema="s")
+                write_cursor(out, smeta["last_seq"], smeta["last_hash"])
+                out.execute("COMMIT")
+                out.execute("DETACH DATABASE s")
+                out.execute("PRAGMA journal_mode = WAL")
+            finally:
+                out.close()
+            files.fsync_file(g.path)
+        except BaseException:
+            files.release(held, g)
+            raise
         files.swap_pointer(pointer, g)
-        files.collect_garbage(site.dir, "fts", {old.name} if old else set())
+        files.release(held, None)
+        files.collect(site.dir, SCHEMAS)
         site.fts_fault = None
         log.info("FTS index rebuilt as %s (%d documents)", g.name, documents)
         return {"documents": documents, "last_seq": smeta["last_seq"], "files": [g.name]}
@@ -149,10 +150,10 @@ class Builder:
         return {**built, "files": [str(out_path)]}
 
     def _state_file(self, path: Path, app_id: int, kind: str, until_seq: int | None, as_of_ns: int | None,
-                    progress: Progress | None, *, with_fts: bool = False, wal: bool = True,
-                    index: IndexBuilder | None = None) -> dict[str, Any]:
+                    progress: Progress | None, *, with_fts: bool = False, wal: bool = True) -> dict[str, Any]:
         """Write a complete state file at ``path`` from the log prefix (up to ``until_seq``, or
-        to the last event appended at ``as_of_ns``); fsync it."""
+        to the last event appended at ``as_of_ns``); ``with_fts``: the search tables in the same
+        file, filled from its messages at the end; fsync it."""
         site = self.site
         view = site.view()
         stop = view.head_seq if until_seq is None else max(0, min(until_seq, view.head_seq))
@@ -170,8 +171,6 @@ class Builder:
             if until_seq is not None:
                 conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('until_seq', ?)", (int(until_seq),))
             applier = site.applier(conn)
-            if index is not None:
-                applier.docs = []
             last: dict[str, Any] | None = None
             if stop > 0:
                 for env in verified:
@@ -183,14 +182,9 @@ class Builder:
                     events += 1
                     if events % BULK_FLUSH == 0:
                         applier.flush(keep_cache=True)
-                        if index is not None:
-                            index.add(applier.docs)  # type: ignore[arg-type]
-                            applier.docs = []
                         if progress is not None:
                             progress(events, stop)
             applier.flush()
-            if index is not None:
-                index.add(applier.docs)  # type: ignore[arg-type]
             if kind != "replay" and as_of_ns is None and until_seq is None:
                 site.damage = verified.damage
             last_seq = last["seq"] if last else 0
@@ -198,8 +192,8 @@ class Builder:
             write_cursor(conn, last_seq, last_hash)
             if with_fts:
                 fts.register(conn)
-                fts.sync(conn, 0, last_seq, fts_schema="main", state_schema="main", bulk=True)
-                fts.rebuild_index(conn, "main")
+                fts.build_from_state(conn, fts_schema="main", state_schema="main")
+                fts.purge(conn, last_seq)
             conn.execute("COMMIT")
             if progress is not None:
                 progress(events, stop)
@@ -210,86 +204,6 @@ class Builder:
         files.fsync_file(path)
         damage = verified.damage.to_dict() if verified.damage is not None else None
         return {"events": events, "last_seq": last_seq, "last_hash": last_hash, "damage": damage}
-
-
-class IndexBuilder:
-    """Builds a new FTS file in a second thread while state.db is being rebuilt (SQLite runs
-    without the GIL, so the trigram indexing overlaps the Python work of the state build).
-
-    ``add(docs)`` queues rows from :attr:`Applier.docs`; ``finish(state_path, seq, hash)``
-    drops the documents of sessions deleted during the build, writes the cursor, merges the
-    index, syncs the file. ``abort()`` on failure."""
-
-    def __init__(self, path: Path, profile: str | None, log_id: str) -> None:
-        self.path = path
-        import queue
-
-        self._queue: queue.Queue[list[tuple[int, str, str]] | None] = queue.Queue(maxsize=1)
-        self._error: BaseException | None = None
-        files.create_empty(path)
-        self._db = sql.connect_rw(path)
-        bulk_pragmas(self._db)
-        create(self._db, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
-        self._db.execute("BEGIN")
-        init_meta(self._db, "fts", profile, log_id)
-        self._db.execute("INSERT INTO fts (fts, rank) VALUES ('automerge', 0)")
-        self._db.execute("INSERT INTO fts (fts, rank) VALUES ('crisismerge', 2000)")
-        self._thread = threading.Thread(target=self._run, name="eventlog-fts-build", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            chunk = self._queue.get()
-            if chunk is None:
-                return
-            if self._error is not None:
-                continue
-            try:
-                self._db.executemany("INSERT INTO docs (id, session_id, text) VALUES (?, ?, ?)", chunk)
-                self._db.execute("INSERT INTO fts (rowid, text) SELECT id, text FROM docs WHERE id BETWEEN ? AND ?",
-                                 (chunk[0][0], chunk[-1][0]))
-            except BaseException as e:  # reported by finish()
-                self._error = e
-
-    def add(self, docs: list[tuple[int, str, str]]) -> None:
-        if docs:
-            self._queue.put(docs)
-
-    def _stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-    def finish(self, state_path: Path, seq: int, h: str | None) -> int:
-        self._stop()
-        db = self._db
-        try:
-            if self._error is not None:
-                raise self._error
-            sql.attach_ro(db, state_path, "s")
-            for (sid,) in db.execute("SELECT id FROM s.tombstones").fetchall():
-                db.execute("INSERT INTO fts (fts, rowid, text) SELECT 'delete', id, text FROM docs "
-                           "WHERE session_id = ?", (sid,))
-                db.execute("DELETE FROM docs WHERE session_id = ?", (sid,))
-            write_cursor(db, seq, h)
-            documents = db.execute("SELECT count(*) FROM docs").fetchone()[0]
-            db.execute("INSERT INTO fts (fts) VALUES ('optimize')")
-            db.execute("INSERT INTO fts (fts, rank) VALUES ('automerge', 4)")
-            db.execute("INSERT INTO fts (fts, rank) VALUES ('crisismerge', 16)")
-            db.execute("COMMIT")
-            db.execute("DETACH DATABASE s")
-            db.execute("PRAGMA journal_mode = WAL")
-        finally:
-            db.close()
-        files.fsync_file(self.path)
-        return int(documents)
-
-    def abort(self) -> None:
-        if self._thread.is_alive():
-            self._stop()
-        try:
-            self._db.close()
-        finally:
-            files.remove_file(self.path)
 
 
 def bulk_pragmas(conn: sqlite3.Connection) -> None:

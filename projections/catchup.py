@@ -17,12 +17,18 @@ from projections import db as sql
 from projections import files, fts
 from projections.apply import Applier
 from projections.files import Generation
-from projections.health import HEALTHY, fts_command_check, judge_meta, read_meta
+from projections.health import HEALTHY, fts_command_check, fts_counts, judge_meta, read_meta
 from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
 from projections.site import Broken, Site, check_writable, write_cursor
 from projections.verified import Verified
 
 DEFAULT_BATCH = 1000
+
+
+WAL_LIMIT = 1 << 20
+"""Bytes a WAL is cut back to when SQLite restarts it after a checkpoint (``journal_size_limit``;
+it grows to ~4 MB between automatic checkpoints); an idle projector empties it entirely
+(:meth:`Writer.truncate_wal`)."""
 
 
 class Writer:
@@ -39,6 +45,12 @@ class Writer:
         self._conn: sqlite3.Connection | None = None
         self.state_gen: Generation | None = None
         self._fts_gen: Generation | None = None
+        self._holds: dict[str, tuple[int | None, Generation]] = {}  # kind -> hold of its generation
+
+    @property
+    def open(self) -> bool:
+        """A read-write connection is open (this process has caught up or built under the lease)."""
+        return self._conn is not None
 
     def state(self) -> sqlite3.Connection:
         """The connection to the generation state.db names now; raises :class:`Broken` when
@@ -50,9 +62,11 @@ class Writer:
             return self._conn
         self.close()
         check_writable(g, STATE_SCHEMA)
+        self._hold("state", g)
         try:
             conn = sql.connect_rw(g.path)
         except sqlite3.Error as e:
+            self._let_go("state")
             raise Broken(sql.status_of(e), str(e)) from e
         try:
             if conn.execute("PRAGMA application_id").fetchone()[0] != STATE_APP_ID:
@@ -61,11 +75,14 @@ class Writer:
                 raise Broken("foreign", "user_version")
         except sqlite3.DatabaseError as e:
             conn.close()
+            self._let_go("state")
             raise Broken(sql.status_of(e), str(e)) from e
         except Broken:
             conn.close()
+            self._let_go("state")
             raise
         fts.register(conn)
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         self._conn, self.state_gen = conn, g
         return conn
 
@@ -79,14 +96,34 @@ class Writer:
         if self._fts_gen is not None:
             conn.execute("DETACH DATABASE f")
             self._fts_gen = None
+            self._let_go("fts")
         check_writable(g, FTS_SCHEMA)
+        self._hold("fts", g)
         sql.attach_rw(conn, g.path, "f")
         self._fts_gen = g
         if conn.execute("PRAGMA f.application_id").fetchone()[0] != FTS_APP_ID:
             raise Broken("foreign", "application_id")
         if conn.execute("PRAGMA f.user_version").fetchone()[0] != g.schema:
             raise Broken("foreign", "user_version")
+        conn.execute(f"PRAGMA f.journal_size_limit = {WAL_LIMIT}")
         return g
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint both files' WALs into the databases and truncate them to zero bytes
+        (``wal_checkpoint(TRUNCATE)``), never waiting: a reader inside a read transaction
+        makes it give up. True when every WAL is empty now. Under the lease, when idle."""
+        if files.read_pointer(self.site.state_pointer()) is None:
+            return True
+        conn = self.state()
+        schemas = ["main"]
+        if files.read_pointer(self.site.fts_pointer()) is not None:
+            self.attach_fts(conn)
+            schemas.append("f")
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            return all(conn.execute(f"PRAGMA {s}.wal_checkpoint(TRUNCATE)").fetchone()[0] == 0 for s in schemas)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(sql.BUSY_TIMEOUT_S * 1000)}")
 
     def detach_fts(self) -> None:
         """Let go of the FTS file (before it is rebuilt); closes the whole connection when the
@@ -99,6 +136,7 @@ class Writer:
             except sqlite3.Error:
                 self.close()
         self._fts_gen = None
+        self._let_go("fts")
 
     def close(self) -> None:
         if self._conn is not None:
@@ -109,6 +147,18 @@ class Writer:
         self._conn = None
         self.state_gen = None
         self._fts_gen = None
+        self._let_go("fts")
+        self._let_go("state")
+
+    def _hold(self, kind: str, g: Generation) -> None:
+        """Hold generation ``g`` while the connection has it open (see :func:`files.hold`)."""
+        self._let_go(kind)
+        self._holds[kind] = (files.hold(g), g)
+
+    def _let_go(self, kind: str) -> None:
+        held = self._holds.pop(kind, None)
+        if held is not None:
+            files.release(*held)
 
 
 class CatchUp:
@@ -165,17 +215,22 @@ class CatchUp:
         if self.site.fts_fault:
             conn.execute("BEGIN IMMEDIATE")  # the check needs the write lock we hold
             try:
-                problem = fts_command_check(conn, "f")
+                # The word index is contentless: FTS5's check cannot see documents removed from
+                # it; their count against the one the index records can.
+                problem = fts_command_check(conn, "f") or fts_counts(conn, "f", exact=True)
             finally:
                 conn.execute("ROLLBACK")
             if problem:
                 raise Broken("corrupt", problem)
-        if fmeta["last_seq"] < smeta["last_seq"]:
+        if fmeta["last_seq"] < smeta["last_seq"] or fts.pending(conn, fmeta["last_seq"]):
             conn.execute("BEGIN IMMEDIATE")
             try:
                 fts.sync(conn, fmeta["last_seq"], smeta["last_seq"])
                 write_cursor(conn, smeta["last_seq"], smeta["last_hash"], "f")
                 conn.execute("COMMIT")
+            except LookupError as e:  # state.db has purged rows this (older) index still needed
+                conn.execute("ROLLBACK")
+                raise Broken("stale", str(e)) from e
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -5,8 +5,16 @@ versioned file ``<kind>.<gen>.v<schema>.db`` in the same directory. SQLite resol
 when it opens, so its ``-wal``/``-shm`` are named after the versioned file and can never pair
 with another generation. A rebuild writes a new versioned file completely, syncs it, then
 replaces the pointer atomically (temporary symlink + ``os.replace`` + directory fsync).
-Connections opened on the old file keep reading it; the previous generation is kept, older
-unreferenced ones are deleted.
+
+**No leftovers.** Every process that has a generation open holds a shared ``flock`` on its
+lock file ``<kind>.<gen>.v<schema>.lock`` (:func:`hold`; never the database file itself: closing
+any descriptor of it would cancel SQLite's fcntl locks). A generation no pointer names is
+deleted as soon as nobody holds it (:func:`collect_generation` takes the lock exclusively, or
+leaves it): by the builder right after a swap, by the last process that lets go of it, and by a
+sweep (:func:`collect`) at open and heal for what a killed process left. Deletion removes the
+database file first, then its ``-wal``/``-shm``, the lock file last, so a deletion killed
+halfway leaves only files the next sweep recognises and removes. A build that died before its
+swap holds nothing any more and is collected the same way.
 
 A process whose schema is older than the one the canonical pointer names (a hot update is
 under way) uses a private pointer ``<kind>.v<schema>.db`` instead, so both versions keep
@@ -19,6 +27,7 @@ Nothing here opens a database file with plain file I/O except :func:`create_empt
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 from dataclasses import dataclass
@@ -36,6 +45,7 @@ from eventlog.profiles import temp_path as temp_path
 
 KINDS = ("state", "fts")
 _GEN_RE = re.compile(r"(state|fts)\.([0-9]+)\.v([0-9]+)\.db")
+_GEN_FILE_RE = re.compile(r"(state|fts)\.([0-9]+)\.v([0-9]+)\.(?:db|db-wal|db-shm|db-journal|lock)")
 SIDECARS = ("", "-wal", "-shm", "-journal")
 
 
@@ -155,6 +165,15 @@ def swap_pointer(pointer: Path, target: Generation) -> None:
     publish(tmp, pointer)
 
 
+def drop_pointer(pointer: Path) -> None:
+    """Remove ``pointer`` durably (a missing one is fine): its projection reads as missing."""
+    try:
+        os.unlink(pointer)
+    except FileNotFoundError:
+        return
+    fsync_dir(pointer.parent)
+
+
 def referenced(directory: Path, kind: str) -> set[str]:
     """Names of the generation files any pointer of ``kind`` names."""
     out: set[str] = set()
@@ -172,30 +191,177 @@ def referenced(directory: Path, kind: str) -> set[str]:
     return out
 
 
-def collect_garbage(directory: Path, kind: str, keep: set[str]) -> list[str]:
-    """Delete generation files of ``kind`` that no pointer names and that are not in ``keep``
-    (the generation a swap just replaced). Call only while holding the projector lease."""
-    live = referenced(directory, kind) | keep
+# ---- holding and collecting generations ----------------------------------------------------------
+
+def lock_path(g: Generation) -> Path:
+    return g.path.with_name(f"{g.kind}.{g.gen}.v{g.schema}.lock")
+
+
+def _lock_fd(path: Path, op: int, create: bool) -> int | None:
+    """An fd of ``path`` holding flock ``op`` on a file still linked there, or None (missing,
+    unlinked meanwhile, or the lock not taken)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, FILE_MODE)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, op)
+        if os.fstat(fd).st_nlink > 0:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def hold(g: Generation) -> int | None:
+    """A shared hold on generation ``g``: while the returned fd is open no process deletes its
+    files. None when ``g`` has been (or is being) collected. A lock file missing while a pointer
+    names ``g`` (removed by hand) is made again. Release with :func:`release`."""
+    fd = _lock_fd(lock_path(g), fcntl.LOCK_SH, create=False)
+    if fd is None and g.name in referenced(g.path.parent, g.kind) and g.path.exists():
+        fd = _lock_fd(lock_path(g), fcntl.LOCK_SH, create=True)
+    return fd
+
+
+def hold_pointed(pointer: Path) -> tuple[int | None, Generation | None]:
+    """The generation ``pointer`` names, held (:func:`hold`): when the one it named was
+    collected between reading the pointer and taking the hold, the pointer is read again.
+    ``(None, g)`` when ``g``'s files are missing; ``(None, None)`` when the pointer is."""
+    g = read_pointer(pointer)
+    for _ in range(20):
+        if g is None:
+            return None, None
+        fd = hold(g)
+        if fd is not None:
+            return fd, g
+        now = read_pointer(pointer)
+        if now == g:
+            break
+        g = now
+    return None, g
+
+
+def release(fd: int | None, g: Generation | None) -> None:
+    """Let go of a hold; if no pointer names ``g`` and nobody else holds it, delete it now."""
+    if fd is None:
+        return
+    os.close(fd)
+    if g is not None and read_pointer(canonical_pointer(g.path.parent, g.kind)) != g:
+        try:
+            collect_generation(g)
+        except OSError:
+            pass  # the next sweep
+
+
+def create_generation(g: Generation) -> int:
+    """Create ``g``'s lock file (held shared: a running build is never collected) and an empty
+    database file with mode 0600. Returns the hold; :func:`release` it after the swap."""
+    for _ in range(10):
+        fd = _lock_fd(lock_path(g), fcntl.LOCK_SH, create=True)
+        if fd is not None:
+            create_empty(g.path)
+            return fd
+    raise OSError(f"cannot lock the new generation {g.name}")
+
+
+def collect_generation(g: Generation) -> bool:
+    """Delete generation ``g`` (database file, then sidecars, then lock file) if no pointer
+    names it and no process holds it. Never waits. Returns True when it was deleted."""
+    directory = g.path.parent
+    if g.name in referenced(directory, g.kind):
+        return False
+    fd = _lock_fd(lock_path(g), fcntl.LOCK_EX | fcntl.LOCK_NB, create=True)
+    if fd is None:
+        return False
+    try:
+        if g.name in referenced(directory, g.kind):
+            return False
+        remove_file(g.path)
+        os.unlink(lock_path(g))
+        fsync_dir(directory)
+        return True
+    except FileNotFoundError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def generation_files(directory: Path) -> dict[tuple[str, int, int], list[str]]:
+    """Every file of every generation (database, sidecars, lock), by (kind, gen, schema)."""
+    out: dict[tuple[str, int, int], list[str]] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for name in names:
+        m = _GEN_FILE_RE.fullmatch(name)
+        if m:
+            out.setdefault((m.group(1), int(m.group(2)), int(m.group(3))), []).append(name)
+    return out
+
+
+def remove_replaced(directory: Path, schemas: dict[str, int]) -> list[str]:
+    """Delete every generation of this program's schemas that no pointer names, with its
+    sidecars and lock file, *even one a process still holds* (after an erase nothing may keep
+    the words: a holder keeps reading its open copy until it lets go; the names are gone).
+    Returns the names deleted. Call only under the projector lease."""
     removed = []
-    for g in generations(directory, kind):
-        if g.name not in live:
-            remove_file(g.path)
-            removed.append(g.name)
+    for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
+        if schemas.get(kind) != schema:
+            continue
+        g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
+        if g.name in referenced(directory, kind):
+            continue
+        remove_file(g.path)
+        try:
+            os.unlink(lock_path(g))
+        except FileNotFoundError:
+            pass
+        removed.append(g.name)
+    if removed:
+        fsync_dir(directory)
     return removed
 
 
-def collect_abandoned(directory: Path, kind: str) -> list[str]:
-    """Delete generation files newer than every pointer's: leftovers of a build that died
-    before its swap. Call only while holding the projector lease (no build is running)."""
-    live = referenced(directory, kind)
-    if not live:
-        return []
-    top = max((g.gen for g in generations(directory, kind) if g.name in live), default=0)
+_TEMP_RE = re.compile(r"\.(?:(?:state|fts)(?:\.v[0-9]+)?\.db|\.(?:state|fts)\.generation)\.([0-9]+)\.[0-9]+\.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's process: alive
+    return True
+
+
+def collect(directory: Path, schemas: dict[str, int]) -> list[str]:
+    """Sweep: delete every generation of this program's schemas (``schemas[kind]``) that no
+    pointer names and nobody holds, what a deletion killed halfway left, and the temporary
+    pointers and generation counters of processes that died writing them (older versions'
+    files: :func:`collect_superseded`). Returns the names deleted."""
     removed = []
-    for g in generations(directory, kind):
-        if g.gen > top and g.name not in live:
-            remove_file(g.path)
+    for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
+        if schemas.get(kind) != schema:
+            continue
+        g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
+        if collect_generation(g):
             removed.append(g.name)
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        names = []
+    for name in names:
+        m = _TEMP_RE.fullmatch(name)
+        if m and not _alive(int(m.group(1))):
+            try:
+                os.unlink(directory / name)
+                removed.append(name)
+            except OSError:
+                pass
     return removed
 
 
@@ -219,9 +385,9 @@ def superseded_pointers(directory: Path, schemas: dict[str, int]) -> list[tuple[
 
 def collect_superseded(directory: Path, schemas: dict[str, int]) -> list[str]:
     """Remove the private pointer of every older schema version that no live process uses any
-    more (see :class:`projections.lease.SchemaUse`), with the generation file it named unless
-    another pointer still names it. ``schemas``: this program's schema per kind. Returns the
-    names removed."""
+    more (see :class:`projections.lease.SchemaUse`), and every generation file of such a version
+    that no pointer names; then sweep this version's own unreferenced, unheld generations
+    (:func:`collect`). ``schemas``: this program's schema per kind. Returns the names removed."""
     from projections.lease import schema_lock_path, try_exclusive
 
     removed: list[str] = []
@@ -230,15 +396,25 @@ def collect_superseded(directory: Path, schemas: dict[str, int]) -> list[str]:
         if fd is None:
             continue  # a process of that version is alive: its files stay
         try:
-            g = read_pointer(pointer)
             os.unlink(pointer)
             removed.append(pointer.name)
-            if g is not None and g.name not in referenced(directory, kind):
-                remove_file(g.path)
-                removed.append(g.name)
             fsync_dir(directory)
         except FileNotFoundError:
             pass
         finally:
             os.close(fd)
-    return removed
+    # Generation files of older versions that no pointer names, once no process of that
+    # version is left (an older version may not hold generation locks).
+    for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
+        if kind not in schemas or schema >= schemas[kind]:
+            continue
+        fd = try_exclusive(schema_lock_path(directory, kind, schema))
+        if fd is None:
+            continue
+        try:
+            g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
+            if collect_generation(g):
+                removed.append(g.name)
+        finally:
+            os.close(fd)
+    return removed + collect(directory, schemas)

@@ -138,9 +138,11 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done("old_schema", f"schema version {g.schema}, this program writes {schema}")
     if g.schema > schema:
         return done("newer_schema", f"schema version {g.schema} of a newer program")
+    held = files.hold(g)  # no process deletes it while it is being looked at
     try:
         conn = sql.connect_ro(g.path)
     except sqlite3.Error as e:
+        files.release(held, g)
         return done(_status(e, pointer.parent), f"cannot open {g.name}: {e}")
     try:
         found_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -160,7 +162,7 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
             if problem:
                 return done("corrupt", problem)
         if full and status in HEALTHY + ("ahead",):
-            problem = integrity(conn, kind, path=g.path)
+            problem = integrity(conn, kind)
             if problem:
                 return done("corrupt", problem)
         return done(status, detail)
@@ -168,6 +170,7 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done(_status(e, pointer.parent), f"{g.name}: {e}")
     finally:
         conn.close()
+        files.release(held, g)
 
 
 def _status(e: BaseException, directory: Path) -> str:
@@ -175,55 +178,33 @@ def _status(e: BaseException, directory: Path) -> str:
     return "no_room" if space.out_of_room(e, directory) else sql.status_of(e)
 
 
-def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main", *, path: Path | None = None) -> str | None:
-    """A read-only deep check; returns what is wrong, or None. For the FTS index at ``path``
-    this includes FTS5's own index-against-content check, run on a private in-memory copy
-    (the command writes, and only the lease holder may write the live file)."""
+def integrity(conn: sqlite3.Connection, kind: str, schema: str = "main") -> str | None:
+    """A read-only deep check; returns what is wrong, or None."""
     rows = conn.execute(f"PRAGMA {schema}.integrity_check(20)").fetchall()
     if [r[0] for r in rows] != ["ok"]:
         return "integrity_check: " + "; ".join(str(r[0]) for r in rows[:5])
     if kind == "fts":
-        # Reading every entry of the index visits every index page; SQLite's integrity_check
-        # does not look inside FTS5 tables.
-        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_probe USING fts5vocab({schema}, fts, instance)")
+        # SQLite's integrity_check does not look inside FTS5 tables (and the 'integrity-check'
+        # command needs a write transaction, which only the lease holder may open): read every
+        # entry of both indexes instead, and check that the vocabulary is the word index's.
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.vocab_tri_probe USING fts5vocab({schema}, vocab_tri, row)")
         try:
-            conn.execute("SELECT count(*) FROM temp.fts_probe").fetchone()
-            docs = conn.execute(f"SELECT count(*) FROM {schema}.docs").fetchone()[0]
-            indexed = conn.execute(f"SELECT count(*) FROM {schema}.fts_docsize").fetchone()[0]
-            if docs != indexed:
-                return f"fts index holds {indexed} documents, docs table {docs}"
+            words, entries = conn.execute(f"SELECT count(*), total(doc) FROM {schema}.fts_terms").fetchone()
+            vocab = conn.execute(f"SELECT count(*) FROM {schema}.vocab").fetchone()[0]
+            conn.execute("SELECT count(*) FROM temp.vocab_tri_probe").fetchone()
+            if words != vocab:
+                return f"the word index holds {words} words, its vocabulary {vocab}"
+            documents = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'documents'").fetchone()
+            if documents is None or not isinstance(documents[0], int) or documents[0] < 0 \
+                    or (documents[0] == 0 and entries > 0):
+                return f"the word index holds {int(entries)} entries for {documents and documents[0]} documents"
         finally:
-            conn.execute("DROP TABLE IF EXISTS temp.fts_probe")
-        if path is not None and schema == "main":
-            return fts_copy_check(conn, path)
+            conn.execute("DROP TABLE IF EXISTS temp.vocab_tri_probe")
     return None
 
 
-COPY_CHECK_MAX_BYTES = 256 * 1024 * 1024
-"""FTS5's own check runs on an in-memory copy of index files up to this size."""
-
-
-def fts_copy_check(conn: sqlite3.Connection, path: Path) -> str | None:
-    """FTS5's 'integrity-check' (every index entry against the documents) on an in-memory copy
-    of the index ``conn`` reads: finds pages overwritten with bytes FTS5 still parses, which a
-    search would answer from silently. Skipped for files over COPY_CHECK_MAX_BYTES."""
-    try:
-        if os.path.getsize(path) > COPY_CHECK_MAX_BYTES:
-            return None
-    except OSError:
-        return None
-    copy = sqlite3.connect(":memory:")
-    try:
-        conn.backup(copy)
-        return fts_command_check(copy)
-    except sqlite3.DatabaseError as e:
-        return f"fts integrity-check: {e}"
-    finally:
-        copy.close()
-
-
 def averaged_rows(conn: sqlite3.Connection, schema: str = "main") -> int:
-    """How many documents the FTS5 index holds, from its averages record (one row read)."""
+    """How many documents the FTS5 word index holds, from its averages record (one row read)."""
     row = conn.execute(f"SELECT block FROM {schema}.fts_data WHERE id = 1").fetchone()
     block = bytes(row[0]) if row and row[0] else b""
     value = 0
@@ -237,20 +218,18 @@ def averaged_rows(conn: sqlite3.Connection, schema: str = "main") -> int:
 
 
 def fts_counts(conn: sqlite3.Connection, schema: str = "main", *, exact: bool = False) -> str | None:
-    """Do the index and its documents agree in number? Cheap (two rows read, every open): an
-    emptied index over documents, or an index over an emptied docs table. ``exact`` counts the
-    documents (one pass over the docs table's smallest index): half of either side gone."""
+    """Do the word index and the document count it records agree? Cheap (two rows read, on
+    every open): an emptied index (``delete-all``) that still records documents. ``exact``:
+    any difference in number (documents removed from the index behind its back)."""
+    found = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'documents'").fetchone()
+    documents = found[0] if found is not None and isinstance(found[0], int) else None
+    if documents is None:
+        return None  # judged by integrity()
     indexed = averaged_rows(conn, schema)
-    if exact:
-        docs = conn.execute(f"SELECT count(*) FROM {schema}.docs").fetchone()[0]
-        if docs != indexed:
-            return f"the index holds {indexed} documents, the docs table {docs}"
-        return None
-    any_doc = conn.execute(f"SELECT 1 FROM {schema}.docs LIMIT 1").fetchone() is not None
-    if any_doc and indexed == 0:
-        return "the index is empty but the docs table is not"
-    if indexed and not any_doc:
-        return f"the index holds {indexed} documents but the docs table is empty"
+    if exact and indexed != documents:
+        return f"the word index holds {indexed} documents, its count says {documents}"
+    if documents > 0 and indexed == 0:
+        return f"the word index is empty but counts {documents} documents"
     return None
 
 

@@ -44,13 +44,15 @@ from projections.extensions import ExtensionTables, extension_cursor
 from projections.follow import FOLLOW_POLL, Follower
 from projections.heal import Healer
 from projections.lease import Lease, SchemaUse
-from projections.site import SCHEMAS, Site
+from projections.site import SCHEMAS, Broken, Site
 from projections.visibility import Reach, Visibility
 
 if TYPE_CHECKING:
     from projections.queries import Reader
 
 DEFAULT_LEASE_TIMEOUT = 120.0
+IDLE_S = 0.5
+"""Seconds without new events after which a follower empties the WALs."""
 
 
 class Projector:
@@ -78,7 +80,9 @@ class Projector:
         self._builder = Builder(self.site, writer)
         self._healer = Healer(self.site, writer, self._catchup, self._builder, self._locked)
         self.extensions = ExtensionTables(self.site, writer)
-        self._follower = Follower(directory, lambda: self.advance(wait=0))
+        self._follower = Follower(directory, self._follow_step)
+        self._busy_at = 0.0  # when the follower last saw the projections move
+        self._wal_dirty = True  # WALs may hold pages (ours or another writer's) since the last truncation
         self.visibility = Visibility(self)
         self._schema_use = SchemaUse(directory, SCHEMAS)
         self._probe: Reader | None = None
@@ -240,7 +244,7 @@ class Projector:
         with self._locked(timeout):
             built = self._builder.rebuild_state(with_fts=True)
             self.extensions.catch_up()
-            removed = files.collect_garbage(self.dir, "state", set()) + files.collect_garbage(self.dir, "fts", set())
+            removed = files.remove_replaced(self.dir, SCHEMAS)
         return {"events": built["events"], "files": built["files"], "removed": removed,
                 "seconds": time.perf_counter() - started}
 
@@ -284,14 +288,17 @@ class Projector:
         """A read-only connection on state.db once extension read model ``name`` includes event
         ``to_seq`` (see :meth:`advance_read_model`)."""
         self.advance_read_model(name, to_seq, wait)
-        g = files.read_pointer(self.state_pointer())
+        held, g = files.hold_pointed(self.state_pointer())
         if g is None:
             raise ProjectionError("state.db is missing", hint="run `eventlog doctor --fix`")
-        conn = sql.connect_ro(g.path)
         try:
-            yield conn
+            conn = sql.connect_ro(g.path)
+            try:
+                yield conn
+            finally:
+                conn.close()
         finally:
-            conn.close()
+            files.release(held, g)
 
     # ---- search faults (reported by readers) ----------------------------------------------------
 
@@ -305,6 +312,31 @@ class Projector:
         return bool(self.site.fts_fault)
 
     # ---- following ----------------------------------------------------------------------------
+
+    def _follow_step(self) -> None:
+        """One poll of the follower: advance; once nothing has moved for :data:`IDLE_S`, empty
+        the WALs (:meth:`truncate_wal`), retried every ``IDLE_S`` until it succeeds."""
+        before = self.site.known_seq
+        self.advance(wait=0)
+        now = time.monotonic()
+        if self.site.known_seq != before:
+            self._busy_at, self._wal_dirty = now, True
+        elif self._wal_dirty and now - self._busy_at >= IDLE_S:
+            self._busy_at = now
+            self._wal_dirty = not self.truncate_wal()
+
+    def truncate_wal(self) -> bool:
+        """Checkpoint the projections' WALs and cut them to zero bytes, if the lease is free
+        now and no reader is inside a read transaction (never waits; see
+        :meth:`projections.catchup.Writer.truncate_wal`). True when they are empty."""
+        if self._closed or not self.lease.acquire(0):
+            return False
+        try:
+            return self._writer.truncate_wal()
+        except (Broken, sqlite3.Error):
+            return False  # a damaged file: the next catch-up or heal deals with it
+        finally:
+            self.lease.release()
 
     def start_follower(self, poll: float = FOLLOW_POLL) -> None:
         """Start a daemon thread that advances the projections every ``poll`` seconds whenever
@@ -352,10 +384,12 @@ class Projector:
         if self._closed:
             return
         self.stop_follower()
-        self._closed = True
         self._healer.close()
         if self._probe is not None:
             self._probe.close()
+        if self._writer.open:
+            self.truncate_wal()  # this process wrote: leave no WAL behind (other processes may read on)
+        self._closed = True
         self.lease.close()
         self._writer.close()  # the follower and the repairer are stopped: nobody works under the lease
         self._schema_use.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.errors import DiskFullError, EventLogError, ProjectionError, ValidationError
+from eventlog.sessions.fold import search_terms
 from eventlog.sessions.reads import typed_read
 from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
 from projections import db as sql
@@ -82,6 +83,7 @@ class Reader:
         self._state_gen: Generation | None = None
         self._fts_gen: Generation | None = None
         self._fts: str | None = None  # schema name of the FTS tables, None when unusable
+        self._holds: dict[str, tuple[int | None, Generation]] = {}  # kind -> hold (files.hold)
         self.warnings = Warnings()
         self.last_search_degraded = False
         self._counted = False
@@ -98,6 +100,31 @@ class Reader:
             self._db = None
             self._state_gen = self._fts_gen = None
             self._fts = None
+            for kind in list(self._holds):
+                self._let_go(kind)
+
+    def _hold(self, kind: str, g: Generation) -> None:
+        """Hold generation ``g`` while a connection has it open: no process deletes it meanwhile."""
+        self._let_go(kind)
+        self._holds[kind] = (files.hold(g), g)
+
+    def _hold_pointed(self, kind: str, g: Generation, pointer: Path) -> Generation | None:
+        """Hold ``g``, which ``pointer`` named a moment ago; if it was collected meanwhile (a
+        rebuild swapped and nobody held it), hold the generation the pointer names now."""
+        for _ in range(20):
+            self._hold(kind, g)
+            if self._holds[kind][0] is not None:
+                return g
+            now = files.read_pointer(pointer)
+            if now is None or now == g:
+                return g  # the file itself is missing: opening it reports that
+            g = now
+        return g
+
+    def _let_go(self, kind: str) -> None:
+        held = self._holds.pop(kind, None)
+        if held is not None:
+            files.release(*held)  # the last process to let go of a replaced generation deletes it
 
     def __enter__(self) -> "Reader":
         return self
@@ -142,6 +169,8 @@ class Reader:
         for attempt in (1, 2):
             problem = None
             db = None
+            if g is not None:
+                g = self._hold_pointed("state", g, p.state_pointer())
             if g is None:
                 problem = "missing"
             else:
@@ -161,6 +190,7 @@ class Reader:
                 return
             if db is not None:
                 db.close()
+            self._let_go("state")
             if attempt == 2:
                 raise ProjectionError(f"state.db is unusable: {problem}",
                                       hint="run `eventlog doctor --fix` or `eventlog rebuild`")
@@ -175,6 +205,10 @@ class Reader:
             except sqlite3.Error:
                 pass
         self._fts, self._fts_gen = None, fg
+        self._let_go("fts")
+        if fg is not None:
+            fg = self._hold_pointed("fts", fg, self._projector.fts_pointer())
+            self._fts_gen = fg
         if fg is None or not fg.path.exists():
             return
         try:
@@ -428,7 +462,8 @@ class Reader:
         Returns ``{"degraded": bool, "results": [{"session_id", "message_id", "role",
         "snippet", "timestamp"}]}``; ``degraded`` means the index was unusable and a scan of
         state.db answered (same results, slower)."""
-        terms, longer, shorter = fts.plan(query)
+        shown = list(dict.fromkeys(search_terms(query)))
+        terms = fts.query_terms(query)
         if not terms or not _encodable(*terms, role, source, session_id):
             return {"degraded": bool(self._projector is not None and self._projector.search_degraded),
                     "results": []}
@@ -444,47 +479,34 @@ class Reader:
             params.append(session_id)
         count = -1 if limit is None else _clamp(limit)
         cols = "m.id, m.session_id, m.role, m.timestamp, m.content, m.content_json, m.tool_name, m.tool_calls"
+        where = " AND ".join([*filters, "search_match(m.content, m.content_json, m.tool_name, m.tool_calls, ?)"])
+        joined = fts.join_terms(terms)
 
-        def checks(db: sqlite3.Connection, wanted: list[str]) -> tuple[list[str], list[str]]:
-            """SQL conditions (and their parameters) that ``d.text`` holds every term: one
-            ``instr`` each, or one function call for a long query (an AND of a thousand terms
-            is more than SQLite's expression depth)."""
-            if len(wanted) <= fts.MAX_INLINE_TERMS:
-                return ["instr(d.text, ?) > 0" for _ in wanted], wanted
-            db.create_function("has_terms", 1, lambda text: isinstance(text, str) and all(t in text for t in wanted))
-            return ["has_terms(d.text)"], []
+        def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            # Newest first, so a term found in many messages ends the scan early; one session's
+            # messages are read through their index.
+            return db.execute(
+                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE {where} ORDER BY m.id DESC LIMIT ?", (*params, joined, count)).fetchall()
 
         def indexed(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
             f = self._fts
-            if longer:
-                # The index gives candidates (all trigrams present); instr checks every term.
-                conds, args = checks(db, terms)
-                where = " AND ".join(conds + filters)
-                return db.execute(
-                    f"SELECT {cols} FROM {f}.fts JOIN {f}.docs d ON d.id = fts.rowid "
-                    f"JOIN messages m ON m.id = fts.rowid JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE fts MATCH ? AND {where} ORDER BY fts.rowid DESC LIMIT ?",
-                    (fts.match_expression(longer), *args, *params, count)).fetchall()
-            conds, args = checks(db, shorter)
-            where = " AND ".join(filters + conds)
+            assert f is not None
+            plan = fts.plan(db, f, terms)
+            if plan.none:
+                return []
+            if not plan.groups or session_id is not None:
+                return scan(db)
             return db.execute(
-                f"SELECT {cols} FROM {f}.docs d JOIN messages m ON m.id = d.id "
-                f"JOIN sessions s ON s.id = m.session_id WHERE {where} ORDER BY d.id DESC LIMIT ?",
-                (*params, *args, count)).fetchall()
-
-        def scan(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            db.create_function("doc_matches", 4, lambda *a: all(t in fts.search_doc(*a) for t in terms))
-            where = " AND ".join(filters + ["doc_matches(m.content, m.content_json, m.tool_name, m.tool_calls)"])
-            return db.execute(
-                f"SELECT {cols} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE {where} ORDER BY m.id DESC LIMIT ?", (*params, count)).fetchall()
+                f"SELECT {cols} FROM {f}.fts JOIN messages m ON m.id = fts.rowid "
+                f"JOIN sessions s ON s.id = m.session_id WHERE fts MATCH ? AND {where} "
+                "ORDER BY fts.rowid DESC LIMIT ?", (plan.match_expression(), *params, joined, count)).fetchall()
 
         def run(db: sqlite3.Connection) -> tuple[bool, list[tuple[Any, ...]]]:
             if self._fts is None and self._projector is not None:
                 self._projector.report_fts_fault("the FTS index is missing or unreadable")
             if self._fts is not None and not self._counted and self._projector is not None:
-                # Once per index generation: the documents counted against the index (half of
-                # either side gone would otherwise make search silently wrong).
+                # Once per index generation: the documents counted against the index.
                 self._counted = True
                 try:
                     problem = fts_counts(db, self._fts, exact=True)
@@ -496,8 +518,6 @@ class Reader:
                 try:
                     return False, indexed(db)
                 except sqlite3.DatabaseError as e:
-                    if fts.query_too_large(e):  # the query, not the index: a scan answers, nothing is degraded
-                        return False, scan(db)
                     # Whatever the index did wrong (a damaged or dropped shadow table reads as
                     # anything from "malformed" to "SQL logic error"), the scan answers instead.
                     if self._projector is not None:
@@ -512,7 +532,7 @@ class Reader:
             msg = message_dict((mid, sid, role_, None, 0, None, None, None, stamp, None, None, None, None,
                                 None, None, 1), self.warnings)
             results.append({"session_id": sid, "message_id": mid, "role": msg["role"],
-                            "snippet": fts.snippet(text, terms), "timestamp": msg["timestamp"]})
+                            "snippet": fts.snippet(text, shown), "timestamp": msg["timestamp"]})
         return {"degraded": degraded, "results": results}
 
     def _degraded(self) -> bool:

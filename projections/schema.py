@@ -1,12 +1,15 @@
 """The SQL schema of the projections and their identity marks.
 
 ``state`` holds the read models of docs/EVENTS.md in tables close to what agent runtimes read
-(sessions, messages), plus usage, reactions, tombstones and the cursor (meta).
-``fts`` holds the search index: ``docs`` (message id, session, the lower-cased search text of
-:func:`eventlog.sessions.fold.search_text`) and ``fts``, an FTS5 trigram index over it (case-sensitive
-on lower-cased text; ``detail=none``: which documents hold a trigram, not where, so a query
-takes the documents holding all trigrams of its terms as candidates and checks each term
-with ``instr``, see :mod:`projections.fts`).
+(sessions, messages), plus usage, reactions, tombstones, the cursor (meta) and ``fts_pending``:
+the indexed columns of messages that a ``session.deleted`` removed, kept only until the search
+index has dropped them (a contentless index needs what it indexed to delete a document).
+
+``fts`` holds the search index and no copy of the content (see :mod:`projections.fts`):
+``fts``, a contentless FTS5 word index over a message's content, tool name and tool calls
+(``ascii`` tokenizer, ``detail=none``: which documents hold a word), ``vocab`` (every word of the
+index, kept in step with it), ``vocab_tri`` (a contentless trigram index over the lower-cased
+words: which words contain a substring) and ``fts_terms`` (FTS5's own view of the index's words).
 
 Bump ``STATE_SCHEMA``/``FTS_SCHEMA`` on any change to the tables or to what is derived: files
 of an older version are rebuilt into a new generation, see :mod:`projections.files`.
@@ -16,8 +19,8 @@ from __future__ import annotations
 from eventlog.sessions.rules import COSTS as COSTS  # the token and cost columns (re-exported)
 from eventlog.sessions.rules import TOKENS as TOKENS
 
-STATE_SCHEMA = 1
-FTS_SCHEMA = 2  # 2: detail=none (1: positional trigram index)
+STATE_SCHEMA = 2  # 2: fts_pending (1: the index kept its own copy of the text)
+FTS_SCHEMA = 3  # 3: contentless word index + vocabulary trigrams (2: trigram index over a copy, detail=none)
 STATE_APP_ID = 0x45564C53  # "EVLS"
 FTS_APP_ID = 0x45564C46  # "EVLF"
 REPLAY_APP_ID = 0x45564C52  # "EVLR": a standalone state + FTS file written for an audit
@@ -79,14 +82,26 @@ STATE_DDL = [
         PRIMARY KEY (message_id, author)
     ) WITHOUT ROWID""",
     "CREATE INDEX reactions_session ON reactions (session_id, seen, message_id, author)",
+    # seq: the session.deleted that removed the message; then the indexed columns of its row.
+    "CREATE TABLE fts_pending (id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, content, tool_name, tool_calls)",
 ]
 
 FTS_TABLES = [
-    "CREATE TABLE docs (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, text TEXT NOT NULL)",
-    "CREATE INDEX docs_session ON docs (session_id)",
-    """CREATE VIRTUAL TABLE fts USING fts5(
-        text, content='docs', content_rowid='id', tokenize='trigram case_sensitive 1',
-        detail=none)""",
+    """CREATE VIRTUAL TABLE fts USING fts5(content, tool_name, tool_calls, content='', tokenize='ascii',
+        detail=none, columnsize=0)""",
+    "CREATE VIRTUAL TABLE fts_terms USING fts5vocab(fts, row)",
+    # folded: the word lower-cased by Python (ς as σ) where that differs from the word itself
+    "CREATE TABLE vocab (id INTEGER PRIMARY KEY, word TEXT NOT NULL UNIQUE, folded TEXT)",
+    """CREATE VIRTUAL TABLE vocab_tri USING fts5(word, content='', tokenize='trigram case_sensitive 1',
+        detail=none, columnsize=0)""",
+]
+# Created once a bulk build has filled the vocabulary: from then on every word added to or
+# removed from ``vocab`` is added to or removed from its trigram index in the same statement.
+FTS_TRIGGERS = [
+    """CREATE TRIGGER vocab_added AFTER INSERT ON vocab BEGIN
+        INSERT INTO vocab_tri (rowid, word) VALUES (new.id, coalesce(new.folded, new.word)); END""",
+    """CREATE TRIGGER vocab_removed AFTER DELETE ON vocab BEGIN
+        INSERT INTO vocab_tri (vocab_tri, rowid, word) VALUES ('delete', old.id, coalesce(old.folded, old.word));
+        END""",
 ]
 FTS_DDL = [META_DDL, *FTS_TABLES]
-FTS_SHADOW = ("fts_data", "fts_idx", "fts_docsize", "fts_config")

@@ -163,7 +163,7 @@ def test_the_cli_erases_retains_and_compacts(tmp_path: Path) -> None:
     code, out, _ = cli(tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json")
     assert code == 0 and json.loads(out) == {"sessions": [old], "erased_events": 0, "seq": 0, "dry_run": True}
     code, out, _ = cli(tmp_path, "retention", "--older-than", "4w2d")
-    assert code == 0 and out.startswith("erased 1 sessions")
+    assert code == 0 and out.startswith("erased 1 session (")
     code, out, err = cli(tmp_path, "retention", "--older-than", "soon")
     assert code == 2 and "--older-than" in err
     code, out, _ = cli(tmp_path, "compact", "--json")

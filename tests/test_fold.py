@@ -421,8 +421,11 @@ def test_search_matches_every_word_case_insensitively_newest_first(log: Log) -> 
     log.add("session.hidden", "h")
     s = log.fold.search
     assert ids(s("rocket")) == [d, c, b, a]
-    assert ids(s('"ROCKET" launch*')) == [d, b]
-    assert ids(s("(rocket) deploy")) == [a]
+    assert ids(s("ROCKET launch")) == [d, b]
+    assert ids(s("rocket deploy")) == [a]
+    # Punctuation is matched exactly as typed (the substring rule): nothing is stripped.
+    assert ids(s('"ROCKET" launch*')) == [] and ids(s("(rocket)")) == []
+    assert ids(s('\\"rocket\\"')) == [d]  # as the tool-call arguments hold it, escaped in JSON
     assert ids(s("type")) == []  # keys of structured content are not text
     assert ids(s("rocket", role="assistant")) == [d, b]
     assert ids(s("rocket", source="telegram", limit=2)) == [d, c]
@@ -433,7 +436,8 @@ def test_search_matches_every_word_case_insensitively_newest_first(log: Log) -> 
 
 
 def test_search_terms() -> None:
-    assert search_terms(' "Hello" (World) foo* ^bar it\'s ') == ["hello", "world", "foo", "bar", "it's"]
+    assert search_terms(' "Hello" (World) foo* ^bar it\'s C++ ++ ') == [
+        '"hello"', "(world)", "foo*", "^bar", "it's", "c++", "++"]
     assert search_terms(None) == []
 
 

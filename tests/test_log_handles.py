@@ -214,3 +214,38 @@ def test_a_handle_closed_by_a_finalizer_during_an_open_does_not_deadlock(tmp_pat
     t.start()
     t.join(5)
     assert done.is_set(), "closing a handle inside an open deadlocked"
+
+
+def test_threads_reading_while_the_log_moves_to_a_new_generation_all_follow_it(tmp_path: Path) -> None:
+    """Compaction moves the log to a new folder; every thread of the process that notices it at
+    the same moment must reopen once, in turn — two reopening together closed each other's
+    environment ("Attempt to operate on closed/deleted/dropped object")."""
+    log = EventLog.open(tmp_path / "log")
+    log.append([ev(n=i) for i in range(200)])
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                assert log.head()[0] >= 200
+                assert len(list(log.read(from_seq=190))) >= 11
+            except BaseException as e:  # noqa: BLE001 - every failure is the finding
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=read) for _ in range(6)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(15):
+            log.append([ev(n=1000 + i)])
+            log.compact()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not any(t.is_alive() for t in threads), "a reader hung across a compaction"
+    assert errors == [], errors[:3]
+    assert log.verify().ok and log.head()[0] == 215
+    log.close()

@@ -13,7 +13,7 @@ import pytest
 
 from eventlog.errors import ConcurrencyError, StorageError, ValidationError
 from eventlog.log import Log
-from eventlog.log.contract import Edit, GroupCommitContract, LogContract, ev, stored
+from eventlog.log.contract import Edit, EraseContract, GroupCommitContract, LogContract, ev, stored
 from eventlog.log.lmdb import EventLog
 from eventlog.log.pg_schema import grant_login
 from eventlog.log.postgres import PostgresLog
@@ -33,7 +33,7 @@ def schema_of(url: str, profile: str) -> str:
         return str(row[0])
 
 
-class TestPostgresLog(LogContract, GroupCommitContract):
+class TestPostgresLog(LogContract, GroupCommitContract, EraseContract):
     @pytest.fixture(autouse=True)
     def _server(self, pg_url: str, pg_profile: str) -> None:
         self.url = pg_url
@@ -202,3 +202,32 @@ def test_nosync_durability_and_bad_options(pg_url: str, pg_profile: str) -> None
         assert lg.append([ev(n=1)]) == [1] and lg.durability == "nosync"
     with pytest.raises(ValidationError):
         PostgresLog.open(pg_url, profile=pg_profile, durability="fsync")
+
+
+def test_the_role_changes_events_only_through_an_audited_erase(pg_url: str, pg_profile: str) -> None:
+    """The profile's role has no UPDATE on events; its one way to change one is erase_events,
+    which refuses stubs without the log.erased record of the same transaction, and any stub
+    that does not keep the event's hash."""
+    from eventlog.log import codec
+    from eventlog.log import stored as stored_format
+    from eventlog.log.pg_schema import lookup
+
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        lg.append([ev("a", secret="SECRET-ROW"), ev("a", n=2)])
+        env = next(lg.read())
+    with superuser(pg_url) as c:
+        info = lookup(c, pg_profile)
+        assert info is not None
+        c.execute(f'SET ROLE "{info.role}"')
+        stub = stored_format.pack_stub(codec.stub(env))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(f'UPDATE "{info.schema}".events SET body = %s WHERE seq = 1', (stub,))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no erase record in this transaction
+            c.execute(f'SELECT "{info.schema}".erase_events(%s::bigint[], %s::bytea[])', ([1], [stub]))
+        c.execute("RESET ROLE")
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert lg.verify().ok and lg.verify().erased == 0
+        assert lg.erase([1], {"reason": "asked", "by": "test"}) == 3
+        res = lg.verify()
+        assert res.ok and res.erased == 1
+        assert not any(b"SECRET-ROW" in raw for _, raw in lg.read(raw=True))

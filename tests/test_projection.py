@@ -15,6 +15,7 @@ from eventlog.log.memory import MemoryLog
 from eventlog.sessions.events import make_event
 from eventlog.sessions.fold import Fold
 from projections import Projector, Reader, files
+from projections.schema import STATE_SCHEMA
 from projections.testing import Prefix, answers, current_file
 
 
@@ -86,7 +87,7 @@ def test_schema_is_what_agent_runtimes_read(proj: Any) -> None:
     assert {"usage", "reactions", "meta", "tombstones"} <= tables
     meta = dict(db.execute("SELECT key, value FROM meta"))
     assert meta["last_seq"] == log.head()[0] and meta["last_hash"] == log.head()[1]
-    assert meta["log_id"] == log.get(1)["hash"] and meta["profile"] == "p" and meta["schema_version"] == 1
+    assert meta["log_id"] == log.get(1)["hash"] and meta["profile"] == "p" and meta["schema_version"] == STATE_SCHEMA
     assert db.execute("SELECT profile_name FROM sessions LIMIT 1").fetchone() == ("p",)
     # Every query is served by an index, never a full scan of a big table.
     plans = {

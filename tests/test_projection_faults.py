@@ -302,27 +302,35 @@ def test_reader_holding_a_transaction_across_a_swap(setup: Any) -> None:
     with Projector(directory, log, "p") as p:
         log.append([make_event("message.appended", "s2", {"role": "user", "content": "after swap"})])
         p.rebuild("all")
-        p.rebuild("all")  # two swaps: the first generation the reader holds is deleted
-    assert old is not None and not old.path.exists()
+        p.rebuild("all")  # two swaps
+    # The generation the Reader holds stays; the one between, which nobody held, is gone.
+    assert old is not None and old.path.exists()
+    now = files.read_pointer(directory / "state.db")
+    assert now is not None and [g.name for g in files.generations(directory, "state")] == [old.name, now.name]
     # The held transaction still reads its snapshot of the old file.
     assert held.execute("SELECT count(*), max(id) FROM messages").fetchone() == before
     held.execute("COMMIT")
     held.close()
-    # The Reader notices the new generation and reads the new file.
+    # The Reader notices the new generation and reads the new file; letting go of the old
+    # one, the last holder deletes it.
     assert reader.get_messages("s2")[-1]["content"] == "after swap"
     assert reader.search("after swap")["results"][0]["snippet"].startswith("«after»")
+    assert not any(Path(f"{old.path}{sfx}").exists() for sfx in ("", "-wal", "-shm")) and not files.lock_path(
+        old).exists()
     reader.close()
     reader_p.close()
 
 
-def test_old_generations_are_collected_previous_is_kept(setup: Any) -> None:
+def test_replaced_generations_nobody_holds_are_deleted_at_once(setup: Any) -> None:
     log, directory, expected, mids = setup
     with Projector(directory, log, "p") as p:
         for _ in range(3):
             p.rebuild("all")
-    names = sorted(n for n in os.listdir(directory) if files.parse(directory / n))
-    states = [n for n in names if n.startswith("state.")]
-    assert len(states) == 2, names  # current + previous
+        # Only the current generations (and their lock files and WAL sidecars) are left.
+        current = [files.read_pointer(directory / f"{k}.db") for k in ("state", "fts")]
+        assert all(current)
+        left = {(kind, gen) for kind, gen, _schema in files.generation_files(directory)}
+        assert left == {(g.kind, g.gen) for g in current if g}
     check_reads(log, directory, expected, mids).close()
 
 

@@ -172,22 +172,16 @@ def test_a_sql_edit_is_found_by_doctor_deep_and_fixed(pristine: Path, tmp_path: 
     record("SQL edit of state.db: doctor --deep", runs=1, passed=1)
 
 
-def test_doctor_deep_finds_an_index_document_changed_in_place(pristine: Path, tmp_path: Path) -> None:
-    import sqlite3
-
-    from campaign.faults import fts_file
+def test_doctor_deep_finds_an_index_that_lost_documents(pristine: Path, tmp_path: Path) -> None:
+    from campaign.faults import damage_fts
 
     home = copy(pristine, tmp_path / "home")
-    db = sqlite3.connect(fts_file(pdir(home)))
-    db.execute("UPDATE docs SET text = 'planted words' WHERE id = (SELECT max(id) FROM docs)")
-    db.commit()
-    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    db.close()
+    damage_fts(pdir(home), "half_index")
     r = cli(home, "doctor", "--deep", "--json")
     clean(r)
     deep = json.loads(r.stdout)["deep"]
     assert r.returncode == 1 and deep["tables"]["fts"]["ok"] is False and deep["first_difference"]["table"] == "fts"
-    assert deep["first_difference"]["session"] == "s2"
+    assert deep["tables"]["fts"]["log"] == 12 and deep["tables"]["fts"]["projection"] == 6
     r = cli(home, "doctor", "--deep", "--fix")
     assert r.returncode == 0, r.stdout + r.stderr
 

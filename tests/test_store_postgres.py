@@ -136,3 +136,26 @@ def test_copy_between_backends_keeps_seqs_and_hashes(tmp_path: Path, pg_url: str
                 with pytest.raises(IntegrityError):
                     copy_log(pg, diverged)
                 assert diverged.head()[0] == 1
+
+
+def test_erase_session_on_postgres_leaves_no_word_in_the_rows_or_the_host_files(tmp_path: Path, pg_url: str,
+                                                                                  pg_profile: str) -> None:
+    marker = "PgEraseMarker31"
+    home = tmp_path / "h"
+    with SessionStore.open(home, pg_profile, log=pg_url, follower=False) as store:
+        secret = store.create_session(source="cli", title=f"about {marker}")
+        store.append_message(secret, "user", f"{marker} in a message")
+        fill(store, "kept", 2)
+        assert store.search(marker)["results"]
+        done = store.erase_session(secret, "asked to forget", by="test")
+        assert done["events"] == 2 and store.get_session(secret) is None and not store.search(marker)["results"]
+        assert [m["content"] for m in store.get_messages("kept")] == ["message 0 of kept", "message 1 of kept"]
+        with pytest.raises(ValidationError):
+            store.compact()  # only the LMDB log compacts; the server reclaims its own pages
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        res = lg.verify()
+        assert res.ok and res.erased == 2
+        assert not any(marker.encode() in raw or marker.lower().encode() in raw for _, raw in lg.read(raw=True))
+    found = [p for p in home.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+             and marker.lower().encode() in p.read_bytes().lower()]
+    assert found == []

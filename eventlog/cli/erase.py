@@ -37,7 +37,8 @@ def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool
         emit_json(out)
         return
     verb = "would erase" if dry_run else "erased"
-    click.echo(f"{verb} {len(out['sessions'])} sessions" + ("" if dry_run else f" ({out['erased_events']} events)"))
+    n = len(out["sessions"])
+    click.echo(f"{verb} {n} session{'s' if n != 1 else ''}" + ("" if dry_run else f" ({out['erased_events']} events)"))
     for sid in out["sessions"]:
         click.echo(f"  {sid}")
 

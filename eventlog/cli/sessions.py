@@ -191,7 +191,8 @@ def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
     if as_json:
         emit_json(out)
     elif out["seq"]:
-        click.echo(f"erased {out['events']} events of {len(out['sessions'])} sessions (erase record: seq {out['seq']})")
+        n = len(out["sessions"])
+        click.echo(f"erased {out['events']} events of {n} session{'s' if n != 1 else ''} (erase record: seq {out['seq']})")
     else:
         click.echo("already erased: nothing left to erase")
 

@@ -301,7 +301,7 @@ class _Environment:
         self._rcv = threading.Condition()
         self._appended = threading.Condition()
         self._sweep_lock = threading.Lock()
-        self._writer_mu = threading.Lock()
+        self._writer_mu = threading.RLock()  # re-entrant: a writer may reopen (see _ensure_lock)
         self._writer_fd: int | None = None
         self.commits = 0
         """Write transactions committed in this environment by this process (group commit shares them)."""
@@ -863,6 +863,8 @@ class _Environment:
     def _exclusive(self) -> Iterator[None]:
         """No read transaction of this process is open inside (needed to change the map size)."""
         with self._rcv:
+            while self._resizing:  # one exclusive section at a time: two would both see no reader
+                self._rcv.wait()
             self._resizing = True
             while self._readers:
                 self._rcv.wait()
@@ -1087,17 +1089,22 @@ class _Environment:
         """
         if not self._lock_replaced():
             return
-        with self._exclusive():
-            if not self._lock_replaced():
-                return
-            moved = generation_dir(self.path)
-            if moved == self.env_dir:
-                log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
-            with self._sweep_lock:
-                self._lock_map = None
-                self._env.close()
-                self.env_dir = moved
-                self._attach(self._open_env(moved, *self._open_args, self._env_readonly))
+        # The reopen holds the writer mutex: py-lmdb's close() waits for a write transaction
+        # open in another thread, and a compaction moves ``current`` while it still holds its
+        # own (a reader closing then hung). Threads that see the change together reopen one
+        # after the other: the second finds the new environment in place and leaves it alone.
+        with self._writer_mu:
+            with self._exclusive():
+                if not self._lock_replaced():
+                    return
+                moved = generation_dir(self.path)
+                if moved == self.env_dir:
+                    log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
+                with self._sweep_lock:
+                    self._lock_map = None
+                    self._env.close()
+                    self.env_dir = moved
+                    self._attach(self._open_env(moved, *self._open_args, self._env_readonly))
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     def _plan(

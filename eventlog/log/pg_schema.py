@@ -154,7 +154,68 @@ def _profile_ddl(schema: str, role: str) -> list[sql.Composed]:
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.streams TO {}").format(s, r),
         sql.SQL("GRANT SELECT, UPDATE ON {}.head TO {}").format(s, r),
         sql.SQL("GRANT SELECT, INSERT ON {}.zdicts TO {}").format(s, r),
+        *erase_function_ddl(schema, role),
     ]
+
+
+ERASE_FUNCTION = "erase_events(bigint[], bytea[])"
+
+
+def erase_function_ddl(schema: str, role: str) -> list[sql.Composed]:
+    """The one way the profile's role changes a stored event: ``erase_events(seqs, stubs)``, a
+    SECURITY DEFINER function (it runs with the owner's rights; the role has no UPDATE on
+    events). It replaces events by their stubs only in the transaction that has just appended
+    the ``log.erased`` record naming them (that record is the head and this transaction wrote
+    the head row), only with a stub (kind 3) keeping the event's hash and prev, and never the
+    record itself — so an erase is all or nothing and always audited (format-2 bodies)."""
+    s, r = sql.Identifier(schema), sql.Identifier(role)
+    body = sql.SQL("""CREATE OR REPLACE FUNCTION {s}.erase_events(seqs bigint[], stubs bytea[]) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  top bigint; rec bytea; old bytea; n integer := 0; i integer;
+BEGIN
+  SELECT h.seq INTO top FROM {s}.head h WHERE h.xmin::text::bigint = txid_current() % 4294967296;
+  SELECT e.body INTO rec FROM {s}.events e WHERE e.seq = top;
+  IF rec IS NULL OR get_byte(rec, 0) <> 2
+     OR substring(rec FROM 76 FOR 11) <> decode('0a6c6f672e657261736564', 'hex') THEN
+    RAISE EXCEPTION 'eventlog: events are erased only with the log.erased record of the same transaction'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  IF coalesce(array_length(seqs, 1), 0) <> coalesce(array_length(stubs, 1), 0) THEN
+    RAISE EXCEPTION 'eventlog: one stub per seq' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR i IN 1 .. coalesce(array_length(seqs, 1), 0) LOOP
+    SELECT e.body INTO old FROM {s}.events e WHERE e.seq = seqs[i] FOR UPDATE;
+    IF old IS NULL OR seqs[i] >= top OR get_byte(old, 0) <> 2 OR get_byte(stubs[i], 0) <> 3
+       OR substring(stubs[i] FROM 2 FOR 64) <> substring(old FROM 2 FOR 64) THEN
+      RAISE EXCEPTION 'eventlog: event % cannot take this stub', seqs[i] USING ERRCODE = 'check_violation';
+    END IF;
+    UPDATE {s}.events SET body = stubs[i] WHERE seq = seqs[i];
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END
+$fn$""").format(s=s)
+    return [
+        body,
+        sql.SQL("REVOKE ALL ON FUNCTION {}.erase_events(bigint[], bytea[]) FROM PUBLIC").format(s),
+        sql.SQL("GRANT EXECUTE ON FUNCTION {}.erase_events(bigint[], bytea[]) TO {}").format(s, r),
+    ]
+
+
+def ensure_erase_function(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
+    """Add :func:`erase_function_ddl` to a profile provisioned before it existed, when this
+    connection may (the schema's owner or a superuser); True when the function is there."""
+    found = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f'"{info.schema}".{ERASE_FUNCTION}',)).fetchone()
+    if found and found[0]:
+        return True
+    try:
+        with conn.transaction():
+            for ddl in erase_function_ddl(info.schema, info.role):
+                conn.execute(ddl)
+    except (pgerr.InsufficientPrivilege, pgerr.InvalidSchemaName):
+        return False
+    return True
 
 
 def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
@@ -238,6 +299,8 @@ class Statements:
         self.session = q("SELECT seq, body FROM {s}.events WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s")
         self.version = q("SELECT version FROM {s}.streams WHERE session = %s")
         self.event_seq = q("SELECT seq FROM {s}.events WHERE id = %s")
+        self.erase_rows = q("SELECT seq, body FROM {s}.events WHERE seq = ANY(%s::bigint[]) ORDER BY seq")
+        self.erase = q("SELECT {s}.erase_events(%s::bigint[], %s::bytea[])")
         self.size = q("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                       "JOIN pg_namespace n ON n.oid = c.relnamespace "
                       "WHERE n.nspname = %s AND c.relkind = 'r'")

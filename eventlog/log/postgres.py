@@ -49,7 +49,15 @@ from eventlog.errors import (
     ValidationError,
 )
 from eventlog.log import codec, stored
-from eventlog.log.base import FOLLOW_POLL_S, LogBase, VerifyResult, prepare_batch, verify_chain
+from eventlog.log.base import (
+    FOLLOW_POLL_S,
+    LogBase,
+    VerifyResult,
+    check_erase_seqs,
+    erase_event,
+    prepare_batch,
+    verify_chain,
+)
 from eventlog.log.pg_follow import Wakeups
 from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
@@ -58,6 +66,7 @@ from eventlog.log.pg_schema import (
     ProfileInfo,
     Statements,
     connect,
+    ensure_erase_function,
     lookup,
     provision,
     redact,
@@ -216,6 +225,8 @@ class PostgresLog(LogBase):
                     info = provision(conn, profile)
                 except pgerr.InsufficientPrivilege:
                     info = None
+            elif info is not None:
+                ensure_erase_function(conn, info)  # a profile provisioned before erase existed, if we may
             if info is None:
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it",
                                    hint="open it once with an administrator URL (it is created then), and grant "
@@ -591,11 +602,62 @@ class PostgresLog(LogBase):
         return fresh
 
     def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
-        """Not available on PostgreSQL yet: the application's role may not UPDATE events (they are
-        immutable for it), and the privileged erase path is not built. Raises StorageError."""
+        """Replace the events at ``seqs`` by their stubs and append the ``log.erased`` record
+        naming them, in one transaction under the profile's lock (see
+        :meth:`eventlog.log.Log.erase`); returns the record's seq, 0 when all were erased already.
+
+        The role may not UPDATE events: the stubs go in through the profile's SECURITY DEFINER
+        function ``erase_events``, which accepts them only beside the record this transaction
+        appended. The old row versions stay in the table's dead tuples, the server's WAL and its
+        backups until the server reclaims them (``VACUUM FULL`` on the events table and a
+        checkpoint, by the database owner): that part of an erasure is the administrator's."""
         self._check_open()
-        raise StorageError("erasing events is not available on the PostgreSQL log yet",
-                           hint="copy the log to LMDB (`eventlog log copy --to DIR`) to erase there")
+        wanted = check_erase_seqs(seqs)
+        if self._format != 2:
+            raise StorageError("erasing needs a format-2 log", hint="copy the log into a new profile to migrate it")
+        with self._write_mutex:
+            self._cached_head = None
+            conn = self._writer_conn()
+            try:
+                with conn.transaction():
+                    conn.execute(self._sql.lock, self._sql.lock_args)
+                    row = conn.execute(self._sql.head).fetchone()
+                    assert row is not None
+                    start, prev = int(row[0]), str(row[1])
+                    rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
+                    listed: list[list[Any]] = []
+                    stubs: list[bytes] = []
+                    for q in wanted:
+                        if q not in rows:
+                            raise ValidationError("seqs", f"the log holds no event {q}")
+                        env = self._envelope(q, rows[q])
+                        if codec.is_stub(env):
+                            continue
+                        if env.get("type") == codec.ERASED_TYPE:
+                            raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
+                        listed.append([q, env["hash"]])
+                        stubs.append(stored.pack_stub(codec.stub(env)))
+                    if not listed:
+                        raise psycopg.Rollback()
+                    p = codec.prepare(erase_event(listed, data), log_type=True)
+                    seq, ts = start + 1, time.time_ns()
+                    _raw, digest = codec.seal(p, seq, ts, prev)
+                    c, d, payload = self._compression.compress(p.data_bytes)
+                    body = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
+                    conn.execute(self._sql.write, ([seq], [p.id], [None], [body], [], [], seq, digest))
+                    conn.execute(self._sql.erase, ([q for q, _ in listed], stubs))
+                if not listed:
+                    return 0
+                conn.execute(self._sql.notify, (self.info.channel, str(seq)))
+            except pgerr.UndefinedFunction as e:
+                raise StorageError("this profile's schema predates erasing on PostgreSQL",
+                                   hint="open the log once with the administrator URL that created it "
+                                        "(it adds the erase_events function)") from e
+            except psycopg.Error as e:
+                self._drop_writer()
+                raise storage_error(e, "erase failed", self._where) from e
+        self._wakeups.bump()
+        return seq
 
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (they must continue this log's chain exactly:

@@ -51,7 +51,6 @@ MESSAGE_KEYS = (
 )
 USAGE_KEYS = ("session_id", "model", "provider", "task", *TOKENS, *COSTS, "records")
 REACTION_KEYS = ("message_id", "author", "emoji", "set_seq", "seen")
-SEARCH_PUNCTUATION = "\"'()*^:+{}"
 
 
 def _json(v: Any, *kinds: type) -> Any:
@@ -97,12 +96,12 @@ def search_text(message: dict[str, Any]) -> str:
 
 
 def search_terms(query: Any) -> list[str]:
-    """Lower-cased whitespace-separated words of ``query`` with FTS punctuation stripped off
-    their ends; empty words dropped. A message matches when it contains every term."""
+    """The whitespace-separated words of ``query``, lower-cased, punctuation kept exactly as
+    typed (``C++`` is the term ``c++``, ``"x"`` the term ``"x"``). A message matches when it
+    contains every term."""
     if not isinstance(query, str):
         return []
-    terms = (word.strip(SEARCH_PUNCTUATION).lower() for word in query.split())
-    return [t for t in terms if t]
+    return [word.lower() for word in query.split()]
 
 
 ERASED = "log.erased"

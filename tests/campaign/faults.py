@@ -120,27 +120,28 @@ def state_file(profile_dir: Path) -> Path:
     return g.path
 
 
-FTS_DAMAGE = ("delete_all", "half_docs", "half_index", "random_pages")
+FTS_DAMAGE = ("delete_all", "half_index", "random_pages")
 
 
 def damage_fts(profile_dir: Path, kind: str, seed: int = 0) -> None:
-    """Damage the FTS index's content with SQL or bytes (no process may have it open)."""
+    """Damage the FTS word index with SQL or bytes (no process may have it open):
+    ``delete_all`` empties it, ``half_index`` removes every other message's words (FTS5's
+    own 'delete' command, given the values state.db holds), ``random_pages`` overwrites its
+    data blocks."""
+    from projections import fts
+
     path = fts_file(profile_dir)
-    if kind == "random_pages":
-        db = sqlite3.connect(path)
-        db.execute("UPDATE fts_data SET block = randomblob(length(block)) WHERE id > 10")
-        db.commit()
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        db.close()
-        return
     db = sqlite3.connect(path)
     try:
-        if kind == "delete_all":
+        if kind == "random_pages":
+            db.execute("UPDATE fts_data SET block = randomblob(length(block)) WHERE id > 10")
+        elif kind == "delete_all":
             db.execute("INSERT INTO fts (fts) VALUES ('delete-all')")
-        elif kind == "half_docs":
-            db.execute("DELETE FROM docs WHERE id % 2 = 0")
         elif kind == "half_index":
-            db.execute("INSERT INTO fts (fts, rowid, text) SELECT 'delete', id, text FROM docs WHERE id % 2 = 1")
+            fts.register(db)
+            db.execute("ATTACH DATABASE ? AS s", (str(state_file(profile_dir)),))
+            db.execute(f"INSERT INTO fts (fts, rowid, content, tool_name, tool_calls) "
+                       f"SELECT 'delete', id, {fts.INDEXED_VALUES} FROM s.messages WHERE id % 2 = 1")
         else:
             raise ValueError(kind)
         db.commit()

@@ -1,0 +1,292 @@
+"""No leftovers (issue 17): a replaced projection generation is deleted as soon as no process
+holds it, and a process SIGKILLed while deleting generations, or while rebuilding, loses nothing
+and leaves no file the next open does not remove. Real processes, real files."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from eventlog.log import EventLog
+from eventlog.sessions.events import make_event
+from eventlog.sessions.fold import Fold
+from projections import Projector, files
+from projections.site import SCHEMAS
+from projections.testing import answers, checkpoint, diff
+
+ROOT = Path(__file__).resolve().parent.parent
+SIDS = ["a", "b", "c", "d"]
+
+SWEEP = """
+import sys
+from pathlib import Path
+from projections import files
+from projections.site import SCHEMAS
+print("ready", flush=True)
+files.collect(Path(sys.argv[1]), SCHEMAS)
+print("done", flush=True)
+"""
+
+REBUILD = """
+import sys
+from eventlog.log import EventLog
+from projections import Projector
+log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
+p = Projector(sys.argv[2], log, "p")
+print("ready", flush=True)
+while True:
+    p.rebuild("all")
+"""
+
+HOLD = """
+import fcntl, os, sys
+fds = []
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    fds.append(fd)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def spawn(code: str, *args: Any) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+def ready(proc: subprocess.Popen[str]) -> None:
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def made(tmp_path: Path) -> Iterator[EventLog]:
+    log = make_log(tmp_path)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def make_log(tmp: Path) -> EventLog:
+    log = EventLog.open(tmp / "log", durability="nosync", profile="p")
+    rng = random.Random(3)
+    log.append([make_event("session.created", s, {}) for s in SIDS])
+    for i in range(300):
+        sid = rng.choice(SIDS)
+        log.append([make_event("message.appended", sid, {"role": "user", "content": f"needle {i} 中文 {sid}"})])
+    log.append([make_event("session.deleted", "d", {})])
+    return log
+
+
+def check(log: EventLog, directory: Path, held: frozenset[tuple[str, int]] = frozenset()) -> None:
+    """Reads answer like the fold, and the only projection files left are the current
+    generations and those another process holds (``held``), with their lock files and WAL
+    sidecars, and the pointers."""
+    fold = Fold()
+    fold.apply_all(log.read())
+    mids = list(range(1, log.head()[0] + 1, 7))
+    with Projector(directory, log, "p") as p:
+        p.heal()
+        r = p.reader()
+        got, expected = answers(r, SIDS, mids), answers(fold, SIDS, mids)
+        assert got == expected, "\n".join(diff(expected, got)[:3])
+        assert not r.search("needle")["degraded"]
+        r.close()
+        current = {(g.kind, g.gen) for g in (files.read_pointer(directory / f"{k}.db") for k in ("state", "fts")) if g}
+        assert {(k, g) for k, g, _ in files.generation_files(directory)} == current | held
+        for (kind, gen, schema), names in files.generation_files(directory).items():
+            g = files.Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
+            assert set(names) <= {g.name, f"{g.name}-wal", f"{g.name}-shm", files.lock_path(g).name}
+        assert not [n for n in os.listdir(directory) if n.endswith(".tmp")]
+
+
+def test_sigkill_while_deleting_generations(tmp_path: Path, made: EventLog) -> None:
+    """A sweep killed at random moments: the generations other processes hold and the current
+    ones are never touched; every other generation ends up wholly deleted by a later sweep."""
+    log = made
+    directory = tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+    current = files.read_pointer(directory / "state.db")
+    assert current is not None
+    checkpoint(current.path)
+    rng = random.Random(11)
+    held, free = [], []
+    for i in range(120):  # replaced generations: a database, WAL sidecars and a lock file each
+        g = files.Generation("state", current.gen + 1 + i, current.schema,
+                             directory / f"state.{current.gen + 1 + i}.v{current.schema}.db")
+        shutil.copy(current.path, g.path)
+        for sfx in ("-wal", "-shm"):
+            Path(f"{g.path}{sfx}").write_bytes(b"x" * rng.randrange(100))
+        files.lock_path(g).write_bytes(b"")
+        (held if i % 10 == 0 else free).append(g)
+    holder = spawn(HOLD, *(files.lock_path(g) for g in held))  # another process has these open
+    try:
+        ready(holder)
+        for _ in range(12):
+            sweep = spawn(SWEEP, directory)
+            ready(sweep)
+            time.sleep(rng.uniform(0, 0.03))
+            kill(sweep)
+        check(log, directory, frozenset((g.kind, g.gen) for g in held))  # heal() sweeps the rest...
+        # ... except what the live holder holds, intact.
+        assert set(files.generations(directory, "state")) >= set(held)
+        for g in held:
+            db = sqlite3.connect(f"file:{g.path}?mode=ro", uri=True)
+            assert db.execute("SELECT count(*) FROM messages").fetchone()[0] > 0
+            db.close()
+        assert not any(Path(f"{g.path}{sfx}").exists() for g in free for sfx in ("", "-wal", "-shm"))
+        assert not any(files.lock_path(g).exists() for g in free)
+    finally:
+        kill(holder)
+    check(log, directory)  # the holder is gone: its generations go at the next open
+    assert not any(g.path.exists() for g in held)
+
+
+def test_sigkill_while_rebuilding(tmp_path: Path, made: EventLog) -> None:
+    """A process rebuilding over and over, killed at random moments (mid-build, mid-swap,
+    mid-cleanup): the next open serves every answer and leaves only the current files."""
+    log = made
+    directory = tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+    rng = random.Random(5)
+    for round_ in range(8):
+        proc = spawn(REBUILD, tmp_path / "log", directory)
+        ready(proc)
+        time.sleep(rng.uniform(0.02, 0.6))
+        kill(proc)
+        log.append([make_event("message.appended", "a", {"role": "user", "content": f"needle after {round_}"})])
+        check(log, directory)
+
+
+def test_a_replaced_generation_goes_when_its_last_reader_lets_go(tmp_path: Path, made: EventLog) -> None:
+    log = made
+    directory = tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+        r1, r2 = p.reader(), p.reader()
+        assert r1.search("needle")["results"] and r2.search("needle")["results"]
+        old_state = files.read_pointer(directory / "state.db")
+        old_fts = files.read_pointer(directory / "fts.db")
+        assert old_state and old_fts
+        p.rebuild("all")
+        assert old_state.path.exists() and old_fts.path.exists()  # both readers hold them
+        r1.close()
+        assert old_state.path.exists() and old_fts.path.exists()  # r2 still does
+        assert r2.search("needle")["results"]  # r2 moves to the new generations, letting go
+        assert old_state.path.exists()  # the projector's own reader (the read model's) still holds it
+        p.cursor()  # ... until its next read (a follower makes one every 20 ms)
+        assert not old_state.path.exists() and not old_fts.path.exists()
+        assert not files.lock_path(old_state).exists() and not files.lock_path(old_fts).exists()
+        r2.close()
+    assert sorted(files.collect(directory, SCHEMAS)) == []
+
+
+READ_CONN = """
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True, isolation_level=None)
+db.execute("SELECT count(*) FROM messages").fetchone()
+print("ready", flush=True)
+for line in sys.stdin:  # "begin": open a read transaction and keep it; "end": close it
+    if line.strip() == "begin":
+        db.execute("BEGIN")
+        db.execute("SELECT count(*) FROM messages").fetchone()
+    else:
+        db.execute("COMMIT")
+    print("ok", flush=True)
+"""
+
+
+def wal_bytes(directory: Path) -> int:
+    total = 0
+    for k in ("state", "fts"):
+        g = files.read_pointer(directory / f"{k}.db")
+        assert g is not None
+        try:
+            total += os.stat(f"{g.path}-wal").st_size
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def until(cond: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return bool(cond())
+
+
+def test_an_idle_follower_empties_the_wals_other_processes_reading_on(tmp_path: Path, made: EventLog) -> None:
+    """WALs are measured, not assumed: they grow while events arrive, and once the projector is
+    idle they are cut to zero bytes — with another process's connection open (so SQLite's own
+    delete-on-last-close cannot be what emptied them); a reader inside a read transaction
+    postpones it until it ends."""
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+        g = files.read_pointer(directory / "state.db")
+        assert g is not None
+        other = spawn(READ_CONN, g.path)
+        try:
+            ready(other)
+            p.start_follower()
+            for round_ in range(2):
+                for i in range(200):
+                    log.append([make_event("message.appended", "a", {"role": "user", "content": f"wal {round_} {i}"})])
+                grown = until(lambda: wal_bytes(directory) > 0 and p.cursor() == log.head()[0], 5)
+                assert grown, "the WALs never held anything: the check below would prove nothing"
+                if round_ == 1:  # a reader in a transaction: the WAL must stay until it ends
+                    assert other.stdin is not None and other.stdout is not None
+                    other.stdin.write("begin\n")
+                    other.stdin.flush()
+                    assert other.stdout.readline().strip() == "ok"
+                    time.sleep(1.5)  # three idle periods
+                    assert wal_bytes(directory) > 0
+                    other.stdin.write("end\n")
+                    other.stdin.flush()
+                    assert other.stdout.readline().strip() == "ok"
+                assert until(lambda: wal_bytes(directory) == 0, 10), wal_bytes(directory)
+            assert p.reader().search("wal 1 199")["results"]
+        finally:
+            kill(other)
+
+
+def test_closing_a_writer_leaves_no_wal_behind(tmp_path: Path, made: EventLog) -> None:
+    """A process that caught up and closes (no follower) empties the WALs, though another
+    process still has the files open."""
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+    g = files.read_pointer(directory / "state.db")
+    assert g is not None
+    other = spawn(READ_CONN, g.path)
+    try:
+        ready(other)
+        p = Projector(directory, log, "p")
+        for i in range(100):
+            log.append([make_event("message.appended", "b", {"role": "user", "content": f"close {i}"})])
+            p.advance()
+        assert wal_bytes(directory) > 0
+        p.close()
+        assert wal_bytes(directory) == 0
+    finally:
+        kill(other)
