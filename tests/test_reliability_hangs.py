@@ -143,11 +143,13 @@ import os, random, sys
 from eventlog.sessions.store import SessionStore
 from eventlog.errors import DiskFullError
 rng = random.Random(int(sys.argv[2]))
+vocab = [os.urandom(4).hex() for _ in range(5000)]
 n = 0
 with SessionStore.open(sys.argv[1], 'agent') as s:
     try:
         while n < 10_000:
-            s.append_message('seed', 'user', 'probe ' + os.urandom(rng.randrange(100, 200_000)).hex())
+            words = rng.randrange(20, 40_000)  # a vocabulary of 5,000 words: text-like for the index
+            s.append_message('seed', 'user', 'probe ' + ' '.join(vocab[rng.randrange(5000)] for _ in range(words)))
             n += 1
     except DiskFullError:
         print('FULL', n, flush=True)
