@@ -162,6 +162,18 @@ def test_sessionstore_open_refuses_a_hostile_home_by_name(tmp_path: Path, monkey
     assert os.listdir(tmp_path) == []
 
 
+def test_an_empty_log_copy_target_writes_nothing_into_the_current_directory(profile_home: Path,
+                                                                            tmp_path: Path) -> None:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    for option in ("--to", "--from"):
+        r = subprocess.run([EXE, "--home", str(profile_home), "--profile", PROFILE, "log", "copy", option, ""],
+                           capture_output=True,
+                           text=True, cwd=work, timeout=60)
+        assert "is empty" in one_line_error(r, code=1)
+    assert os.listdir(work) == [], "a log was created in the current directory"
+
+
 def test_an_empty_eventlog_home_is_refused_by_sessionstore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("EVENTLOG_HOME", "")

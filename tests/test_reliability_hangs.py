@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -60,10 +61,14 @@ def reads(home: Path, out: Path) -> dict[str, list[str]]:
     }
 
 
+_CWD = tempfile.mkdtemp(prefix="eventlog-cli-cwd-")
+"""Where the commands run: a relative hostile path ("-", ".") lands here, never in the checkout."""
+
+
 def timed(argv: list[str]) -> tuple[float, subprocess.CompletedProcess[str] | None]:
     t0 = time.monotonic()
     try:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=KILL_AFTER_S)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=KILL_AFTER_S, cwd=_CWD)
     except subprocess.TimeoutExpired:
         return time.monotonic() - t0, None
     return time.monotonic() - t0, r

@@ -51,6 +51,8 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
     (:class:`~eventlog.log.lmdb.EventLog`). ``durability`` ("sync" | "nosync") and other
     ``options`` go to the backend's ``open``. The caller closes the log.
     """
+    if not str(target).strip():
+        raise ValidationError("log", "is empty: give a postgresql:// URL or a log directory")
     if is_log_url(target):
         if profile is None:
             raise ValidationError("profile", "is required to open a PostgreSQL log (one log per profile)")
