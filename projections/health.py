@@ -40,6 +40,9 @@ class LogView:
     head_seq: int
     head_hash: str
     hash_at: Callable[[int], str | None]
+    head_now: Callable[[], int] | None = None
+    """The log's head read again: a cursor past ``head_seq`` may only mean that another process
+    applied events appended after this view was taken."""
 
     @classmethod
     def of(cls, log: Log) -> "LogView":
@@ -60,7 +63,10 @@ class LogView:
             found = env.get("hash") if isinstance(env, dict) else None
             return found if isinstance(found, str) else None
 
-        return cls(seq, h, hash_at)
+        def head_now() -> int:
+            return int(log.head()[0])
+
+        return cls(seq, h, hash_at, head_now)
 
     @property
     def log_id(self) -> str:
@@ -89,7 +95,13 @@ def judge_meta(meta: dict[str, Any], kind: str, profile: str | None, log: LogVie
     if last_seq > 0 and log.head_seq > 0 and log_id and log_id != log.log_id:
         return "foreign", "derived from another log (first event hash differs)"
     if last_seq > log.head_seq:
-        return "ahead", f"cursor at seq {last_seq}, log head is {log.head_seq}"
+        now = log.head_now() if log.head_now is not None else log.head_seq
+        if last_seq > now:
+            return "ahead", f"cursor at seq {last_seq}, log head is {now}"
+        # The log grew after the view was taken and another process applied it: not ahead.
+        if log.hash_at(last_seq) != last_hash:
+            return "foreign", f"cursor hash at seq {last_seq} is not this log's"
+        return ("stale", f"{now - last_seq} events behind the log") if last_seq < now else ("ok", "up to date")
     if last_seq > 0 and log.hash_at(last_seq) != last_hash:
         return "foreign", f"cursor hash at seq {last_seq} is not this log's"
     if last_seq < log.head_seq:
