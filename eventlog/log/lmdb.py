@@ -621,25 +621,16 @@ class _Environment:
 
     def _train_on(self, txn: lmdb.Transaction) -> bytes | None:
         """A dictionary trained on the data of the last DICT_SAMPLES events ``txn`` sees (format 1)."""
-        import zstandard
 
-        datas: list[bytes | bytearray | memoryview] = []
+        datas: list[bytes] = []
         cur = txn.cursor(db=self._events)
         more = cur.last()
         while more and len(datas) < DICT_SAMPLES:
             value = bytes(cur.value())
             if value[:1] == b"{":
-                data = codec.canonical(codec.decode(value).get("data"))
-                if len(data) >= stored.COMPRESS_MIN_BYTES:
-                    datas.append(data)
+                datas.append(codec.canonical(codec.decode(value).get("data")))
             more = cur.prev()
-        self._trained = None
-        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
-            return None
-        try:
-            self._trained = zstandard.train_dictionary(stored.DICT_BYTES, datas, level=stored.ZSTD_LEVEL).as_bytes()
-        except zstandard.ZstdError:
-            return None
+        self._trained = stored.train(datas)
         return self._trained
 
     def _retire(self, old_dir: Path) -> None:
@@ -743,17 +734,11 @@ class _Environment:
         """Train a zstd dictionary on the data of the log's last ``samples`` events and make new
         events use it; returns its id (0 when there is too little to learn from). Stored in the
         log (``meta``), never changed once written: every process reads the same one."""
-        import zstandard
 
         head = self.head()[0]
-        datas = [codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))]
-        datas = [d for d in datas if len(d) >= stored.COMPRESS_MIN_BYTES]
-        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
-            return 0
-        try:
-            samples_: list[bytes | bytearray | memoryview] = list(datas)
-            trained = zstandard.train_dictionary(stored.DICT_BYTES, samples_, level=stored.ZSTD_LEVEL).as_bytes()
-        except zstandard.ZstdError:
+        trained = stored.train([codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))
+                                if "data" in env])
+        if trained is None:
             return 0
         with self._writing(), self._env.begin(write=True) as txn:
             current = txn.get(b"zdict", db=self._meta)

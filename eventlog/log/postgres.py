@@ -758,17 +758,11 @@ class PostgresLog(LogBase):
         """Train the profile's zstd dictionary on the data of its last ``samples`` events (once:
         the first host to store one wins, every host then uses it); returns the id in use (0 when
         there is too little to learn from)."""
-        import zstandard
 
         head = self.head()[0]
-        datas = [codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))]
-        datas = [d for d in datas if len(d) >= stored.COMPRESS_MIN_BYTES]
-        if len(datas) < 64 or sum(map(len, datas)) < 2 * stored.DICT_BYTES:
-            return 0
-        try:
-            samples_: list[bytes | bytearray | memoryview] = list(datas)
-            trained = zstandard.train_dictionary(stored.DICT_BYTES, samples_, level=stored.ZSTD_LEVEL).as_bytes()
-        except zstandard.ZstdError:
+        trained = stored.train([codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))
+                                if "data" in env])
+        if trained is None:
             return 0
         self._retrying("cannot store the compression dictionary", lambda c: c.execute(self._sql.add_dict, (1, trained)))
         self._adopt_dict(1)

@@ -135,6 +135,22 @@ class Compression:
         return out
 
 
+def train(datas: list[bytes]) -> bytes | None:
+    """A zstd dictionary trained on event data ``datas`` (canonical JSON bytes; those shorter
+    than :data:`COMPRESS_MIN_BYTES` are left out), or None when there is too little to learn
+    from or zstd cannot train on it."""
+    import zstandard
+
+    samples: list[bytes | bytearray | memoryview] = [d for d in datas if len(d) >= COMPRESS_MIN_BYTES]
+    if len(samples) < 64 or sum(map(len, samples)) < 2 * DICT_BYTES:
+        return None
+    try:
+        trained: bytes = zstandard.train_dictionary(DICT_BYTES, samples, level=ZSTD_LEVEL).as_bytes()
+    except zstandard.ZstdError:
+        return None
+    return trained
+
+
 def pack(p: codec.Prepared, ts: int, prev: str, digest: str, compression: Compression) -> bytes:
     """The format-2 value of prepared event ``p`` sealed with ``ts``, ``prev`` and ``digest``."""
     codec_id, dict_id, payload = compression.compress(p.data_bytes)
