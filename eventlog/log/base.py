@@ -271,6 +271,22 @@ def erase_event(seqs_hashes: list[list[Any]], data: dict[str, Any]) -> dict[str,
     return {"type": codec.ERASED_TYPE, "session": None, "data": {**data, "erased": seqs_hashes}}
 
 
+def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The envelopes at ``wanted`` an erase replaces: those not erased already, in order.
+    :class:`ValidationError` for a seq the log does not hold or an erase record (never erased)."""
+    out = []
+    for q in wanted:
+        env = envelope_at(q)
+        if env is None:
+            raise ValidationError("seqs", f"the log holds no event {q}")
+        if codec.is_stub(env):
+            continue
+        if env.get("type") == codec.ERASED_TYPE:
+            raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
+        out.append(env)
+    return out
+
+
 def check_erase_seqs(seqs: Any) -> list[int]:
     """The seqs of an erase, sorted and distinct; :class:`ValidationError` for anything else."""
     if isinstance(seqs, (str, bytes, dict)) or not hasattr(seqs, "__iter__"):

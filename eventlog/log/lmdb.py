@@ -50,7 +50,15 @@ from eventlog.errors import (
 )
 from eventlog.log import codec, residency, stored
 from eventlog.log import damage as log_damage
-from eventlog.log.base import LogBase, VerifyResult, check_erase_seqs, erase_event, prepare_batch, verify_chain
+from eventlog.log.base import (
+    LogBase,
+    VerifyResult,
+    check_erase_seqs,
+    erasable,
+    erase_event,
+    prepare_batch,
+    verify_chain,
+)
 from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import FILE_MODE, flock_holder, fsync_dir, fsync_file, make_dir, restrict_file
 
@@ -1136,22 +1144,14 @@ class _Environment:
         with self._writing():
             txn = self._env.begin(write=True)
             try:
-                listed: list[list[Any]] = []
-                stubs: list[tuple[bytes, bytes]] = []
-                for q in wanted:
+                def envelope_at(q: int) -> dict[str, Any] | None:
                     value = txn.get(seq_key(q), db=self._events)
-                    if value is None:
-                        raise ValidationError("seqs", f"the log holds no event {q}")
-                    value = bytes(value)
-                    if stored.is_stub_value(value):
-                        continue
-                    env = self._envelope(q, value)
-                    if env.get("type") == codec.ERASED_TYPE:
-                        raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
-                    listed.append([q, env["hash"]])
-                    gone = codec.stub(env)
-                    stubs.append((seq_key(q), stored.pack_stub(gone) if self.format == FORMAT_2
-                                  else codec.canonical(gone)))
+                    return None if value is None else self._envelope(q, bytes(value))
+
+                envs = erasable(wanted, envelope_at)
+                listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
+                stubs = [(seq_key(env["seq"]), stored.pack_stub(codec.stub(env)) if self.format == FORMAT_2
+                          else codec.canonical(codec.stub(env))) for env in envs]
                 if not listed:
                     txn.abort()
                     return 0

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError, ValidationError
+from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from eventlog.log import codec
-from eventlog.log.base import LogBase, check_erase_seqs, erase_event, prepare_batch
+from eventlog.log.base import LogBase, check_erase_seqs, erasable, erase_event, prepare_batch
 
 
 class MemoryStorage:
@@ -123,19 +123,9 @@ class MemoryLog(LogBase):
         s = self.storage
         with self._lock:
             self._check_open()
-            listed: list[list[Any]] = []
-            stubs: dict[int, bytes] = {}
-            for q in wanted:
-                raw = s.events.get(q)
-                if raw is None:
-                    raise ValidationError("seqs", f"the log holds no event {q}")
-                env = codec.decode(raw)
-                if codec.is_stub(env):
-                    continue
-                if env.get("type") == codec.ERASED_TYPE:
-                    raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
-                listed.append([q, env["hash"]])
-                stubs[q] = codec.canonical(codec.stub(env))
+            envs = erasable(wanted, lambda q: codec.decode(s.events[q]) if q in s.events else None)
+            listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
+            stubs = {env["seq"]: codec.canonical(codec.stub(env)) for env in envs}
             if not listed:
                 return 0
             p = codec.prepare(erase_event(listed, data), log_type=True)

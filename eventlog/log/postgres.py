@@ -54,6 +54,7 @@ from eventlog.log.base import (
     LogBase,
     VerifyResult,
     check_erase_seqs,
+    erasable,
     erase_event,
     prepare_batch,
     verify_chain,
@@ -625,18 +626,9 @@ class PostgresLog(LogBase):
                     assert row is not None
                     start, prev = int(row[0]), str(row[1])
                     rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
-                    listed: list[list[Any]] = []
-                    stubs: list[bytes] = []
-                    for q in wanted:
-                        if q not in rows:
-                            raise ValidationError("seqs", f"the log holds no event {q}")
-                        env = self._envelope(q, rows[q])
-                        if codec.is_stub(env):
-                            continue
-                        if env.get("type") == codec.ERASED_TYPE:
-                            raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
-                        listed.append([q, env["hash"]])
-                        stubs.append(stored.pack_stub(codec.stub(env)))
+                    envs = erasable(wanted, lambda q: self._envelope(q, rows[q]) if q in rows else None)
+                    listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
+                    stubs = [stored.pack_stub(codec.stub(env)) for env in envs]
                     if not listed:
                         raise psycopg.Rollback()
                     p = codec.prepare(erase_event(listed, data), log_type=True)
