@@ -22,7 +22,7 @@ class Verified:
     (64 zeros from seq 1)."""
 
     def __init__(self, log: Log, from_seq: int, to_seq: int, prev: str) -> None:
-        self._events = VerifiedEvents(log, from_seq, to_seq, prev)
+        self._events = VerifiedEvents(log, from_seq, to_seq, prev, raw=False)  # envelopes only
 
     @property
     def damage(self) -> Damage | None:

@@ -173,3 +173,72 @@ def test_a_log_of_the_first_release_opens_verifies_and_serves_unchanged(tmp_path
     assert values[seq][:1] == b"{", "a format-1 log keeps being written in format 1 (older processes may share it)"
     with EventLog.open(p) as lg:
         assert lg.verify().ok and lg.head()[0] == seq
+
+
+def _judged_by_canonical_bytes(seq: int, value: bytes, prev: str, compression: stored.Compression) -> str | None:
+    """What ``check_event`` says of the canonical bytes ``read(raw=True)`` gives for ``value``
+    (an undecodable value is passed through as stored, as the log does)."""
+    from eventlog.log.damage import check_event
+
+    try:
+        raw = stored.canonical_bytes(seq, value, compression)
+    except ValueError:
+        raw = value
+    return check_event(raw, seq, prev)[1]
+
+
+def test_the_fast_chain_check_of_format_2_judges_like_the_canonical_bytes(tmp_path: Path) -> None:
+    """Builds check format-2 events without building their canonical bytes
+    (``stored.checked_envelope``); every stored event passes both checks with the same envelope,
+    and every damage — a bit flipped anywhere in the stored value, or data re-encoded
+    non-canonically with a hash a forger recomputed — fails both."""
+    rng = random.Random(11)
+    p = tmp_path / "log"
+    with EventLog.open(p, durability="nosync") as lg:
+        lg.append([message(rng, i) for i in range(300)])
+        lg._core.train_dictionary()
+        lg.append([message(rng, i) for i in range(300, 360)] + [
+            {"type": "note.added", "session": None, "data": {"b": [1, 2.5, None, True], "a": "x"}},
+            {"type": "note.added", "session": "s1", "id": "a" * 32, "data": {}}])
+        compression = lg._core.compression  # it loads dictionaries from the open log
+        expected = list(lg.read(1))
+        values = dict(lg._core._stored(1, None))  # the stored values, as a build reads them
+        _check_fast_against_canonical(rng, expected, values, compression)
+
+
+def _check_fast_against_canonical(rng: random.Random, expected: list[dict[str, Any]], values: dict[int, bytes],
+                                  compression: stored.Compression) -> None:
+    import orjson
+
+    prev = codec.ZERO_HASH
+    checked = 0
+    for env in expected:
+        seq, value = env["seq"], values[env["seq"]]
+        assert stored.checked_envelope(seq, value, prev, compression) == (env, None)
+        for _ in range(25):
+            flipped = bytearray(value)
+            flipped[rng.randrange(len(value))] ^= 1 << rng.randrange(8)
+            fast = stored.checked_envelope(seq, bytes(flipped), prev, compression)
+            slow = _judged_by_canonical_bytes(seq, bytes(flipped), prev, compression)
+            if fast is None:  # no longer a format-2 event (the kind byte): the slow path judges it
+                assert flipped[0] != value[0]
+                continue
+            assert (fast[1] is None) == (slow is None), (seq, fast, slow)
+            checked += 1
+        # A forger re-encodes the data non-canonically and recomputes the hash over those bytes.
+        data = orjson.dumps(env["data"], option=orjson.OPT_INDENT_2) if env["data"] else b"{ }"
+        body = b"".join((b'{"data":', data, b',"id":', orjson.dumps(env["id"]), b',"prev":"', prev.encode(),
+                         b'","seq":', str(seq).encode(), b',"session":', orjson.dumps(env["session"]),
+                         b',"ts":', str(env["ts"]).encode(), b',"type":', orjson.dumps(env["type"]), b',"v":',
+                         str(env["v"]).encode(), b"}"))
+        digest = codec._sha256(bytes.fromhex(prev) + body).hexdigest()
+        forged = stored.pack_parts(env["type"], env["v"], env["session"], env["id"], env["ts"], prev, digest,
+                                   stored.CODEC_RAW, 0, data)
+        fast = stored.checked_envelope(seq, forged, prev, compression)
+        assert fast is not None and fast[1] == "stored bytes are not the canonical encoding of the event"
+        assert _judged_by_canonical_bytes(seq, forged, prev, compression) is not None
+        # The same event after another prev is out of the chain.
+        assert stored.checked_envelope(seq, value, "f" * 64, compression) == (
+            None, "prev does not match the hash of the previous event")
+        prev = env["hash"]
+    assert checked > 5000

@@ -56,7 +56,7 @@ def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_j
             from_seq = max(1, head - (limit or 20) + 1)
         shown = 0
         try:
-            events = Verified(lg, from_seq, head)
+            events = Verified(lg, from_seq, head, raw=False)
             for _seq, _raw, env in events:
                 if limit is not None and shown >= limit:
                     break
@@ -70,7 +70,7 @@ def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_j
             nxt, prev = head + 1, None  # None: the hash of event head is read (and checked) first
             while True:
                 sys.stdout.flush()
-                events = Verified(lg, nxt, None, prev)
+                events = Verified(lg, nxt, None, prev, raw=False)
                 for seq, _raw, env in events:
                     show(env)
                     nxt, prev = seq + 1, env["hash"]

@@ -90,6 +90,20 @@ def check_event(raw: bytes | None, seq: int, prev: str) -> tuple[dict[str, Any] 
     return env, None
 
 
+def _checked(stored: Iterator[tuple[int, bytes]], prev: str
+             ) -> Iterator[tuple[int, bytes, dict[str, Any] | None, str | None]]:
+    """``(seq, canonical bytes, envelope, reason)`` of ``read(raw=True)``'s events checked
+    against the chain from ``prev``, ending after the first that fails (the caller checks
+    that the seqs follow each other)."""
+    for seq, raw in stored:
+        raw = bytes(raw)
+        env, reason = check_event(raw, seq, prev)
+        yield seq, raw, env, reason
+        if reason is not None or env is None:
+            return
+        prev = env["hash"]
+
+
 class Verified:
     """The stored events ``from_seq..to_seq`` of ``log`` (``(seq, canonical bytes, envelope)``),
     each checked against the chain as it is read: its seq follows the previous one (a deleted
@@ -97,15 +111,18 @@ class Verified:
     hash and its hash is recomputed from its bytes. Iteration stops at the first event that
     fails; then :attr:`damage` says where and why, and (``record``) the damage is recorded for
     every process. ``to_seq``: the log head as of the first read when None. ``prev``: the hash
-    of event ``from_seq - 1`` (read from the log when None)."""
+    of event ``from_seq - 1`` (read from the log when None). ``raw=False``: the caller uses the
+    envelopes only; a log with ``read_checked`` (LMDB) then checks each event as it decodes it,
+    without building its canonical bytes, and the bytes yielded are empty."""
 
     def __init__(self, log: Any, from_seq: int = 1, to_seq: int | None = None, prev: str | None = None, *,
-                 record: bool = True) -> None:
+                 record: bool = True, raw: bool = True) -> None:
         self.log = log
         self.from_seq = max(1, from_seq)
         self.to_seq = to_seq
         self.prev = prev
         self.record = record
+        self.raw = raw
         self.damage: Damage | None = None
 
     def __iter__(self) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
@@ -120,16 +137,16 @@ class Verified:
             if prev is None:
                 self._stop(expect - 1, f"event {expect - 1} is missing or damaged")
                 return
-            for seq, raw in self.log.read(expect, to_seq, raw=True):
-                raw = bytes(raw)
+            read_checked = None if self.raw else getattr(self.log, "read_checked", None)
+            checked = (read_checked(expect, to_seq, prev) if read_checked is not None  # the log checks as it decodes
+                       else _checked(self.log.read(expect, to_seq, raw=True), prev))
+            for seq, raw, env, reason in checked:
                 if seq != expect:
                     self._stop(expect, f"event {expect} is missing (next stored seq is {seq})")
                     return
-                env, reason = check_event(raw, seq, prev)
                 if reason is not None or env is None:
                     self._stop(seq, reason or "unreadable event")
                     return
-                prev = env["hash"]
                 expect += 1
                 yield seq, raw, env
         except EventLogError as e:  # a backend that refuses to hand out a damaged event

@@ -129,8 +129,13 @@ class Compression:
             d = (zstandard.ZstdDecompressor(dict_data=self._dict(key)) if key else zstandard.ZstdDecompressor())
             codecs[("d", key)] = d
         try:
+            # A damaged frame header can declare any size: refuse one no event can have before
+            # zstd allocates it (a flipped bit there once made a build die of MemoryError).
+            declared = zstandard.frame_content_size(payload)
+            if declared < 0 or declared > codec.MAX_EVENT_BYTES:
+                raise StoredFormatError(f"compressed data declares {declared} bytes")
             out: bytes = d.decompress(payload)
-        except zstandard.ZstdError as e:
+        except (zstandard.ZstdError, MemoryError) as e:
             raise StoredFormatError(f"compressed data does not decompress ({e})") from None
         return out
 
@@ -236,10 +241,58 @@ def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
     p = _unpack(value, compression)
     if p.data is None:
         return codec.canonical(_stub_env(seq, p))
+    return _canonical_parts(seq, p, p.data, b',"hash":"' + p.digest.encode() + b'","id":')
+
+
+def _canonical_parts(seq: int, p: _Parts, data: bytes, after_data: bytes) -> bytes:
+    """Canonical envelope bytes from stored parts: ``after_data`` is what follows the data,
+    up to the id's value (the hash field and ``,"id":``, or ``,"id":`` alone for the hashed body)."""
     dumps = orjson.dumps
-    return b"".join((b'{"data":', p.data, b',"hash":"', p.digest.encode(), b'","id":', dumps(p.id), b',"prev":"',
-                     p.prev.encode(), b'","seq":', str(seq).encode(), b',"session":', dumps(p.session), b',"ts":',
-                     str(p.ts).encode(), b',"type":', dumps(p.type), b',"v":', str(p.v).encode(), b"}"))
+    return b"".join((b'{"data":', data, after_data, dumps(p.id), b',"prev":"', p.prev.encode(), b'","seq":',
+                     str(seq).encode(), b',"session":', dumps(p.session), b',"ts":', str(p.ts).encode(), b',"type":',
+                     dumps(p.type), b',"v":', str(p.v).encode(), b"}"))
+
+
+_EVENT_KIND = bytes((KIND_EVENT,))
+_SORT = orjson.OPT_SORT_KEYS
+
+
+def checked_envelope(seq: int, value: bytes, prev: str, compression: Compression
+                     ) -> tuple[dict[str, Any] | None, str | None] | None:
+    """The envelope of the format-2 event stored as ``value`` at ``seq``, checked as event
+    ``seq`` chained after ``prev``: ``(envelope, None)``, or ``(None, reason)`` when it fails.
+    None when ``value`` is not a format-2 event (a format-1 value or an erased stub: the
+    caller checks its canonical bytes with :func:`eventlog.log.damage.check_event`).
+
+    The same judgement as ``check_event`` on the canonical bytes, reached without building
+    and decoding them: the header fields are canonical by construction (integers, ASCII
+    strings), so the bytes are canonical exactly when the data is; the hash is recomputed over
+    the canonical body without the hash field, built from the parts.
+    """
+    if value[:1] != _EVENT_KIND:
+        return None
+    try:
+        p = _unpack(value, compression)
+    except StoredFormatError as e:
+        return None, f"stored bytes are not an event ({e})"
+    if p.prev != prev:
+        return None, "prev does not match the hash of the previous event"
+    raw = p.data
+    assert raw is not None  # KIND_EVENT
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        return None, f"stored bytes are not a JSON object ({e})"
+    try:
+        if orjson.dumps(data, option=_SORT) != raw:
+            return None, "stored bytes are not the canonical encoding of the event"
+    except orjson.JSONEncodeError as e:
+        return None, f"event does not re-encode ({e})"
+    body = _canonical_parts(seq, p, raw, b',"id":')
+    if codec._sha256(bytes.fromhex(prev) + body).hexdigest() != p.digest:
+        return None, "hash does not match the event's bytes"
+    return {"data": data, "hash": p.digest, "id": p.id, "prev": p.prev, "seq": seq, "session": p.session,
+            "ts": p.ts, "type": p.type, "v": p.v}, None
 
 
 def hash_of(value: bytes) -> str | None:
