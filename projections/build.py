@@ -6,12 +6,11 @@ no reader ever sees a half-built file, readers holding the old file keep working
 generation's ``-wal``/``-shm`` stay paired with it. Generation numbers are never reused.
 Leftovers of a build that died are deleted by the next one.
 
-A full rebuild builds state.db first and swaps it in — sessions and transcripts are readable
-from then on — and then the search index from state.db (:meth:`Builder.rebuild_fts`; search is
-degraded to a scan of state.db until it is swapped in). In sequence, because on the 2-core VM
-this was measured on a second thread indexing beside the state build finished no sooner (two
-busy threads ran at ~0.7x each) and made state.db wait for the index; see bench/README.md.
-The index alone is rebuilt the same way after an FTS fault. A standalone snapshot (state and
+A full rebuild builds state.db and swaps it in — sessions and transcripts are readable from
+then on — while a thread builds the search index beside it from the state file's committed
+chunks (:mod:`projections.concurrent_index`); the index is swapped in when it is done (search
+is degraded to a scan of state.db until then). The index alone is rebuilt from state.db in one
+statement after an FTS fault (:meth:`Builder.rebuild_fts`). A standalone snapshot (state and
 FTS tables in one file, as of a log prefix) is written to a path of the caller's, needs no
 lease and touches nothing live.
 
@@ -28,6 +27,7 @@ from typing import Any, Callable
 from projections import db as sql
 from projections import files, fts
 from projections.catchup import Writer
+from projections.concurrent_index import Indexer
 from projections.health import read_meta
 from projections.schema import (
     FTS_APP_ID,
@@ -44,6 +44,9 @@ from projections.verified import Verified
 log = logging.getLogger("eventlog.projections")
 
 BULK_FLUSH = 5000
+INDEX_BESIDE = True
+"""A full rebuild builds the search index beside state.db (False: from state.db after it, in one
+statement — what ``bench.storage`` compares it with)."""
 Progress = Callable[[int, int], None]
 
 
@@ -64,9 +67,18 @@ class Builder:
         pointer = site.state_pointer()
         g = files.next_generation(site.dir, "state", STATE_SCHEMA)
         held = files.create_generation(g)
+        indexer: Indexer | None = None
         try:
-            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress)
+            if with_fts and INDEX_BESIDE:  # see projections.concurrent_index
+                gi = files.next_generation(site.dir, "fts", FTS_SCHEMA)
+                indexer = Indexer(gi, g.path, site.profile, site.view().log_id)
+                indexer.held = files.create_generation(gi)
+                indexer.start()
+            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress, indexer=indexer)
         except BaseException:
+            if indexer is not None:
+                indexer.abort()
+                files.release(indexer.held, indexer.g)
             files.release(held, g)  # unreferenced: deleted
             raise
         self.writer.close()
@@ -81,12 +93,26 @@ class Builder:
         names = [g.name]
         if with_fts:
             try:
-                names += self.rebuild_fts()["files"]
+                names += self._swap_index(indexer) if indexer is not None else self.rebuild_fts()["files"]
             except Exception as e:  # noqa: BLE001 - a search fault is its own class
                 site.fts_fault = f"{type(e).__name__}: {e}"
                 log.warning("building the search index failed (%s); search is degraded until it is rebuilt",
                             site.fts_fault)
         return {**built, "files": names}
+
+    def _swap_index(self, indexer: Indexer) -> list[str]:
+        """Wait for the index built beside the state file and swap it in (deleted if it failed)."""
+        try:
+            documents = indexer.result()
+        except BaseException:
+            files.release(indexer.held, indexer.g)
+            raise
+        files.swap_pointer(self.site.fts_pointer(), indexer.g)
+        files.release(indexer.held, None)
+        files.collect(self.site.dir, SCHEMAS)
+        self.site.fts_fault = None
+        log.info("FTS index rebuilt as %s (%d documents)", indexer.g.name, documents)
+        return [indexer.g.name]
 
     def rebuild_fts(self) -> dict[str, Any]:
         """Build the search index alone from the current state.db (one ``INSERT ... SELECT``:
@@ -150,10 +176,13 @@ class Builder:
         return {**built, "files": [str(out_path)]}
 
     def _state_file(self, path: Path, app_id: int, kind: str, until_seq: int | None, as_of_ns: int | None,
-                    progress: Progress | None, *, with_fts: bool = False, wal: bool = True) -> dict[str, Any]:
+                    progress: Progress | None, *, with_fts: bool = False, wal: bool = True,
+                    indexer: Indexer | None = None) -> dict[str, Any]:
         """Write a complete state file at ``path`` from the log prefix (up to ``until_seq``, or
         to the last event appended at ``as_of_ns``); ``with_fts``: the search tables in the same
-        file, filled from its messages at the end; fsync it."""
+        file, filled from its messages at the end; fsync it. ``indexer``: the file is written in
+        WAL mode and committed every :data:`BULK_FLUSH` events, each commit told to the indexer
+        that reads it (which has stopped reading it when this returns)."""
         site = self.site
         view = site.view()
         stop = view.head_seq if until_seq is None else max(0, min(until_seq, view.head_seq))
@@ -163,6 +192,8 @@ class Builder:
         verified = Verified(site.log, 1, stop, ZERO_HASH)  # the verified prefix only
         try:
             bulk_pragmas(conn)
+            if indexer is not None:  # a reader beside the writer: WAL, never fsynced until the end
+                conn.execute("PRAGMA journal_mode = WAL")
             create(conn, app_id, STATE_SCHEMA, site.ddl + (FTS_TABLES if with_fts else []))
             conn.execute("BEGIN")
             init_meta(conn, kind, site.profile, view.log_id)
@@ -182,6 +213,11 @@ class Builder:
                     events += 1
                     if events % BULK_FLUSH == 0:
                         applier.flush(keep_cache=True)
+                        if indexer is not None:
+                            write_cursor(conn, env["seq"], env.get("hash"))
+                            conn.execute("COMMIT")
+                            indexer.committed(env["seq"])
+                            conn.execute("BEGIN")
                         if progress is not None:
                             progress(events, stop)
             applier.flush()
@@ -195,6 +231,8 @@ class Builder:
                 fts.build_from_state(conn, fts_schema="main", state_schema="main")
                 fts.purge(conn, last_seq)
             conn.execute("COMMIT")
+            if indexer is not None:
+                indexer.finish(last_seq, last_hash)  # returns once it has read its last chunk
             if progress is not None:
                 progress(events, stop)
             conn.execute("PRAGMA optimize")

@@ -13,13 +13,14 @@ query exactly as the reference fold does — the fold's substring rule, punctuat
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sqlite3
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 from eventlog.log.memory import MemoryLog
 from eventlog.sessions.events import make_event
 from eventlog.sessions.fold import Fold, search_text
-from projections import Projector, fts
+from projections import Projector, build, fts
 
 QUERIES = int(os.environ.get("EVENTLOG_SEARCH_QUERIES", "2500"))
 CAMPAIGN_QUERIES = 10_000
@@ -234,12 +235,30 @@ def fixed_corpus(count: int) -> None:
             p.advance()
             with p.reader() as reader:
                 kinds = compare(reader, fold, queries)
-            # ... and rebuilt in bulk from state.db.
+            # ... and rebuilt in bulk from state.db ...
             p.rebuild("fts")
             with p.reader() as reader:
                 compare(reader, fold, queries[: max(1, count // 5)])
+            # ... and in a full rebuild, beside state.db in chunks of a few events, so that
+            # deletions fall after, inside and before the chunks that read the messages they delete.
+            for flush in (3, 50):
+                with small_chunks(flush):
+                    p.rebuild("all")
+                with p.reader() as reader:
+                    compare(reader, fold, queries[: max(1, count // 5)])
     # Every way a query can be answered was asked (a proportion, so the count can change).
     assert min(kinds["index"], kinds["scan"], kinds["none"]) > count // 50, kinds
+
+
+@contextlib.contextmanager
+def small_chunks(events: int) -> Iterator[None]:
+    """Full rebuilds commit state.db (and index it beside) every ``events`` events."""
+    saved = build.BULK_FLUSH
+    build.BULK_FLUSH = events
+    try:
+        yield
+    finally:
+        build.BULK_FLUSH = saved
 
 
 @st.composite
@@ -276,5 +295,9 @@ def test_random_corpora_answer_like_the_fold(case: tuple[list[dict[str, Any]], l
     with tempfile.TemporaryDirectory() as tmp:
         with Projector(Path(tmp) / "p", log, "p", batch_size=3) as p:
             p.advance()
+            with p.reader() as reader:
+                compare(reader, fold, queries)
+            with small_chunks(2):
+                p.rebuild("all")
             with p.reader() as reader:
                 compare(reader, fold, queries)
