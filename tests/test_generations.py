@@ -39,7 +39,8 @@ print("done", flush=True)
 REBUILD = """
 import sys
 from eventlog.log import EventLog
-from projections import Projector
+from projections import Projector, build
+build.BULK_FLUSH = 20  # many commits of the state file, each indexed beside it: kills land between them
 log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
 p = Projector(sys.argv[2], log, "p")
 print("ready", flush=True)
