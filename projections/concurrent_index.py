@@ -68,8 +68,10 @@ class Indexer:
         self.detached.wait()
 
     def abort(self) -> None:
+        """Stop building (the state file failed); the caller deletes the generation."""
         self._queue.put(("abort",))
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
 
     def result(self) -> int:
         """Wait for the index; its document count, or the error that stopped it."""

@@ -491,3 +491,34 @@ def test_a_failed_search_repairs_the_index_in_the_background(setup: Any) -> None
         assert [r["message_id"] for r in reader.search("alpha", limit=None)["results"]] == expected["search", "alpha"]
         assert p.health(full=True)["ok"]
         reader.close()
+
+
+def test_an_index_that_fails_beside_a_rebuild_leaves_state_db_in_and_search_degraded(
+        setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full rebuild builds the index beside state.db (projections.concurrent_index). When that
+    build fails, state.db is still swapped in and answers; search is degraded but exact, the
+    failed index file is gone, and the next heal builds the index."""
+    from projections import fts
+
+    log, directory, expected, mids = setup
+    original = fts.Bulk.finish
+
+    def broken(self: Any) -> int:
+        raise sqlite3.OperationalError("disk I/O error (injected)")
+
+    monkeypatch.setattr(fts.Bulk, "finish", broken)
+    state_before = files.read_pointer(directory / "state.db")
+    with Projector(directory, log, "p") as p:
+        p.rebuild("all")
+        state_after = files.read_pointer(directory / "state.db")
+        assert state_after is not None and state_before is not None and state_after.gen > state_before.gen
+        assert files.read_pointer(directory / "fts.db") is None  # the old index was dropped, no new one
+        assert not list(directory.glob("fts.*.db"))  # the failed build's file is deleted
+        with p.reader() as reader:
+            assert answers(reader, SIDS, mids) == expected  # search answers exactly, from a scan
+            assert reader.search("alpha")["degraded"] is True
+        monkeypatch.setattr(fts.Bulk, "finish", original)
+        assert p.heal(full=True)["ok"]
+        with p.reader() as reader:
+            assert reader.search("alpha")["degraded"] is False
+            assert answers(reader, SIDS, mids) == expected
