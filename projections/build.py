@@ -45,6 +45,10 @@ log = logging.getLogger("eventlog.projections")
 
 BULK_FLUSH = 5000
 INDEX_BESIDE = True
+STATE_PAGE_SIZE = 8192
+"""Page size of a new state file. Messages are ~1-1.5 KB rows: at SQLite's default 4 KB the
+state phase of a 100,000-message rebuild took 3.34 s of CPU (best of 4), at 8 KB 3.08 s, at
+16 KB no less; the file is 3% smaller too."""
 """A full rebuild builds the search index beside state.db (False: from state.db after it, in one
 statement — what ``bench.storage`` compares it with)."""
 Progress = Callable[[int, int], None]
@@ -191,6 +195,7 @@ class Builder:
         events = 0
         verified = Verified(site.log, 1, stop, ZERO_HASH)  # the verified prefix only
         try:
+            conn.execute(f"PRAGMA page_size = {STATE_PAGE_SIZE}")
             bulk_pragmas(conn)
             if indexer is not None:  # a reader beside the writer: WAL, never fsynced until the end
                 conn.execute("PRAGMA journal_mode = WAL")

@@ -227,7 +227,9 @@ def test_stale_wal_from_another_database_is_not_trusted(setup: Any, tmp_path: Pa
     writer = sqlite3.connect(other_state)
     writer.execute("PRAGMA wal_autocheckpoint = 0")
     writer.execute("UPDATE sessions SET title = 'Other' WHERE id = 's1'")
-    writer.execute("UPDATE meta SET value = value WHERE key = 'last_seq'")
+    # A projector's transaction always moves its cursor: the WAL holds the other file's meta page
+    # (SQLite may skip writing a row updated to the same value; then it would not).
+    writer.execute("UPDATE meta SET value = value + 1 WHERE key = 'last_seq'")
     writer.commit()
     wal = Path(f"{other_state}-wal")
     assert wal.stat().st_size > 0
