@@ -235,18 +235,31 @@ class Builder:
                 fts.register(conn)
                 fts.build_from_state(conn, fts_schema="main", state_schema="main")
                 fts.purge(conn, last_seq)
+            conn.execute("PRAGMA optimize")  # inside the last transaction: nothing is written after it
             conn.execute("COMMIT")
             if indexer is not None:
-                indexer.finish(last_seq, last_hash)  # returns once it has read its last chunk
+                indexer.finish(last_seq, last_hash)  # returns once it reads a snapshot of the finished file
+                _checkpoint_all(conn, indexer)
             if progress is not None:
                 progress(events, stop)
-            conn.execute("PRAGMA optimize")
             conn.execute(f"PRAGMA journal_mode = {'WAL' if wal else 'DELETE'}")
         finally:
             conn.close()
         files.fsync_file(path)
         damage = verified.damage.to_dict() if verified.damage is not None else None
         return {"events": events, "last_seq": last_seq, "last_hash": last_hash, "damage": damage}
+
+
+def _checkpoint_all(conn: sqlite3.Connection, indexer: Indexer) -> None:
+    """Copy every frame of the state file's WAL into it, so that syncing the file makes it
+    whole; the indexer's transaction, pinned at the last commit, does not stand in the way (it
+    would if it read an older snapshot: then wait until it has stopped reading)."""
+    busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+    if busy or copied != frames:
+        indexer.released.wait()
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+        if busy or copied != frames:
+            raise sqlite3.OperationalError(f"the new state file's WAL could not be checkpointed ({copied} of {frames})")
 
 
 def bulk_pragmas(conn: sqlite3.Connection) -> None:

@@ -25,6 +25,7 @@ this module; a failure is reported by :meth:`Indexer.result` and leaves no file 
 from __future__ import annotations
 
 import bisect
+import os
 import queue
 import threading
 from pathlib import Path
@@ -35,6 +36,8 @@ from projections import files, fts
 from projections.schema import FTS_APP_ID, FTS_DDL, FTS_SCHEMA
 from projections.site import init_meta, write_cursor
 
+CHUNK_IDS = 10000
+"""At most this many seqs per read transaction: how long the builder may wait for the thread."""
 _CHUNK = f"SELECT id, {fts.INDEXED_VALUES} FROM s.messages WHERE id > ? AND id <= ? ORDER BY id"
 
 
@@ -48,7 +51,8 @@ class Indexer:
         self.log_id = log_id
         self.documents = 0
         self.held: int | None = None  # the generation's lock, taken and released by the builder
-        self.detached = threading.Event()
+        self.pinned = threading.Event()
+        self.released = threading.Event()  # the thread no longer reads the state file
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="eventlog-index-build", daemon=True)
@@ -63,9 +67,12 @@ class Indexer:
 
     def finish(self, last_seq: int, last_hash: str | None) -> None:
         """The state file is complete (committed) up to ``last_seq``: index the rest, then
-        finish the index. Returns once the thread no longer reads the state file."""
+        finish the index. Returns once the thread reads the state file in one transaction
+        pinned at that commit (at most one chunk's read later, however far behind it is): the
+        file can then be checkpointed, synced and swapped in while the thread reads on, and
+        writes made to it after the swap are not in what the thread sees."""
         self._queue.put(("final", last_seq, last_hash))
-        self.detached.wait()
+        self.pinned.wait()
 
     def abort(self) -> None:
         """Stop building (the state file failed); the caller deletes the generation."""
@@ -82,11 +89,13 @@ class Indexer:
 
     def _run(self) -> None:
         try:
+            _lower_priority()
             self._build()
         except BaseException as e:  # noqa: BLE001 - reported by result(); the file is deleted there
             self._error = e
         finally:
-            self.detached.set()
+            self.pinned.set()
+            self.released.set()
 
     def _build(self) -> None:
         from projections.build import bulk_pragmas, create
@@ -101,29 +110,48 @@ class Indexer:
             bulk = fts.Bulk(out, "main")
             out.execute("COMMIT")
             chunks: list[tuple[int, int, int]] = []  # (after id, up to id, the state file's seq when read)
-            lo = 0
-            while True:
-                msg = self._queue.get()
-                if msg[0] == "abort":
-                    return
+            lo, hint = 0, 0
+            final: tuple[Any, ...] | None = None
+            while final is None:
+                # Everything queued at once: behind the builder, the next read covers what it has
+                # committed meanwhile (capped), and the end is seen as soon as it is sent.
+                msgs = [] if hint > lo else [self._queue.get()]
+                while True:
+                    try:
+                        msgs.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                for msg in msgs:
+                    if msg[0] == "abort":
+                        return
+                    if msg[0] == "final":
+                        final = msg
+                    else:
+                        hint = max(hint, msg[1])
                 if not chunks:  # attached once the state file has its tables and is in WAL mode
-                    sql.attach_ro(out, self.state_path, "s")
-                hi = msg[1]
+                    # Read-write though it only reads: when it is the last to let go of the state
+                    # file, it checkpoints and deletes the WAL (a read-only connection leaves it).
+                    sql.attach_rw(out, self.state_path, "s")
                 # One read transaction: the chunk and the cursor it was read at.
                 out.execute("BEGIN")
                 snapshot = out.execute("SELECT value FROM s.meta WHERE key = 'last_seq'").fetchone()[0]
+                if final is not None:
+                    _, last_seq, last_hash = final
+                    if snapshot != last_seq:
+                        raise RuntimeError(f"the state file is at seq {snapshot}, its build ended at {last_seq}")
+                    self.pinned.set()  # this transaction sees the finished file, whatever comes after
+                    hi = last_seq
+                else:
+                    hi = min(hint, lo + CHUNK_IDS)
                 bulk.add_from(_CHUNK, (lo, hi))
                 chunks.append((lo, hi, snapshot))
                 lo = hi
-                if msg[0] == "final":
-                    _, last_seq, last_hash = msg
+                if final is not None:
                     pending = out.execute(f"SELECT id, seq, {fts.INDEXED_VALUES} FROM s.fts_pending").fetchall()
                     expected = out.execute("SELECT count(*) FROM s.messages").fetchone()[0]
-                    out.execute("COMMIT")
-                    break
                 out.execute("COMMIT")
             out.execute("DETACH DATABASE s")
-            self.detached.set()
+            self.released.set()
             out.execute("BEGIN")
             bulk.delete([(mid, *values) for mid, seq, *values in pending if _was_indexed(chunks, mid, seq)])
             documents = bulk.finish()
@@ -137,6 +165,16 @@ class Indexer:
             out.close()
         files.fsync_file(self.g.path)
         self.documents = documents
+
+
+def _lower_priority() -> None:
+    """Run this thread at a lower CPU priority (Linux: a thread has its own nice value), so
+    that on a busy machine the state file, which list_sessions waits for, keeps its core and
+    the index takes what is left; on an idle one nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10))
+    except (AttributeError, OSError):
+        pass
 
 
 def _was_indexed(chunks: list[tuple[int, int, int]], mid: int, deleted_seq: int) -> bool:
