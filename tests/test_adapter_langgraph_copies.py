@@ -57,11 +57,24 @@ def _random_ops(s: EventlogSaver, rng: random.Random, threads: list[str], n: int
     many get_tuple calls the copy answered (the stream version it holds was current)."""
     served = 0
     ids = [f"{k:04d}" for k in range(12)]
+    counter = iter(range(100, 10_000))
+
+    def pick() -> str:
+        """Mostly the next new id (LangGraph's ids grow), sometimes an older or a used one; the
+        next id is also given to writes before its checkpoint is stored, as LangGraph may do."""
+        r = rng.random()
+        if r < 0.4:
+            return f"{next(counter):04d}"
+        if r < 0.6:
+            return f"{int(max(ids)) + 1:04d}"
+        return rng.choice(ids)
+
     for _ in range(n):
         thread, ns = rng.choice(threads), rng.choice(["", "", "child:1"])
         op = rng.random()
         if op < 0.45:
-            cid = rng.choice(ids)  # older, equal and newer ids than the latest, in any order
+            cid = pick()  # older, equal and newer ids than the latest, in any order
+            ids.append(cid)
             channels = rng.sample(["a", "b", "c"], rng.randint(0, 3))
             versions = {ch: rng.choice([1, 2, 3, "x", 2.5]) for ch in channels}
             values = {ch: rng.choice(["v", b"\x00raw", [1, {"k": None}], 7]) for ch in channels
@@ -73,7 +86,7 @@ def _random_ops(s: EventlogSaver, rng: random.Random, threads: list[str], n: int
         elif op < 0.75:
             writes = [(rng.choice(["a", "b", "__error__", "__interrupt__"]), rng.choice(["w", 1, None]))
                       for _ in range(rng.randint(1, 3))]
-            s.put_writes(cfg(thread, ns, rng.choice(ids)), writes, rng.choice(["t1", "t2"]), rng.choice(["", "p"]))
+            s.put_writes(cfg(thread, ns, pick()), writes, rng.choice(["t1", "t2"]), rng.choice(["", "p"]))
         elif op < 0.78:
             s.prune([thread], strategy=rng.choice(["keep_latest", "delete"]))
         elif op < 0.80:
@@ -83,7 +96,7 @@ def _random_ops(s: EventlogSaver, rng: random.Random, threads: list[str], n: int
         elif op < 0.82:
             s.delete_thread(thread)
         else:
-            cid = rng.choice([None, None, rng.choice(ids)])
+            cid = rng.choice([None, None, rng.choice(ids), pick()])
             before = _copy_version(s, thread)
             current = s._open().version(lg_model.thread_session(thread))
             got = _view(s.get_tuple(cfg(thread, ns, cid)))
@@ -99,7 +112,7 @@ def test_what_the_copy_serves_equals_the_read_model_and_its_rebuild(tmp_path: Pa
     threads = ["t1", "t2", "with space"]
     with EventlogSaver(home=tmp_path) as s:
         served = _random_ops(s, rng, threads, 400)
-        assert served > 20  # the copy answered reads, so the comparison above tested it
+        assert served > 10  # the copy answered reads, so the comparison above tested it
         latest = {(t, ns): _view(s.get_tuple(cfg(t, ns))) for t in threads for ns in ("", "child:1")}
         assert latest == {(t, ns): _from_read_model(s, t, ns) for t in threads for ns in ("", "child:1")}
         s._open().rebuild()
@@ -175,3 +188,18 @@ def test_a_thread_event_outside_its_threads_stream_is_refused(tmp_path: Path) ->
                                            "data": {"thread_id": "t"}}])
         assert e.value.field == "events[0].data.thread_id"
         assert store.log.head()[0] == head
+
+
+def test_writes_stored_before_their_checkpoint_are_in_the_copy(tmp_path: Path) -> None:
+    """LangGraph may store a task's writes before the checkpoint they belong to (both run in its
+    background executor): the copy keeps them for when the checkpoint arrives."""
+    with EventlogSaver(home=tmp_path) as s:
+        assert s.get_tuple(cfg("t")) is None  # establishes the copy: no checkpoint yet
+        s.put(cfg("t"), _checkpoint("0001", {"x": "a"}, {"x": 1}), {"step": 0}, {"x": 1})
+        s.put_writes(cfg("t", checkpoint_id="0002"), [("x", "early"), ("__error__", "e")], "task", "p")
+        s.put(cfg("t", checkpoint_id="0001"), _checkpoint("0002", {"x": "b"}, {"x": 2}), {"step": 1}, {"x": 2})
+        version = _copy_version(s, "t")
+        assert version is not None and version == s._open().version("lg:t")  # the copy is current
+        got = _view(s.get_tuple(cfg("t")))
+        assert got == _from_read_model(s, "t", "")
+        assert got[4] == [("task", "__error__", "e"), ("task", "x", "early")]

@@ -92,14 +92,29 @@ class Writes:
         self.ns, self.checkpoint_id, self.task_id, self.task_path, self.rows = ns, checkpoint_id, task_id, task_path, rows
 
 
+class Space:
+    """What the copy knows of one namespace of a thread: its latest checkpoint (None: it has
+    none); ``floor``, the greatest checkpoint id that had pending writes when the copy was
+    established (None: none), so that every write to a higher id is one the copy saw; and those
+    writes of ids above both, kept for when their checkpoint arrives (LangGraph may store a
+    task's writes before the checkpoint they belong to is stored)."""
+
+    __slots__ = ("latest", "floor", "ahead")
+
+    def __init__(self, latest: Latest | None, floor: str | None,
+                 ahead: dict[str, dict[WriteKey, WriteRow]] | None = None) -> None:
+        self.latest = latest
+        self.floor = floor
+        self.ahead = ahead or {}
+
+
 class Thread:
-    """One thread's copy: per namespace known, the latest checkpoint (None: the namespace has
-    none) and the greatest checkpoint id that has pending writes (None: none). Immutable: a
-    change makes a new object, so a reader never sees half of one."""
+    """One thread's copy: a :class:`Space` per namespace known. Immutable: a change makes a new
+    object, so a reader never sees half of one."""
 
     __slots__ = ("version", "spaces")
 
-    def __init__(self, version: int, spaces: dict[str, tuple[Latest | None, str | None]]) -> None:
+    def __init__(self, version: int, spaces: dict[str, Space]) -> None:
         self.version = version
         self.spaces = spaces
 
@@ -109,34 +124,32 @@ class Thread:
         spaces = self.spaces
         if change is not None and change.ns in spaces:
             spaces = dict(spaces)
-            latest, written = spaces[change.ns]
-            if isinstance(change, Put):
-                fresh = _put(latest, written, change)
-                if fresh is None:
-                    del spaces[change.ns]
-                else:
-                    spaces[change.ns] = (fresh, written)
+            space = spaces[change.ns]
+            fresh = _put(space, change) if isinstance(change, Put) else _writes(space, change)
+            if fresh is None:
+                del spaces[change.ns]
             else:
-                spaces[change.ns] = (_writes(latest, change), max(written or "", change.checkpoint_id))
+                spaces[change.ns] = fresh
         return Thread(self.version + n, spaces)
 
 
-def _put(latest: Latest | None, written: str | None, put: Put) -> Latest | None:
-    """The namespace's latest checkpoint after ``put`` (None: the copy cannot tell; drop it)."""
+def _put(space: Space, put: Put) -> Space | None:
+    """The namespace after ``put`` (None: the copy cannot tell; forget the namespace)."""
     cid: str = put.row[2]
+    latest = space.latest
     if latest is not None and cid < latest.checkpoint_id:
         # Not the newest: only a blob row it replaces can change the latest checkpoint.
         replaced = dict(latest.blobs)
         for (ch, vk), b in put.blobs.items():
             if latest.versions.get(ch) == vk:
                 replaced[ch] = b
-        return Latest(latest.row, latest.versions, replaced, latest.writes)
+        return Space(Latest(latest.row, latest.versions, replaced, latest.writes), space.floor, space.ahead)
     if latest is not None and cid == latest.checkpoint_id:
         writes = latest.writes  # the same checkpoint stored again keeps its writes
-    elif written is None or cid > written:
-        writes = {}  # no write was ever recorded for a checkpoint id this high
+    elif space.floor is None or cid > space.floor:
+        writes = space.ahead.get(cid, {})  # every write to this id is one the copy saw
     else:
-        return None  # writes may exist for it (put_writes before put): the read model knows
+        return None  # writes stored before the copy was may belong to it: the read model knows
     blobs: dict[str, Blob] = {}
     for ch, vk in put.versions.items():
         if (ch, vk) in put.blobs:
@@ -146,19 +159,28 @@ def _put(latest: Latest | None, written: str | None, put: Put) -> Latest | None:
                 blobs[ch] = latest.blobs[ch]
         else:
             return None  # a blob row of an older checkpoint the copy never saw
-    return Latest(put.row, put.versions, blobs, writes)
+    ahead = {k: v for k, v in space.ahead.items() if k > cid}  # the rest can never be the latest again
+    return Space(Latest(put.row, put.versions, blobs, writes), space.floor, ahead)
 
 
-def _writes(latest: Latest | None, w: Writes) -> Latest | None:
-    if latest is None or latest.checkpoint_id != w.checkpoint_id:
-        return latest
-    writes = dict(latest.writes)
+def _merge(writes: dict[WriteKey, WriteRow], w: Writes) -> dict[WriteKey, WriteRow]:
+    out = dict(writes)
     for idx, ch, t, d in w.rows:
         key = (w.task_id, idx)
-        if idx >= 0 and key in writes:
+        if idx >= 0 and key in out:
             continue  # as model._writes: a regular write is stored once, a special one replaced
-        writes[key] = (w.task_path, ch, t, d)
-    return Latest(latest.row, latest.versions, latest.blobs, writes)
+        out[key] = (w.task_path, ch, t, d)
+    return out
+
+
+def _writes(space: Space, w: Writes) -> Space:
+    latest, cid = space.latest, w.checkpoint_id
+    if latest is not None and latest.checkpoint_id == cid:
+        return Space(Latest(latest.row, latest.versions, latest.blobs, _merge(latest.writes, w)), space.floor,
+                     space.ahead)
+    if (latest is None or cid > latest.checkpoint_id) and (space.floor is None or cid > space.floor):
+        return Space(latest, space.floor, {**space.ahead, cid: _merge(space.ahead.get(cid, {}), w)})
+    return space  # writes to a checkpoint that can never be the latest
 
 
 class Copies:
@@ -203,6 +225,6 @@ class Copies:
         with self.lock(sid):
             cur = self._copies.get(sid)
             if cur is not None and cur.version == version:
-                self.set(sid, Thread(version, {**cur.spaces, ns: (latest, written)}))
+                self.set(sid, Thread(version, {**cur.spaces, ns: Space(latest, written)}))
             elif cur is None or cur.version < version:
-                self.set(sid, Thread(version, {ns: (latest, written)}))
+                self.set(sid, Thread(version, {ns: Space(latest, written)}))

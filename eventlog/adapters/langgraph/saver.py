@@ -263,7 +263,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             sid = None  # no such thread can exist: the read model says so
         copy = self._copies.get(sid) if sid is not None else None
         if sid is not None and copy is not None and ns in copy.spaces:
-            found = copy.spaces[ns][0]
+            found = copy.spaces[ns].latest
             if (cid is None or found is None or found.checkpoint_id == cid) and store.version(sid) == copy.version:
                 return None if found is None or (cid is not None and found.checkpoint_id != cid) else self._tuple(found)
         # The read model; a read of the latest checkpoint also establishes this saver's copy
