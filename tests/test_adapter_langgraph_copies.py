@@ -203,3 +203,86 @@ def test_writes_stored_before_their_checkpoint_are_in_the_copy(tmp_path: Path) -
         got = _view(s.get_tuple(cfg("t")))
         assert got == _from_read_model(s, "t", "")
         assert got[4] == [("task", "__error__", "e"), ("task", "x", "early")]
+
+
+def test_concurrent_writes_to_one_thread_share_appends_and_each_gets_its_own_answer(tmp_path: Path) -> None:
+    """Writes to one thread queued behind an append in flight go to the log as one batch
+    (combine.py); every caller returns after its own events are durable, and an invalid write
+    fails alone."""
+    import threading
+
+    with EventlogSaver(home=tmp_path) as s:
+        s.put(cfg("t"), _checkpoint("0001", {"x": "a"}, {"x": 1}), {"step": 0}, {"x": 1})
+        s.get_tuple(cfg("t"))
+        store = s._open()
+        commits_before, head_before = store.log._core.commits, store.log.head()[0]
+        errors: list[BaseException] = []
+        done: list[int] = []
+        start = threading.Barrier(17)
+
+        def write(k: int) -> None:
+            start.wait()
+            try:
+                if k == 16:  # refused by the serializer's output check: a channel name that is not a string
+                    s.put_writes(cfg("t", checkpoint_id="0001"), [(7, "bad")], f"task-{k}")  # type: ignore[list-item]
+                else:
+                    s.put_writes(cfg("t", checkpoint_id="0001"), [("x", k)], f"task-{k}")
+                done.append(k)
+            except Exception as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(17)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(done) == list(range(16)) and len(errors) == 1 and isinstance(errors[0], ValidationError)
+        assert store.log.head()[0] == head_before + 16  # every valid write durable, the bad one not at all
+        assert store.log._core.commits - commits_before < 16  # some of them shared a commit
+        got = s.get_tuple(cfg("t"))
+        assert got is not None and sorted(got.pending_writes) == sorted((f"task-{k}", "x", k) for k in range(16))
+        assert _view(got) == _from_read_model(s, "t", "")
+        assert _copy_version(s, "t") == store.version("lg:t")
+
+
+def test_the_combiner_batches_queued_writes_and_refuses_an_invalid_one_alone() -> None:
+    import threading
+
+    from eventlog.adapters.langgraph.combine import Combiner, Request
+
+    first_in_flight, release = threading.Event(), threading.Event()
+    appended: list[list[str]] = []
+
+    def append(sid: str, batch: list[Request]) -> None:
+        names = [e["name"] for r in batch for e in r.events]
+        if any(n.startswith("bad") for n in names):
+            raise ValidationError("events[0].data", "bad")  # the log refuses the whole batch
+        if not appended:
+            first_in_flight.set()
+            release.wait(10)  # the first append "syncs" while the others queue behind it
+        appended.append(names)
+
+    c = Combiner(append)
+    errors: dict[str, BaseException] = {}
+
+    def write(name: str) -> None:
+        try:
+            c.write("s", [{"name": name}], None)
+        except ValidationError as e:
+            errors[name] = e
+
+    first = threading.Thread(target=write, args=("first",))
+    first.start()
+    assert first_in_flight.wait(10)
+    others = [threading.Thread(target=write, args=(n,)) for n in ("a", "bad", "b", "c")]
+    for t in others:
+        t.start()
+    while len(c._queues["s"]) < 4:  # all four queued behind the append in flight
+        threading.Event().wait(0.001)
+    release.set()
+    for t in [first, *others]:
+        t.join()
+    assert appended[0] == ["first"]
+    assert sorted(sum(appended[1:], [])) == ["a", "b", "c"]  # the batch failed, each then went alone
+    assert list(errors) == ["bad"]
+    assert "s" not in c._queues  # nothing left in flight

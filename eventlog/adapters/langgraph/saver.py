@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from eventlog.adapters import _shared
-from eventlog.adapters.langgraph import latest, model
+from eventlog.adapters.langgraph import combine, latest, model
 from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.events import make_event
@@ -111,6 +111,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._mirrored: dict[str, set[str]] = {}
         self._one_batch = True
         self._copies = latest.Copies()
+        self._combiner = combine.Combiner(self._append_batch)
 
     def get_next_version(self, current: Any, channel: Any) -> str:
         """A channel's next version: the counter, zero-padded so versions order as strings, and a
@@ -183,9 +184,16 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def _write(self, store: SessionStore, sid: str, events: list[dict[str, Any]],
                change: latest.Put | latest.Writes | None) -> None:
-        """Append ``events`` (all in stream ``sid``) and carry this saver's copy of the thread
-        along: appended at the copy's version, so that the log refuses them when anything else
-        reached the stream since (then the copy is dropped and they are appended anyway)."""
+        """Append ``events`` (all in stream ``sid``), in one batch with the other writes to the
+        thread queued meanwhile (:mod:`combine`), and carry this saver's copy of the thread along."""
+        self._combiner.write(sid, events, (store, change))
+
+    def _append_batch(self, sid: str, batch: builtins.list[combine.Request]) -> None:
+        """One atomic append of ``batch``'s events, at the copy's version when there is a copy,
+        so that the log refuses them if anything else reached the stream since (then the copy
+        is dropped and they are appended anyway)."""
+        store: SessionStore = batch[0].change[0]
+        events = [e for r in batch for e in r.events]
         with self._copies.lock(sid):
             copy = self._copies.get(sid)
             if copy is None:
@@ -202,7 +210,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             except BaseException:
                 self._copies.drop(sid)
                 raise
-            self._copies.set(sid, copy.after(len(events), change))
+            for r in batch:
+                copy = copy.after(len(r.events), r.change[1])
+            self._copies.set(sid, copy)
 
     def _forget(self, *sids: str) -> None:
         """Drop the copies of threads an operation on whole threads changed."""
