@@ -286,3 +286,18 @@ def test_the_combiner_batches_queued_writes_and_refuses_an_invalid_one_alone() -
     assert sorted(sum(appended[1:], [])) == ["a", "b", "c"]  # the batch failed, each then went alone
     assert list(errors) == ["bad"]
     assert "s" not in c._queues  # nothing left in flight
+
+
+def test_the_saver_asks_for_no_follower_unless_told_and_reads_still_see_every_write(tmp_path: Path) -> None:
+    from eventlog import SessionStore
+
+    with EventlogSaver(home=tmp_path) as s:
+        s.put(cfg("t"), _checkpoint("0001", {"x": "a"}, {"x": 1}), {"step": 0}, {"x": 1})
+        store = s._open()
+        assert store._core.followers == 0 and not store._need_projector().following
+        assert [t.checkpoint["channel_values"] for t in s.list(cfg("t"))] == [{"x": "a"}]  # caught up by the read
+        with SessionStore.open(tmp_path) as app:  # an application's own handle brings the follower
+            assert store._core.followers == 1
+            assert app.get_session("lg:t") is not None
+    with EventlogSaver(home=tmp_path, follower=True) as s:
+        assert s._open()._core.followers == 1

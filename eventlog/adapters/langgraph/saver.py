@@ -92,18 +92,27 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     erases the thread's whole stream (:meth:`SessionStore.erase_session`: checkpoints, writes and
     messages gone from every file, an audit record kept; the thread id cannot be used again).
 
-    Savers of one (home, profile) share one store in the process.
+    Savers of one (home, profile) share one store in the process. ``follower``: whether the
+    saver's handle asks for the store's background follower. Off by default: a graph's turn is
+    several writes in a few milliseconds, and a thread applying them to state.db every 20 ms
+    competes with the graph for the GIL (a quarter of the throughput of eight concurrent
+    conversations, measured: docs/ADAPTERS.md). Without it the projections are brought up to the
+    log, in batches, by the reads that need them (a ``get_tuple`` the saver's copy cannot
+    answer, ``list``, any SessionStore read, another process's reader); an application that
+    wants them kept current in the background opens a SessionStore of the profile (follower on
+    by default), which the saver then shares.
     """
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
                  serde: SerializerProtocol | None = None, mirror_messages: bool = True,
-                 erase_deleted: bool = False) -> None:
+                 erase_deleted: bool = False, follower: bool = False) -> None:
         super().__init__(serde=serde)
         validate_profile(profile)
         self._home = home
         self._profile = profile
         self._mirror = mirror_messages
         self._erase_deleted = erase_deleted
+        self._follower = follower
         self._store: SessionStore | None = None
         self._closed = False
         self._lock = threading.Lock()
@@ -134,7 +143,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if self._closed:
                 raise ClosedError("EventlogSaver is closed")
             if self._store is None:
-                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION])
+                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
             return self._store
 
     def close(self) -> None:
