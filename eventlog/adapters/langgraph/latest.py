@@ -190,17 +190,19 @@ class Copies:
     at the same copy version: the second would fail its expected version); correctness rests on
     the expected version, so the tables may be cleared at any time to bound their size."""
 
-    def __init__(self, limit: int = 10_000) -> None:
+    def __init__(self, limit: int = 1024) -> None:
         self._copies: dict[str, Thread] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._mu = threading.Lock()
         self._limit = limit
+        """Threads kept (each holds its latest checkpoints' serialized values): past it, the
+        one established or written least recently is dropped."""
 
     def lock(self, sid: str) -> threading.Lock:
         found = self._locks.get(sid)
         if found is None:
             with self._mu:
-                if len(self._locks) >= self._limit:
+                if len(self._locks) >= 4 * self._limit:
                     self._locks.clear()
                 found = self._locks.setdefault(sid, threading.Lock())
         return found
@@ -210,15 +212,15 @@ class Copies:
 
     def set(self, sid: str, copy: Thread) -> None:
         """Caller holds ``lock(sid)``."""
-        if len(self._copies) >= self._limit and sid not in self._copies:
-            self._copies.clear()
-        self._copies[sid] = copy
+        with self._mu:
+            self._copies.pop(sid, None)  # to the end: the most recently used
+            self._copies[sid] = copy
+            if len(self._copies) > self._limit:
+                del self._copies[next(iter(self._copies))]
 
     def drop(self, sid: str) -> None:
-        self._copies.pop(sid, None)
-
-    def clear(self) -> None:
-        self._copies.clear()
+        with self._mu:
+            self._copies.pop(sid, None)
 
     def establish(self, sid: str, version: int, ns: str, latest: Latest | None, written: str | None) -> None:
         """Record what the read model held for ``(sid, ns)`` at stream ``version``."""
