@@ -19,8 +19,8 @@ clock starts (one untimed read). Every contender runs in a fresh process in an e
 durable (eventlog synced, SQLite ``synchronous=FULL``). Reported per contender: turns/s (wall),
 write and read latency p50/p99 (ms); for ``EventlogSaver``, which runs no background follower,
 also the time the reads after the run need to bring state.db up to the log (``catch-up s``:
-messages, search, the checkpoint read model) and turns/s with that time included. Targets (issue 16): under concurrency eventlog's p99 <= the
-SQLite backend's and its throughput >= it.
+messages, search, the checkpoint read model) and turns/s with that time included.
+Targets (issue 16): under concurrency eventlog's p99 <= the SQLite backend's and its throughput >= it.
 """
 from __future__ import annotations
 
