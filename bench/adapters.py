@@ -17,8 +17,10 @@ last 20 messages, so checkpoints stay the same size) -- two checkpoints and thei
 ``--turns`` turns each at once (OA: tasks on one event loop; LG: one thread each). Each backend is opened before the
 clock starts (one untimed read). Every contender runs in a fresh process in an empty directory on the same disk; all backends are
 durable (eventlog synced, SQLite ``synchronous=FULL``). Reported per contender: turns/s (wall),
-write and read latency p50/p99 (ms). Targets (issue 16): under concurrency eventlog's p99 <= the
-SQLite backend's and its throughput >= it.
+write and read latency p50/p99 (ms); for ``EventlogSaver``, which runs no background follower,
+also the time the reads after the run need to bring state.db up to the log (``catch-up s``:
+messages, search, the checkpoint read model) and turns/s with that time included.
+Targets (issue 16): under concurrency eventlog's p99 <= the SQLite backend's and its throughput >= it.
 """
 from __future__ import annotations
 
@@ -154,10 +156,22 @@ def run_lg(backend: str, sessions: int, turns: int, d: str) -> dict[str, Any]:
     for t in threads:
         t.join()
     seconds = perf() - t0
+    catchup = 0.0
+    if backend == "eventlog":
+        # The saver runs no follower: state.db (messages, search, the checkpoint read model) is
+        # brought up to the log by the reads that need it. What the run left for them to do is
+        # timed here and reported beside the figures (turns/s with it included).
+        t1 = perf()
+        store = saver._open()
+        store.sync(timeout=600)
+        with store.read_model("langgraph", wait=600) as conn:
+            conn.execute("SELECT 1 FROM langgraph_checkpoints LIMIT 1").fetchall()
+        catchup = perf() - t1
     last = saver.get_tuple({"configurable": {"thread_id": "thread-0"}})
     assert last is not None and len(last.checkpoint["channel_values"]["messages"]) == min(20, 2 * turns)
     close()
-    return {"seconds": seconds, "turns": sessions * turns, "write": writes.summary(), "read": reads.summary()}
+    return {"seconds": seconds, "turns": sessions * turns, "write": writes.summary(), "read": reads.summary(),
+            "catchup_s": catchup}
 
 
 # ---------------------------------------------------------------- driver
@@ -167,6 +181,7 @@ def run_one(name: str, turns: int, sessions: int, limit: int | None, d: str) -> 
     k = sessions if mode == "concurrent8" else 1
     res = run_oa(backend, k, turns, limit, d) if fw == "oa" else run_lg(backend, k, turns, d)
     res.update(name=name, sessions=k, turns_per_session=turns, turns_per_s=res["turns"] / res["seconds"],
+               turns_per_s_with_catchup=res["turns"] / (res["seconds"] + res.get("catchup_s", 0.0)),
                disk_bytes=dir_size(d).get("allocated"), limit=limit if fw == "oa" else None)
     return res
 
@@ -198,6 +213,9 @@ def _median(rs: list[dict[str, Any]]) -> dict[str, Any]:
 
     out = dict(rs[0])
     out["turns_per_s"] = med([r["turns_per_s"] for r in rs])
+    for key in ("turns_per_s_with_catchup", "catchup_s"):
+        if all(key in r for r in rs):
+            out[key] = med([r[key] for r in rs])
     for side in ("write", "read"):
         out[side] = {k: med([r[side][k] for r in rs]) for k in ("p50", "p99")}
     return out
@@ -235,19 +253,22 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, r in results.items():
         if "error" in r:
-            rows.append([name, "error", r["error"][0], "", "", "", ""])
+            rows.append([name, "error", r["error"][0], "", "", "", "", "", ""])
             continue
-        rows.append([name, r["turns"], round(r["turns_per_s"], 1), r["write"]["p50"], r["write"]["p99"],
-                     r["read"]["p50"], r["read"]["p99"]])
+        rows.append([name, r["turns"], round(r["turns_per_s"], 1),
+                     round(r.get("turns_per_s_with_catchup", r["turns_per_s"]), 1), round(r.get("catchup_s", 0.0), 2),
+                     r["write"]["p50"], r["write"]["p99"], r["read"]["p50"], r["read"]["p99"]])
     print(f"medians of {args.rounds} round(s), pairs interleaved")
-    print(render_table(["contender", "turns", "turns/s", "write p50 ms", "write p99 ms", "read p50 ms", "read p99 ms"],
-                       rows))
+    print(render_table(["contender", "turns", "turns/s", "incl. catch-up", "catch-up s", "write p50 ms", "write p99 ms",
+                        "read p50 ms", "read p99 ms"], rows))
     for fw in ("oa", "lg"):
         for mode in ("single", "concurrent8"):
             a, b = results.get(f"{fw}.eventlog.{mode}"), results.get(f"{fw}.sqlite.{mode}")
             if a and b and "error" not in a and "error" not in b:
                 w99, r99 = a["write"]["p99"] / b["write"]["p99"], a["read"]["p99"] / b["read"]["p99"]
-                print(f"{fw}.{mode}: throughput {a['turns_per_s'] / b['turns_per_s']:.2f}x sqlite; write p99 {w99:.2f}x; "
+                with_c = a.get("turns_per_s_with_catchup", a["turns_per_s"]) / b["turns_per_s"]
+                print(f"{fw}.{mode}: throughput {a['turns_per_s'] / b['turns_per_s']:.2f}x sqlite "
+                      f"({with_c:.2f}x with the deferred catch-up); write p99 {w99:.2f}x; "
                       f"read p99 {r99:.2f}x (eventlog/sqlite; throughput >= 1 and p99 <= 1 meet the target)")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:

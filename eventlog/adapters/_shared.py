@@ -17,10 +17,12 @@ from eventlog.sessions.store import SessionStore
 
 
 def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
-            extensions: Sequence[Extension] = ()) -> SessionStore:
-    """A store handle on ``(home, profile)`` with ``extensions`` registered."""
+            extensions: Sequence[Extension] = (), *, follower: bool = True) -> SessionStore:
+    """A store handle on ``(home, profile)`` with ``extensions`` registered; ``follower`` as for
+    :meth:`SessionStore.open` (the background thread runs while any handle of the profile in the
+    process asked for it)."""
     return SessionStore.open(None if home is None else os.fspath(home), profile,
-                             extensions=list(extensions) if extensions else None)
+                             extensions=list(extensions) if extensions else None, follower=follower)
 
 
 def release(store: SessionStore) -> None:

@@ -331,15 +331,28 @@ def apply(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
         _pruned(conn, data, session)
 
 
+class ThreadEventType(EventType):
+    """A ``langgraph.*`` type: its data checked by ``validate``, and the event refused outside
+    the stream of its thread (:func:`thread_session` of ``data.thread_id``), so that a thread's
+    stream version counts every event that changes the thread's rows (the saver relies on it)."""
+
+    def check(self, data: Any, session: str | None) -> dict[str, Any]:
+        out = super().check(data, session)
+        tid = out.get("thread_id")
+        if isinstance(tid, str) and session != thread_session(tid):
+            raise ValidationError("thread_id", f"the event's session must be its thread's, {thread_session(tid)!r}")
+        return out
+
+
 EXTENSION = Extension(
     namespace=NAMESPACE,
     event_types=[
-        EventType("langgraph.checkpoint_put", version=1, validate=check_put, upcasters={}),
-        EventType("langgraph.writes_put", version=1, validate=check_writes, upcasters={}),
-        EventType("langgraph.thread_deleted", version=1, validate=check_thread, upcasters={}),
-        EventType("langgraph.runs_deleted", version=1, validate=check_runs, upcasters={}),
-        EventType("langgraph.thread_copied", version=1, validate=check_copy, upcasters={}),
-        EventType("langgraph.thread_pruned", version=1, validate=check_prune, upcasters={}),
+        ThreadEventType("langgraph.checkpoint_put", version=1, validate=check_put, upcasters={}),
+        ThreadEventType("langgraph.writes_put", version=1, validate=check_writes, upcasters={}),
+        ThreadEventType("langgraph.thread_deleted", version=1, validate=check_thread, upcasters={}),
+        ThreadEventType("langgraph.runs_deleted", version=1, validate=check_runs, upcasters={}),
+        ThreadEventType("langgraph.thread_copied", version=1, validate=check_copy, upcasters={}),
+        ThreadEventType("langgraph.thread_pruned", version=1, validate=check_prune, upcasters={}),
     ],
     read_models=[ReadModel(name=NAMESPACE, version=1, ddl=DDL, apply=apply)],
 )

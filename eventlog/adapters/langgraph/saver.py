@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import os
-import secrets
+import random
 import sqlite3
 import threading
 from typing import Any, AsyncIterator, Iterator, Sequence
@@ -24,7 +24,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from eventlog.adapters import _shared
-from eventlog.adapters.langgraph import model
+from eventlog.adapters.langgraph import combine, latest, model
 from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.events import make_event
@@ -92,24 +92,35 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     erases the thread's whole stream (:meth:`SessionStore.erase_session`: checkpoints, writes and
     messages gone from every file, an audit record kept; the thread id cannot be used again).
 
-    Savers of one (home, profile) share one store in the process.
+    Savers of one (home, profile) share one store in the process. ``follower``: whether the
+    saver's handle asks for the store's background follower. Off by default: a graph's turn is
+    several writes in a few milliseconds, and a thread applying them to state.db every 20 ms
+    competes with the graph for the GIL (a quarter of the throughput of eight concurrent
+    conversations, measured: docs/ADAPTERS.md). Without it the projections are brought up to the
+    log, in batches, by the reads that need them (a ``get_tuple`` the saver's copy cannot
+    answer, ``list``, any SessionStore read, another process's reader); an application that
+    wants them kept current in the background opens a SessionStore of the profile (follower on
+    by default), which the saver then shares.
     """
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
                  serde: SerializerProtocol | None = None, mirror_messages: bool = True,
-                 erase_deleted: bool = False) -> None:
+                 erase_deleted: bool = False, follower: bool = False) -> None:
         super().__init__(serde=serde)
         validate_profile(profile)
         self._home = home
         self._profile = profile
         self._mirror = mirror_messages
         self._erase_deleted = erase_deleted
+        self._follower = follower
         self._store: SessionStore | None = None
         self._closed = False
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
         self._mirrored: dict[str, set[str]] = {}
         self._one_batch = True
+        self._copies = latest.Copies()
+        self._combiner = combine.Combiner(self._append_batch)
 
     def get_next_version(self, current: Any, channel: Any) -> str:
         """A channel's next version: the counter, zero-padded so versions order as strings, and a
@@ -121,7 +132,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             n = current
         else:
             n = int(str(current).split(".", 1)[0])
-        return f"{n + 1:032d}.{secrets.token_hex(8)}"
+        # 64 bits from the module's generator (seeded from the OS, reseeded in a forked child):
+        # a system call per channel and step for secrets.token_hex bought nothing more here.
+        return f"{n + 1:032d}.{random.getrandbits(64):016x}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -130,7 +143,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if self._closed:
                 raise ClosedError("EventlogSaver is closed")
             if self._store is None:
-                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION])
+                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
             return self._store
 
     def close(self) -> None:
@@ -164,42 +177,97 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return sid
         if store.get_session(sid) is None:
             try:
-                store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
+                with self._copies.lock(sid):
+                    store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
+                    copy = self._copies.get(sid)
+                    if copy is not None:  # the session's creation changes no checkpoint row
+                        if store.version(sid) == copy.version + 1:
+                            self._copies.set(sid, copy.after(1, None))
+                        else:
+                            self._copies.drop(sid)
             except ConflictError:
                 pass  # another saver or process created it meanwhile
         self._sessions.add(sid)
         return sid
 
-    def _append(self, store: SessionStore, events: list[dict[str, Any]]) -> None:
-        _shared.append_events(store, events)
+    def _append(self, store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> None:
+        _shared.append_events(store, events, expected_version)
+
+    def _write(self, store: SessionStore, sid: str, events: list[dict[str, Any]],
+               change: latest.Put | latest.Writes | None) -> None:
+        """Append ``events`` (all in stream ``sid``), in one batch with the other writes to the
+        thread queued meanwhile (:mod:`combine`), and carry this saver's copy of the thread along."""
+        self._combiner.write(sid, events, (store, change))
+
+    def _append_batch(self, sid: str, batch: builtins.list[combine.Request]) -> None:
+        """One atomic append of ``batch``'s events, at the copy's version when there is a copy,
+        so that the log refuses them if anything else reached the stream since (then the copy
+        is dropped and they are appended anyway)."""
+        store: SessionStore = batch[0].change[0]
+        events = [e for r in batch for e in r.events]
+        with self._copies.lock(sid):
+            copy = self._copies.get(sid)
+            if copy is None:
+                self._append(store, events)
+                return
+            try:
+                self._append(store, events, copy.version)
+            except ConcurrencyError:
+                self._copies.drop(sid)
+                self._append(store, events)
+                return
+            except ValidationError:
+                raise  # nothing was appended: the copy still holds
+            except BaseException:
+                self._copies.drop(sid)
+                raise
+            for r in batch:
+                copy = copy.after(len(r.events), r.change[1])
+            self._copies.set(sid, copy)
+
+    def _forget(self, *sids: str) -> None:
+        """Drop the copies of threads an operation on whole threads changed."""
+        for sid in sids:
+            with self._copies.lock(sid):
+                self._copies.drop(sid)
 
     def _reads(self, store: SessionStore) -> Any:
         return _shared.read_model(store, model.NAMESPACE)
 
-    def _tuple(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> CheckpointTuple:
+    def _latest(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> latest.Latest:
+        """A checkpoint row of the read model with its blob rows and pending writes."""
         tid, ns, cid, parent, ctype, cdata, mtype, mdata, versions = row
-        checkpoint = self.serde.loads_typed((ctype, cdata))
         channel_versions = orjson.loads(versions) if versions else {}
-        values: dict[str, Any] = {}
-        if channel_versions:
-            pairs = [(str(ch), model.version_key(v)) for ch, v in channel_versions.items()]
+        keys = {str(ch): model.version_key(v) for ch, v in channel_versions.items()}
+        blobs: dict[str, latest.Blob] = {}
+        if keys:
             sql = ("SELECT b.channel, b.type, b.data FROM langgraph_blobs b JOIN (VALUES "
-                   + ", ".join("(?, ?)" for _ in pairs)
+                   + ", ".join("(?, ?)" for _ in keys)
                    + ") AS w ON b.channel = w.column1 AND b.version = w.column2 "
                      "WHERE b.thread_id = ? AND b.checkpoint_ns = ?")
-            for channel, btype, bdata in conn.execute(sql, [x for p in pairs for x in p] + [tid, ns]):
-                if btype != "empty" and bdata is not None:
-                    values[channel] = self.serde.loads_typed((btype, bdata))
-        writes = conn.execute(
-            "SELECT task_id, channel, type, data FROM langgraph_writes WHERE thread_id = ? AND checkpoint_ns = ? "
-            "AND checkpoint_id = ? ORDER BY task_path, task_id, idx", (tid, ns, cid)).fetchall()
+            for channel, btype, bdata in conn.execute(sql, [x for p in keys.items() for x in p] + [tid, ns]):
+                blobs[channel] = (btype, bdata)
+        writes = {(t, i): (path, c, wt, wd) for t, i, path, c, wt, wd in conn.execute(
+            "SELECT task_id, idx, task_path, channel, type, data FROM langgraph_writes WHERE thread_id = ? "
+            "AND checkpoint_ns = ? AND checkpoint_id = ?", (tid, ns, cid))}
+        return latest.Latest((tid, ns, cid, parent, ctype, cdata, mtype, mdata), keys, blobs, writes)
+
+    def _tuple(self, found: latest.Latest) -> CheckpointTuple:
+        """The CheckpointTuple of a stored checkpoint (values deserialized anew on every call)."""
+        tid, ns, cid, parent, ctype, cdata, mtype, mdata = found.row
+        loads = self.serde.loads_typed
+        values: dict[str, Any] = {}
+        for channel in found.versions:
+            blob = found.blobs.get(channel)
+            if blob is not None and blob[0] != "empty" and blob[1] is not None:
+                values[channel] = loads(blob)
         return CheckpointTuple(
             config={"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid}},
-            checkpoint={**checkpoint, "channel_values": values},  # type: ignore[typeddict-item]
-            metadata=self.serde.loads_typed((mtype, mdata)),
+            checkpoint={**loads((ctype, cdata)), "channel_values": values},  # type: ignore[typeddict-item]
+            metadata=loads((mtype, mdata)),
             parent_config=({"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": parent}}
                            if parent else None),
-            pending_writes=[(t, c, self.serde.loads_typed((wt, wd))) for t, c, wt, wd in writes],
+            pending_writes=[(t, c, loads((wt, wd))) for t, c, wt, wd in found.ordered_writes()],
         )
 
     # ------------------------------------------------------------------ reads
@@ -208,15 +276,43 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         conf = config["configurable"]
         tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
         cid = get_checkpoint_id(config)
+        cid = _text(cid) if cid else None
         store = self._open()
+        try:
+            sid: str | None = model.thread_session(tid)
+        except ValidationError:
+            sid = None  # no such thread can exist: the read model says so
+        copy = self._copies.get(sid) if sid is not None else None
+        if sid is not None and copy is not None and ns in copy.spaces:
+            found = copy.spaces[ns].latest
+            if (cid is None or found is None or found.checkpoint_id == cid) and store.version(sid) == copy.version:
+                return None if found is None or (cid is not None and found.checkpoint_id != cid) else self._tuple(found)
+        # The read model; a read of the latest checkpoint also establishes this saver's copy
+        # when it provably holds the stream as of one version (see latest.py).
+        version = store.version(sid) if sid is not None and cid is None else None
+        head = store.log.head()[0] if version is not None else 0
+        written = reached = None
         with self._reads(store) as conn:
-            if cid:
-                row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
-                                   "checkpoint_ns = ? AND checkpoint_id = ?", (tid, ns, _text(cid))).fetchone()
-            else:
-                row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
-                                   "checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1", (tid, ns)).fetchone()
-            return None if row is None else self._tuple(conn, row)
+            conn.execute("BEGIN")  # one snapshot: the rows and the cursor they are current to
+            try:
+                if cid:
+                    row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
+                                       "checkpoint_ns = ? AND checkpoint_id = ?", (tid, ns, cid)).fetchone()
+                else:
+                    row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
+                                       "checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1", (tid, ns)).fetchone()
+                found = None if row is None else self._latest(conn, row)
+                if version is not None:
+                    (written,) = conn.execute("SELECT MAX(checkpoint_id) FROM langgraph_writes WHERE thread_id = ? "
+                                              "AND checkpoint_ns = ?", (tid, ns)).fetchone()
+                    reached = conn.execute("SELECT value FROM meta WHERE key = ?",
+                                           (f"ext:{model.NAMESPACE}:seq",)).fetchone()
+            finally:
+                conn.execute("COMMIT")
+        if (sid is not None and version is not None and reached is not None and int(reached[0]) >= head
+                and store.version(sid) == version):
+            self._copies.establish(sid, version, ns, found, written)
+        return None if found is None else self._tuple(found)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
@@ -253,7 +349,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     metadata = self.serde.loads_typed((row[6], row[7]))
                     if not all(metadata.get(k) == v for k, v in filter.items()):
                         continue
-                out.append(self._tuple(conn, row))
+                out.append(self._tuple(self._latest(conn, row)))
         return iter(out)
 
     # ------------------------------------------------------------------ writes
@@ -263,21 +359,29 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         conf = config["configurable"]
         tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
         parent = conf.get("checkpoint_id")
+        dumps = self.serde.dumps_typed
         stripped = dict(checkpoint)
         values: dict[str, Any] = stripped.pop("channel_values", {})  # type: ignore[assignment]
         blobs = []
+        raws: builtins.list[tuple[str, str, latest.Blob]] = []
         for channel, version in new_versions.items():
-            kind, raw = self.serde.dumps_typed(values[channel]) if channel in values else ("empty", b"")
-            blob = model.encode_blob(kind, raw) if kind != "empty" else {"type": "empty", "data": None}
-            blobs.append({"channel": channel, "version": version, **blob})
+            if channel in values:
+                kind, raw = dumps(values[channel])
+                blobs.append({"channel": channel, "version": version, **model.encode_blob(kind, raw)})
+                raws.append((channel, model.version_key(version), (kind, raw)))
+            else:
+                blobs.append({"channel": channel, "version": version, "type": "empty", "data": None})
+                raws.append((channel, model.version_key(version), ("empty", None)))
         meta = get_checkpoint_metadata(config, metadata)
+        ctype, craw = dumps(stripped)
+        mtype, mraw = dumps(meta)
+        cid = _text(checkpoint["id"])
+        parent_id = _text(parent) if parent else None
+        versions = dict(checkpoint.get("channel_versions", {}))
         data: dict[str, Any] = {
-            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": _text(checkpoint["id"]),
-            "parent_checkpoint_id": _text(parent) if parent else None,
-            "checkpoint": model.encode_blob(*self.serde.dumps_typed(stripped)),
-            "metadata": model.encode_blob(*self.serde.dumps_typed(meta)),
-            "channel_versions": dict(checkpoint.get("channel_versions", {})),
-            "blobs": blobs,
+            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent_id,
+            "checkpoint": model.encode_blob(ctype, craw), "metadata": model.encode_blob(mtype, mraw),
+            "channel_versions": versions, "blobs": blobs,
         }
         for key in ("run_id", "source", "step"):
             value = meta.get(key)
@@ -286,20 +390,24 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         store = self._open()
         sid = self._session(store, tid)
         events = [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
+        change = latest.Put((tid, ns, cid, parent_id, ctype, craw, mtype, mraw),
+                            {str(ch): model.version_key(v) for ch, v in versions.items()}, raws)
         mirror: builtins.list[dict[str, Any]] = []
         if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
             mirror = self._unmirrored(store, sid, values["messages"])
         if mirror and self._one_batch:
             try:  # the checkpoint and its new messages in one atomic batch: one commit, one sync
-                self._append(store, events + [{"type": "message.appended", "session": sid, "data": m} for m in mirror])
+                self._write(store, sid, events + [{"type": "message.appended", "session": sid, "data": m}
+                                                  for m in mirror], change)
             except ValidationError as e:
                 if not e.field.endswith(".type"):
                     raise
                 self._one_batch = False  # this store takes session events only through its own methods
         if not mirror or not self._one_batch:
-            self._append(store, events)
+            self._write(store, sid, events, change)
             if mirror:
                 store.append_messages(sid, mirror)
+                self._forget(sid)
         if mirror:
             self._mirrored[sid].update(m["display_metadata"]["langgraph_id"] for m in mirror)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
@@ -337,17 +445,20 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                    task_path: str = "") -> None:
         conf = config["configurable"]
         tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
-        rows = []
+        rows, raws = [], []
         for idx, (channel, value) in enumerate(writes):
             kind, raw = self.serde.dumps_typed(value)
-            rows.append({"idx": WRITES_IDX_MAP.get(channel, idx), "channel": channel, **model.encode_blob(kind, raw)})
+            i = WRITES_IDX_MAP.get(channel, idx)
+            rows.append({"idx": i, "channel": channel, **model.encode_blob(kind, raw)})
+            raws.append((i, channel, kind, raw))
         if not rows:
             return
         store = self._open()
         sid = self._session(store, tid)
-        self._append(store, [{"type": "langgraph.writes_put", "session": sid, "data": {
-            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": _text(conf["checkpoint_id"]),
-            "task_id": _text(task_id), "task_path": _text(task_path), "writes": rows}}])
+        cid, task, path = _text(conf["checkpoint_id"]), _text(task_id), _text(task_path)
+        self._write(store, sid, [{"type": "langgraph.writes_put", "session": sid, "data": {
+            "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path,
+            "writes": rows}}], latest.Writes(ns, cid, task, path, raws))
 
     def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
         with self._reads(store) as conn:
@@ -364,6 +475,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         sid = self._session(store, tid)
         self._append(store, [{"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}])
+        self._forget(sid)
         self._mirrored.pop(sid, None)
         if self._erase_deleted:
             store.erase_session(sid, "EventlogSaver.delete_thread (erase_deleted=True)")
@@ -397,6 +509,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                    "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
         if events:
             self._append(store, events)
+            self._forget(*(e["session"] for e in events))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, blob and write of one thread to another (and the mirrored messages)."""
@@ -408,6 +521,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         dst_sid = self._session(store, dst)
         self._append(store, [{"type": "langgraph.thread_copied", "session": dst_sid,
                               "data": {"thread_id": dst, "source_thread_id": src}}])
+        self._forget(dst_sid)
         if self._mirror:
             keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
             msgs = [{k: m[k] for k in keep if m.get(k) is not None}
@@ -415,6 +529,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             self._mirrored.pop(dst_sid, None)
             if msgs:
                 store.append_messages(dst_sid, msgs)
+                self._forget(dst_sid)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint (its writes and the blobs
@@ -432,6 +547,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                    "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
         if events:
             self._append(store, events)
+            self._forget(*(e["session"] for e in events))
 
     # ------------------------------------------------------------------ async forms (a worker thread each)
 
