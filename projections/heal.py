@@ -67,9 +67,14 @@ class Healer:
         written now (a full disk). Reads only: never rebuilds, never takes a write lock."""
         site = self.site
         view = site.view()
-        state = inspect(site.state_pointer(), "state", profile=site.profile, log=view, full=full)
-        state_seq = state["last_seq"] if state["status"] in HEALTHY else None
-        ftsh = inspect(site.fts_pointer(), "fts", profile=site.profile, log=view, full=full, state_seq=state_seq)
+        for _ in range(3):
+            state = inspect(site.state_pointer(), "state", profile=site.profile, log=view, full=full)
+            state_seq = state["last_seq"] if state["status"] in HEALTHY else None
+            ftsh = inspect(site.fts_pointer(), "fts", profile=site.profile, log=view, full=full, state_seq=state_seq)
+            # Read without the lease, one file after the other: an index "ahead" of the state
+            # cursor read before it may only have been caught up (with state.db) in between.
+            if ftsh["status"] != "ahead":
+                break
         if ftsh["status"] not in HEALTHY + WAITING and state["status"] in HEALTHY and not site.fts_fault:
             # Learnt here, so this process's searches scan until the index is rebuilt alone.
             site.fts_fault = f"{ftsh['status']}: {ftsh['detail']}"
