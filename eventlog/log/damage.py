@@ -180,13 +180,21 @@ def marker_path(log: Any) -> Path | None:
 
 def recorded(log: Any) -> Damage | None:
     """The damage recorded for ``log`` (a :class:`Log` with a local ``path``, or that path)."""
-    marker = Path(log) / MARKER if isinstance(log, (str, os.PathLike)) else marker_path(log)
-    if marker is None:
+    where = log if isinstance(log, (str, os.PathLike)) else getattr(log, "path", None)
+    if where is None:
         return None
+    # Every append asks (there is almost never a marker): a plain os.open, no Path objects.
+    marker = os.path.join(os.fspath(where), MARKER)
     try:
-        raw = marker.read_bytes()
+        fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     try:
         obj = orjson.loads(raw)
         return Damage(int(obj["seq"]), str(obj["reason"]))
