@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import os
 import queue
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,8 @@ def _lower_priority() -> None:
     """Run this thread at a lower CPU priority (Linux: a thread has its own nice value), so
     that on a busy machine the state file, which list_sessions waits for, keeps its core and
     the index takes what is left; on an idle one nothing changes."""
+    if not sys.platform.startswith("linux"):  # elsewhere a thread id is no process id to renice
+        return
     try:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10))
     except (AttributeError, OSError):
