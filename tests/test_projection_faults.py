@@ -524,3 +524,27 @@ def test_an_index_that_fails_beside_a_rebuild_leaves_state_db_in_and_search_degr
         with p.reader() as reader:
             assert reader.search("alpha")["degraded"] is False
             assert answers(reader, SIDS, mids) == expected
+
+
+@pytest.mark.skipif(not os.uname().sysname == "Linux", reason="per-thread nice values are Linux's")
+def test_the_index_thread_of_a_rebuild_runs_at_a_lower_priority(setup: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine the state file (what list_sessions waits for) keeps its core: the
+    thread that builds the index beside it is reniced, and the process itself is not."""
+    from projections import fts
+
+    log, directory, expected, mids = setup
+    seen: list[int] = []
+    original = fts.Bulk.finish
+
+    def finish(self: Any) -> int:
+        import threading
+
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+        return original(self)
+
+    monkeypatch.setattr(fts.Bulk, "finish", finish)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    with Projector(directory, log, "p") as p:
+        p.rebuild("all")
+    assert seen == [min(19, base + 10)]
+    assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this (the building) thread is as it was
