@@ -522,3 +522,24 @@ def test_a_child_orphaned_by_a_delete_survives_the_erase_and_every_rebuild(path:
         assert [m["content"] for m in db.get_messages("branch")] == ["child words"]
     finally:
         db.close()
+
+
+def test_pruning_a_session_keeps_its_compression_lock_as_hermes_does(tmp_path: Path) -> None:
+    """Hermes' prune (and delete) removes a session's row and messages and keeps its
+    compression lock row; the erase that follows a delete here spares the lock's events, so
+    neither the live projection nor one rebuilt from the log drops the lock (the differential
+    test against Hermes' own SessionDB found the rebuilt one did)."""
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("s1", source="cli")
+        db.append_message("s1", "user", "secret words")
+        db.end_session("s1", "compression")
+        assert db.try_acquire_compression_lock("s1", "h1", ttl_seconds=3600)
+        assert db.prune_sessions(older_than_days=None) == 1
+        assert db.get_session("s1") is None
+        assert db.get_compression_lock_holder("s1") == "h1"
+        db._engine.rebuild()
+        assert db.get_compression_lock_holder("s1") == "h1"
+        assert db.search_messages("secret") == []
+    finally:
+        db.close()
