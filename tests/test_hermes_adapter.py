@@ -543,3 +543,17 @@ def test_pruning_a_session_keeps_its_compression_lock_as_hermes_does(tmp_path: P
         assert db.search_messages("secret") == []
     finally:
         db.close()
+
+
+def test_a_session_that_names_itself_as_parent_keeps_the_link_through_a_rebuild(tmp_path: Path) -> None:
+    """Hermes accepts a session created as its own parent (the foreign key holds once the row
+    is in); the projection rebuilt from the log keeps the link as the live one does (the
+    differential test found the replay dropping it, taking it for a link to an erased parent)."""
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("s1", source="cron", parent_session_id="s1")
+        assert db.get_session("s1")["parent_session_id"] == "s1"
+        db._engine.rebuild()
+        assert db.get_session("s1")["parent_session_id"] == "s1"
+    finally:
+        db.close()

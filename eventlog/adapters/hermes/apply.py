@@ -35,20 +35,22 @@ def apply(conn: sqlite3.Connection, envelope: dict[str, Any]) -> Any:
     if type(data) is not dict:
         return None
     if "seq" in envelope and "parent_session_id" in data and envelope.get("type") in _LINKING:
-        data = _orphaned_if_erased(conn, data)
+        data = _orphaned_if_erased(conn, data, session_of(envelope))
     return handler(conn, session_of(envelope), data)
 
 
 _LINKING = frozenset({"session.created", "hermes.session_enriched"})
 
 
-def _orphaned_if_erased(conn: sqlite3.Connection, data: dict[str, Any]) -> dict[str, Any]:
+def _orphaned_if_erased(conn: sqlite3.Connection, data: dict[str, Any], sid: Any) -> dict[str, Any]:
     """A replayed link to a parent that does not exist, without it. Hermes links only to an
     existing session (a live write to a missing parent fails on the foreign key and is never
     logged), so in a replay a missing parent was deleted later and its events erased: Hermes
-    orphaned the child then (``parent_session_id`` NULL), which is what the rebuild gives back."""
+    orphaned the child then (``parent_session_id`` NULL), which is what the rebuild gives back.
+    A session naming itself is its own existing parent (the foreign key holds once its row is
+    in; the differential test found the replay had dropped such a link)."""
     parent = from_json(data["parent_session_id"])
-    if parent is None or conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone():
+    if parent is None or parent == sid or conn.execute("SELECT 1 FROM sessions WHERE id = ?", (parent,)).fetchone():
         return data
     return {k: v for k, v in data.items() if k != "parent_session_id"}
 
