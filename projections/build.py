@@ -132,14 +132,10 @@ class Builder:
         g = files.next_generation(site.dir, "fts", FTS_SCHEMA)
         held = files.create_generation(g)
         try:
-            out = sql.connect_rw(g.path)
+            out = new_index_file(g.path, site.profile, site.view().log_id)
             try:
-                bulk_pragmas(out)
-                create(out, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
-                fts.register(out)
                 sql.attach_ro(out, state_gen.path, "s")
                 out.execute("BEGIN")
-                init_meta(out, "fts", site.profile, site.view().log_id)
                 documents = fts.build_from_state(out, fts_schema="main", state_schema="s")
                 write_cursor(out, smeta["last_seq"], smeta["last_hash"])
                 out.execute("COMMIT")
@@ -260,6 +256,23 @@ def _checkpoint_all(conn: sqlite3.Connection, indexer: Indexer) -> None:
         busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
         if busy or copied != frames:
             raise sqlite3.OperationalError(f"the new state file's WAL could not be checkpointed ({copied} of {frames})")
+
+
+def new_index_file(path: Path, profile: str | None, log_id: str) -> sqlite3.Connection:
+    """A connection to a new, empty search index file at ``path`` (bulk pragmas, the schema,
+    its identity rows and the SQL functions the index uses), for a build to fill."""
+    out = sql.connect_rw(path)
+    try:
+        bulk_pragmas(out)
+        create(out, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
+        fts.register(out)
+        out.execute("BEGIN")
+        init_meta(out, "fts", profile, log_id)
+        out.execute("COMMIT")
+    except BaseException:
+        out.close()
+        raise
+    return out
 
 
 def bulk_pragmas(conn: sqlite3.Connection) -> None:

@@ -34,8 +34,7 @@ from typing import Any
 
 from projections import db as sql
 from projections import files, fts
-from projections.schema import FTS_APP_ID, FTS_DDL, FTS_SCHEMA
-from projections.site import init_meta, write_cursor
+from projections.site import write_cursor
 
 CHUNK_IDS = 10000
 """At most this many seqs per read transaction: how long the builder may wait for the thread."""
@@ -99,17 +98,11 @@ class Indexer:
             self.released.set()
 
     def _build(self) -> None:
-        from projections.build import bulk_pragmas, create
+        from projections.build import new_index_file  # build imports this module
 
-        out = sql.connect_rw(self.g.path)
+        out = new_index_file(self.g.path, self.profile, self.log_id)
         try:
-            bulk_pragmas(out)
-            create(out, FTS_APP_ID, FTS_SCHEMA, FTS_DDL)
-            fts.register(out)
-            out.execute("BEGIN")
-            init_meta(out, "fts", self.profile, self.log_id)
             bulk = fts.Bulk(out, "main")
-            out.execute("COMMIT")
             chunks: list[tuple[int, int, int]] = []  # (after id, up to id, the state file's seq when read)
             lo, hint = 0, 0
             final: tuple[Any, ...] | None = None

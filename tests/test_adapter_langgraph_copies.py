@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
+from test_adapter_langgraph import cfg
 
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import EventlogSaver
@@ -20,13 +21,6 @@ from eventlog.adapters.langgraph import model as lg_model
 from eventlog.errors import ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 def _checkpoint(cid: str, values: dict[str, Any], versions: dict[str, Any]) -> Any:

@@ -20,14 +20,13 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import lmdb
 import pytest
 from campaign import PROFILE, Child, check_log, child_env, log_dir, parse_acks, projection_problems
 from campaign.summary import note, record
+from fixtures_fs import tmpfs
 
 from eventlog.errors import DiskFullError, StorageError
 from eventlog.log import EventLog
@@ -176,20 +175,6 @@ def test_dead_readers_are_cleared_on_open_while_another_process_keeps_the_log_op
 
 
 # ------------------------------------------------------------------ disk full
-
-@contextmanager
-def tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir(parents=True, exist_ok=True)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {r.stderr.strip() or r.returncode}")
-    try:
-        yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
 
 def event(i: int, pad: int) -> dict[str, object]:
     """An event of at least ``pad`` bytes once stored: random hex, which zstd only halves."""

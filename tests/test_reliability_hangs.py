@@ -32,6 +32,7 @@ from typing import Iterator
 import pytest
 from campaign import Child, size
 from campaign.summary import note, record
+from fixtures_fs import tmpfs
 
 from eventlog.sessions.store import SessionStore
 
@@ -130,17 +131,8 @@ def test_a_frozen_writer_never_holds_a_reader(seeded: Path, tmp_path: Path) -> N
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "fs"
-    where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m,mode=0700", "tmpfs", str(where)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", "24m") as where:
         yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 FILL_WRITER = """

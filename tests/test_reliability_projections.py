@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 from campaign.faults import FTS_DAMAGE, damage_fts, directory_in_place, garbage_lock_file, sql_edit
 from campaign.summary import record
+from fixtures_fs import tmpfs
 
 from eventlog.log.lmdb import generation_dir
 from eventlog.sessions.store import SessionStore
@@ -257,17 +258,8 @@ def test_lock_file_garbage_with_nobody_holding_it_is_replaced(pristine: Path, tm
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    where = tmp_path / "fs"
-    where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m,mode=0700", "tmpfs", str(where)], capture_output=True,
-                       text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", "12m") as where:
         yield where
-    finally:
-        if subprocess.run(["umount", str(where)], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
 def fill(fs: Path) -> Path:

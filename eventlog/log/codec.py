@@ -244,13 +244,9 @@ def is_stub(env: dict[str, Any]) -> bool:
     return env.get("erased") is True and "data" not in env
 
 
-def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:
-    """Check one stored event against its position in the chain.
-
-    Returns ``(envelope, None)`` when it is intact, else ``(envelope_or_None, reason)``. An
-    erased event (:func:`stub`) is intact here when its place in the chain and its bytes are;
-    whether an erase authorised it is :func:`eventlog.log.base.verify_chain`'s check.
-    """
+def decode_in_place(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The envelope of stored bytes ``raw`` and whether it sits where it is read: its seq is
+    ``expect_seq`` and its ``prev`` is ``expect_prev`` (the first checks of every chain check)."""
     try:
         env = decode(raw)
     except ValueError as e:
@@ -259,6 +255,19 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
         return env, f"event carries seq {env.get('seq')!r}, expected {expect_seq}"
     if env.get("prev") != expect_prev:
         return env, "prev does not match the hash of the previous event"
+    return env, None
+
+
+def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:
+    """Check one stored event against its position in the chain.
+
+    Returns ``(envelope, None)`` when it is intact, else ``(envelope_or_None, reason)``. An
+    erased event (:func:`stub`) is intact here when its place in the chain and its bytes are;
+    whether an erase authorised it is :func:`eventlog.log.base.verify_chain`'s check.
+    """
+    env, reason = decode_in_place(raw, expect_seq, expect_prev)
+    if env is None or reason is not None:
+        return env, reason
     if is_stub(env):
         if not isinstance(env.get("hash"), str) or canonical(env) != bytes(raw):
             return env, "erased event is not in its canonical form"

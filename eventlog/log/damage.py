@@ -58,14 +58,9 @@ def check_event(raw: bytes | None, seq: int, prev: str) -> tuple[dict[str, Any] 
     The same judgement as ``verify``'s, without re-encoding the envelope twice."""
     if raw is None:
         return None, f"event {seq} is missing"
-    try:
-        env = codec.decode(raw)
-    except ValueError as e:
-        return None, f"stored bytes are not a JSON object ({e})"
-    if env.get("seq") != seq:
-        return env, f"event carries seq {env.get('seq')!r}, expected {seq}"
-    if env.get("prev") != prev:
-        return env, "prev does not match the hash of the previous event"
+    env, reason = codec.decode_in_place(raw, seq, prev)
+    if env is None or reason is not None:
+        return env, reason
     if codec.is_stub(env):  # an erased event: its place and form only (verify checks the erase names it)
         return codec.check_stored(raw, seq, prev)
     claimed = env.get("hash")

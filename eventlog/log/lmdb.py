@@ -431,19 +431,25 @@ class _Environment:
     def _flocked_writer(self) -> Iterator[None]:
         """The writer lock's flock alone (not LMDB's mutex), waiting at most ``lock_timeout``."""
         fd = self._writer_lock_fd()
-        deadline = time.monotonic() + self.lock_timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise self._busy() from None
-                time.sleep(0.005)
+        self._flock_until(fd, time.monotonic() + self.lock_timeout)
         try:
             yield
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _flock_until(self, fd: int, deadline: float) -> None:
+        """Take the exclusive flock on ``fd``, polling with a growing pause (0.5 to 10 ms) until
+        ``deadline``; then raise :class:`WriterBusyError` naming the holder."""
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise self._busy() from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
 
     def _sweep(self) -> None:
         """Clear reader slots of dead processes every READER_SWEEP_S, even while idle, so a
@@ -471,16 +477,7 @@ class _Environment:
             raise self._busy()
         try:
             fd = self._writer_lock_fd()
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self._busy() from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.01)
+            self._flock_until(fd, deadline)
             try:
                 if self._lock_table_garbage():  # LMDB's write mutex lives there: never lock garbage
                     self._recover_lock_table(flocked=True)
