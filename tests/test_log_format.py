@@ -242,3 +242,55 @@ def _check_fast_against_canonical(rng: random.Random, expected: list[dict[str, A
             None, "prev does not match the hash of the previous event")
         prev = env["hash"]
     assert checked > 5000
+
+
+def test_zstd_codecs_are_pooled_per_log_and_safe_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frameworks write from short-lived threads: the log lends its (de)compressors out one call
+    at a time instead of building a zstd context per thread; many threads at once still each get
+    their own and every payload round-trips."""
+    import threading
+
+    import zstandard
+
+    made = {"c": 0, "d": 0}
+    real_c, real_d = zstandard.ZstdCompressor, zstandard.ZstdDecompressor
+
+    def counting(kind: str, real: Any) -> Any:
+        def make(*args: Any, **kwargs: Any) -> Any:
+            made[kind] += 1
+            return real(*args, **kwargs)
+        return make
+
+    monkeypatch.setattr(zstandard, "ZstdCompressor", counting("c", real_c))
+    monkeypatch.setattr(zstandard, "ZstdDecompressor", counting("d", real_d))
+    comp = stored.Compression(lambda _id: None)
+    data = b'{"text":"' + b"agent tool call result " * 20 + b'"}'
+
+    def one() -> None:
+        c, d, payload = comp.compress(data)
+        assert c == stored.CODEC_ZSTD and comp.decompress(c, d, payload) == data
+
+    for _ in range(20):  # one short-lived thread after another
+        t = threading.Thread(target=one)
+        t.start()
+        t.join()
+    assert made == {"c": 1, "d": 1}
+
+    failures: list[BaseException] = []
+
+    def many(k: int) -> None:
+        try:
+            for i in range(200):
+                mine = b'{"k":%d,"i":%d,"text":"' % (k, i) + b"x%d " % k * 40 + b'"}'
+                c, d, payload = comp.compress(mine)
+                assert comp.decompress(c, d, payload) == mine
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failures.append(e)
+
+    threads = [threading.Thread(target=many, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert made["c"] <= 1 + 8 and made["d"] <= 1 + 8

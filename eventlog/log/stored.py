@@ -44,6 +44,8 @@ COMPRESS_MIN_BYTES = 96
 """Data shorter than this is stored raw: the frame header would eat what compression saves."""
 ZSTD_LEVEL = 3
 DICT_BYTES = 64 * 1024
+POOL_MAX = 8
+"""Free (de)compressors kept per dictionary: about the threads that append or read at once."""
 _FIXED = struct.Struct(">B32s32sQH")
 _TAIL = struct.Struct(">BH")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -57,14 +59,16 @@ class StoredFormatError(ValueError):
 class Compression:
     """The zstd codecs of one log: its dictionaries by id and the one new events use.
 
-    Thread-safe: zstd (de)compressor objects are kept per thread.
+    Thread-safe: a zstd (de)compressor serves one call at a time, taken from a pool of the log
+    (not kept per thread: frameworks run their writes on short-lived threads, and a fresh zstd
+    context costs more than compressing one event).
     """
 
     def __init__(self, load_dict: Callable[[int], bytes | None]) -> None:
         self._load_dict = load_dict
         self._dicts: dict[int, Any] = {}
         self.current: int = 0
-        self._local = threading.local()
+        self._pools: dict[tuple[str, int], list[Any]] = {}
         self._lock = threading.Lock()
 
     def use(self, dict_id: int, raw: bytes) -> None:
@@ -88,29 +92,36 @@ class Compression:
             self._dicts.setdefault(dict_id, made)
         return self._dicts[dict_id]
 
-    def _codecs(self) -> dict[tuple[str, int], Any]:
-        per_thread: dict[tuple[str, int], Any] | None = getattr(self._local, "codecs", None)
-        if per_thread is None:
-            per_thread = self._local.codecs = {}
-        return per_thread
+    def _take(self, kind: str, key: int) -> Any:
+        """A free (de)compressor for dictionary ``key`` (0: none), made when none is free."""
+        free = self._pools.get((kind, key))
+        if free:
+            try:
+                return free.pop()  # atomic: two threads never get the same one
+            except IndexError:
+                pass
+        import zstandard
+
+        if kind == "d":
+            return zstandard.ZstdDecompressor(dict_data=self._dict(key)) if key else zstandard.ZstdDecompressor()
+        if key:
+            return zstandard.ZstdCompressor(level=ZSTD_LEVEL, dict_data=self._dict(key), write_content_size=True,
+                                            write_checksum=False, write_dict_id=False)
+        return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_dict_id=False)
+
+    def _give(self, kind: str, key: int, codec_obj: Any) -> None:
+        free = self._pools.setdefault((kind, key), [])
+        if len(free) < POOL_MAX:
+            free.append(codec_obj)
 
     def compress(self, data: bytes) -> tuple[int, int, bytes]:
         """``(codec, dict id, payload)`` for canonical data bytes."""
         if len(data) < COMPRESS_MIN_BYTES:
             return CODEC_RAW, 0, data
-        import zstandard
-
         dict_id = self.current
-        codecs = self._codecs()
-        c = codecs.get(("c", dict_id))
-        if c is None:
-            if dict_id:
-                c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, dict_data=self._dict(dict_id), write_content_size=True,
-                                             write_checksum=False, write_dict_id=False)
-            else:
-                c = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_dict_id=False)
-            codecs[("c", dict_id)] = c
+        c = self._take("c", dict_id)
         payload = c.compress(data)
+        self._give("c", dict_id, c)
         if len(payload) >= len(data):
             return CODEC_RAW, 0, data
         return (CODEC_ZSTD_DICT if dict_id else CODEC_ZSTD), dict_id, payload
@@ -123,11 +134,7 @@ class Compression:
         import zstandard
 
         key = dict_id if codec_id == CODEC_ZSTD_DICT else 0
-        codecs = self._codecs()
-        d = codecs.get(("d", key))
-        if d is None:
-            d = (zstandard.ZstdDecompressor(dict_data=self._dict(key)) if key else zstandard.ZstdDecompressor())
-            codecs[("d", key)] = d
+        d = self._take("d", key)
         try:
             # A damaged frame header can declare any size: refuse one no event can have before
             # zstd allocates it (a flipped bit there once made a build die of MemoryError).
@@ -137,6 +144,7 @@ class Compression:
             out: bytes = d.decompress(payload)
         except (zstandard.ZstdError, MemoryError) as e:
             raise StoredFormatError(f"compressed data does not decompress ({e})") from None
+        self._give("d", key, d)  # one that failed is dropped: its state is not worth trusting
         return out
 
 
