@@ -175,11 +175,13 @@ def marker_path(log: Any) -> Path | None:
 
 def recorded(log: Any) -> Damage | None:
     """The damage recorded for ``log`` (a :class:`Log` with a local ``path``, or that path)."""
-    where = log if isinstance(log, (str, os.PathLike)) else getattr(log, "path", None)
-    if where is None:
-        return None
+    marker = getattr(log, "_damage_marker", None)  # a log caches where its marker would be
+    if marker is None:
+        where = log if isinstance(log, (str, os.PathLike)) else getattr(log, "path", None)
+        if where is None:
+            return None
+        marker = os.path.join(os.fspath(where), MARKER)
     # Every append asks (there is almost never a marker): a plain os.open, no Path objects.
-    marker = os.path.join(os.fspath(where), MARKER)
     try:
         fd = os.open(marker, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

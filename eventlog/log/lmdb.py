@@ -288,6 +288,7 @@ class _Environment:
     def __init__(self, path: Path, durability: str, profile: str | None, map_size: int, max_readers: int,
                  readonly: bool, lock_timeout: float) -> None:
         self.path = path
+        self._damage_marker = os.path.join(str(path), log_damage.MARKER)  # asked before every append
         self.durability = durability
         self.profile = profile
         self.readonly = readonly
@@ -370,6 +371,9 @@ class _Environment:
         self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True, create=create)
         self._meta = env.open_db(b"meta", create=create)
         self._lock_path = str(self.env_dir / "lock.mdb")
+        # What ``current`` must read for this environment to still be the log's (None: no link).
+        self._current_link = str(self.path / CURRENT)
+        self._current_target = None if self.env_dir == self.path else self.env_dir.name
         st = os.stat(self._lock_path)
         self._lock_id = (st.st_dev, st.st_ino)
         self._lock_map = mapped_address(os.path.realpath(self._lock_path))
@@ -1060,7 +1064,14 @@ class _Environment:
         """True when the environment this process has open is no longer the log's: lock.mdb was
         deleted or replaced, or a compaction moved the log to another generation."""
         # Only os.stat/readlink: opening and closing lock.mdb would cancel LMDB's own fcntl locks.
-        if generation_dir(self.path) != self.env_dir:
+        # Every append asks: plain strings first, the Path-level check only when they differ.
+        try:
+            target: str | None = os.readlink(self._current_link)
+        except FileNotFoundError:
+            target = None
+        except OSError:
+            target = ""  # not a link: generation_dir below says what is wrong
+        if target != self._current_target and generation_dir(self.path) != self.env_dir:
             return True
         try:
             st = os.stat(self._lock_path)
