@@ -324,6 +324,28 @@ def test_lone_surrogates_in_content_are_scrubbed_like_hermes(path: Path) -> None
     db.close()
 
 
+def test_create_session_refuses_unstorable_values_even_for_kept_columns(path: Path) -> None:
+    """Hermes binds every value of its insert-or-enrich, so a value sqlite3 cannot store fails
+    the call even when the row exists and that column keeps its value (found by the
+    differential test: a re-create with a lone surrogate in the prompt passed here)."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli", system_prompt="v1", model="gpt", cwd="/repo")
+    before = head(db)
+    with pytest.raises(UnicodeEncodeError):
+        db.create_session("s1", "telegram", system_prompt="lone \ud800 surrogate")
+    with pytest.raises(UnicodeEncodeError):
+        db.ensure_session("s1", "cli", model="m\udc00")
+    with pytest.raises(sqlite3.ProgrammingError, match="Error binding parameter 3: type 'dict'"):
+        db.create_session("s1", "cli", user_id={"a": 1})  # type: ignore[arg-type]
+    with pytest.raises(sqlite3.ProgrammingError, match="Error binding parameter 3: type 'dict'"):
+        db.create_session("s2", "cli", user_id={"a": 1})  # type: ignore[arg-type]
+    assert head(db) == before  # nothing appended
+    row = db.get_session("s1")
+    assert row is not None and (row["system_prompt"], row["source"]) == ("v1", "cli")
+    assert db.get_session("s2") is None
+    db.close()
+
+
 def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
     handles = [SessionDB(path) for _ in range(6)]
     assert len({id(h._engine) for h in handles}) == 1

@@ -272,6 +272,13 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                  "system_prompt": system_prompt, "session_key": session_key, "chat_id": chat_id,
                  "chat_type": chat_type, "thread_id": thread_id, "parent_session_id": parent_session_id,
                  "cwd": cwd, "profile_name": profile_name}
+        # Hermes binds every value of its upsert, so one it cannot store fails the call even when
+        # the row exists and that column is kept: check them all, in its bind order (the id is
+        # parameter 1), named by position as sqlite3 names them.
+        for position, value in enumerate((source, user_id, session_key, chat_id, chat_type, thread_id, model,
+                                          given["model_config"], system_prompt, parent_session_id, cwd,
+                                          profile_name), start=2):
+            sql_value(value, str(position))
         row = tx.conn.execute("SELECT model, model_config, system_prompt, session_key, chat_id, chat_type, thread_id,"
                               " parent_session_id, cwd, profile_name FROM sessions WHERE id = ?",
                               (session_id,)).fetchone()
