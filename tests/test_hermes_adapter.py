@@ -346,6 +346,34 @@ def test_create_session_refuses_unstorable_values_even_for_kept_columns(path: Pa
     db.close()
 
 
+def test_archive_flags_of_a_chain_survive_the_erase_of_a_deleted_member(path: Path) -> None:
+    """(Un)archiving a compression chain is recorded in every member's stream, so deleting one
+    member (whose events are erased) leaves the others' flags as Hermes leaves them, live and
+    after a rebuild from the log (found by the differential test: the chain-wide event lived in
+    the stream of the member that was pruned)."""
+    db = SessionDB(path)
+    for sid, parent in (("s1", None), ("c1", "s1"), ("r1", None), ("k1", "r1")):
+        db.create_session(sid, "cli", parent_session_id=parent)
+    db.end_session("s1", "compression")
+    db.end_session("r1", "compression")
+    assert db.set_session_archived("s1", True)
+    db.set_session_archived("r1", True)
+    assert db.set_session_archived("k1", False)  # the whole chain: r1 too
+    assert not db.set_session_archived("nope", True)
+    assert db.prune_sessions(older_than_days=None, source="cli") == 2  # s1 and r1 (ended)
+    db.delete_session("k1")
+
+    def flags() -> dict[str, Any]:
+        return {sid: (row or {}).get("archived") for sid in ("s1", "c1", "r1", "k1")
+                for row in [db.get_session(sid)]}
+
+    assert flags() == {"s1": None, "c1": 1, "r1": None, "k1": None}
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert flags() == {"s1": None, "c1": 1, "r1": None, "k1": None}
+    db.close()
+
+
 def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
     handles = [SessionDB(path) for _ in range(6)]
     assert len({id(h._engine) for h in handles}) == 1

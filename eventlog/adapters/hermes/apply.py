@@ -287,13 +287,21 @@ def _archive(conn: sqlite3.Connection, sid: Any, flag: int) -> int:
 @rule("session.archived")
 def _archived(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     """The whole compression chain is archived (an unarchived root would resurface its tip). An
-    imported flag is already in its imported row."""
-    return 0 if d.get("imported") else _archive(conn, sid, 1)
+    imported flag is already in its imported row. ``alone``: this session only (the writer
+    emitted one such event per member of the chain, each in its member's stream); without it
+    (logs written before), the chain as the projection has it when the event is applied."""
+    if d.get("imported"):
+        return 0
+    return _archive_one(conn, sid, 1) if d.get("alone") else _archive(conn, sid, 1)
 
 
 @rule("session.unarchived")
 def _unarchived(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    return _archive(conn, sid, 0)
+    return _archive_one(conn, sid, 0) if d.get("alone") else _archive(conn, sid, 0)
+
+
+def _archive_one(conn: sqlite3.Connection, sid: Any, flag: int) -> int:
+    return conn.execute("UPDATE sessions SET archived = ? WHERE id = ?", (flag, sid)).rowcount
 
 
 # ---- usage ---------------------------------------------------------------------------------

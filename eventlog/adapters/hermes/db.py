@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from eventlog.adapters.hermes import text
+from eventlog.adapters.hermes.apply import compression_lineage
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
@@ -589,9 +590,18 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         return self._set_title(session_id, title, only_if_empty=True)
 
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
-        """Archive or unarchive the session's whole compression chain."""
+        """Archive or unarchive the session's whole compression chain: one event per member, in
+        that member's own stream (``alone``), so a member's flag survives the erase of another
+        member's stream when that one is deleted or pruned (a chain-wide event in the deleted
+        session's stream went with it; found by the differential test). True when the chain has
+        a row."""
         kind = "session.archived" if archived else "session.unarchived"
-        return int(self._write(lambda tx: tx.emit(kind, session_id, {})) or 0) > 0
+
+        def fn(tx: Tx) -> int:
+            return sum(int(tx.emit(kind, member, {"alone": 1}) or 0)
+                       for member in compression_lineage(tx.conn, session_id))
+
+        return int(self._write(fn) or 0) > 0
 
     # ---- messages ------------------------------------------------------------------------
 
