@@ -107,16 +107,39 @@ def test_writes_that_change_nothing_append_nothing(path: Path) -> None:
     db = SessionDB(path)
     db.create_session("s1", "cli", model="gpt")
     db.update_system_prompt("s1", "prompt")
-    db.replace_gateway_routing_entries({"k": "v"})
     before = head(db)
     db.update_system_prompt("s1", "prompt")
-    db.replace_gateway_routing_entries({"k": "v"})
+    db.replace_gateway_routing_entries({}, scope="/empty")  # an empty index stays empty
     db.create_session("s1", "cli", model="other")  # insert-or-enrich: model already known
     db.end_session("nope", "x")
     db.record_gateway_session_peer("s1", source="cli")  # no session_key: Hermes ignores it
     assert head(db) == before
     db.update_token_counts("s1", 1, 1)
     assert head(db) == before + 1  # the row exists: only the usage event
+    db.close()
+
+
+def test_restoring_the_same_routing_index_restamps_its_rows_like_hermes(path: Path) -> None:
+    """Hermes rewrites the scope's rows on every replace, so their updated_at is the time of the
+    last call even when the entries did not change (the differential test found a version that
+    skipped such a call and kept the old stamps)."""
+    db = SessionDB(path)
+    db.replace_gateway_routing_entries({"k": "v", "j": "w"})
+    db.replace_gateway_routing_entries({"x": "y"}, scope="/dir")
+    first = dump(path)["gateway_routing"]
+    before = head(db)
+    time.sleep(0.01)
+    db.replace_gateway_routing_entries({"k": "v", "j": "w"})
+    assert head(db) == before + 1
+    again = dump(path)["gateway_routing"]
+    # rows are (rowid, scope, session_key, entry_json, updated_at): the scope's rows are new rows,
+    # after the other scope's, as Hermes' delete-and-insert leaves them
+    assert [(r[1][1], r[2][1]) for r in first] == [("", "k"), ("", "j"), ("/dir", "x")]
+    assert [(r[1][1], r[2][1]) for r in again] == [("/dir", "x"), ("", "k"), ("", "j")]
+    stamps = {r[2][1]: r[4][1] for r in again}
+    old = {r[2][1]: r[4][1] for r in first}
+    assert stamps["k"] > old["k"] and stamps["j"] > old["j"] and stamps["x"] == old["x"]
+    assert db.load_gateway_routing_entries() == {"k": "v", "j": "w"}
     db.close()
 
 

@@ -853,26 +853,15 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         self._write(lambda tx: tx.emit("hermes.routing_saved", None, data))
 
     def replace_gateway_routing_entries(self, entries: dict[str, str], *, scope: str = "") -> None:
-        """Replace the scope's routing index (keys not given disappear). Nothing is written when
-        the index already holds exactly these entries (their ``updated_at`` then stays)."""
+        """Replace the scope's routing index (keys not given disappear), every row stamped with
+        the time of this call — also when the entries are the ones already there: Hermes rewrites
+        them, and their ``updated_at`` is part of the rows (an earlier version skipped that write
+        and kept the old stamps; the differential test found it)."""
         now = time.time()
         pairs = [(k, v) for k, v in entries.items() if k and v] if entries else []
         encoded = [[sql_value(k), sql_value(v)] for k, v in pairs]
-        routing_sql = "SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?"
-
-        def unchanged(current: list[Any]) -> bool:
-            return len(current) == len(pairs) and {(r[0], r[1]) for r in current} == set(pairs) and all(
-                type(k) is str and type(v) is str for k, v in pairs)
-
-        if unchanged(self._rows(routing_sql, (scope,))):  # the gateway saves its index every turn
-            return
-
-        def fn(tx: Tx) -> None:
-            if unchanged(tx.conn.execute(routing_sql, (scope,)).fetchall()):
-                return
-            tx.emit("hermes.routing_replaced", None, {"scope": sql_value(scope), "entries": encoded, "updated_at": now})
-
-        self._write(fn)
+        data = {"scope": sql_value(scope), "entries": encoded, "updated_at": now}
+        self._write(lambda tx: tx.emit("hermes.routing_replaced", None, data))
 
     def delete_gateway_routing_entries(self, session_keys: list[str], *, scope: str = "") -> None:
         if not session_keys:
