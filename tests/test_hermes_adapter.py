@@ -397,6 +397,39 @@ def test_archive_flags_of_a_chain_survive_the_erase_of_a_deleted_member(path: Pa
     db.close()
 
 
+def test_message_ids_of_batch_inserts_survive_the_erase_of_earlier_rows(path: Path) -> None:
+    """Messages inserted together (replace, compaction, import) keep the ids Hermes gave them
+    when an earlier session is deleted and its events erased: the events record the ids (a
+    replay without the erased rows once numbered them lower; found by the differential test)."""
+    db = SessionDB(path)
+    db.create_session("gone", "cli")
+    db.create_session("a", "cli")
+    db.create_session("b", "cli")
+    # Each batch follows a row of "gone" (erased below), the newest id at the time.
+    db.append_message("a", "user", "to be replaced")  # id 1
+    db.append_message("gone", "user", "first")  # id 2
+    db.replace_messages("a", [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}])
+    db.append_message("b", "user", "kept")  # id 5
+    db.append_message("gone", "user", "second")  # id 6
+    db.archive_and_compact("b", [{"role": "user", "content": "summary"}])
+    db.append_message("gone", "user", "third")  # id 8
+    exported = db.export_session("a")
+    assert exported is not None
+    db.import_sessions([dict(exported, id="copy")])
+
+    def ids() -> dict[str, list[int]]:
+        return {sid: [m["id"] for m in db.get_messages(sid, include_inactive=True)] for sid in ("a", "b", "copy")}
+
+    expected = {"a": [3, 4], "b": [5, 7], "copy": [9, 10]}
+    assert ids() == expected
+    assert db.delete_session("gone")
+    assert ids() == expected
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert ids() == expected
+    db.close()
+
+
 def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
     handles = [SessionDB(path) for _ in range(6)]
     assert len({id(h._engine) for h in handles}) == 1

@@ -415,6 +415,16 @@ def message_row(m: dict[str, Any]) -> list[Any]:
     return out
 
 
+def numbered(conn: sqlite3.Connection, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages inserted together (replace, compaction, import), each with the id its insert
+    gets now (the next of the AUTOINCREMENT sequence), for its event to record: replayed after
+    an erase removed earlier rows, the sequence would be lower there and the ids would differ
+    (found by the differential test). Events written before carry no ids: the sequence decides."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    first = (row[0] if row else 0) + 1
+    return [{**m, "id": first + i} for i, m in enumerate(messages)]
+
+
 def _insert_messages(conn: sqlite3.Connection, sid: Any, messages: Iterable[dict[str, Any]]) -> tuple[int, int]:
     n = calls = 0
     for m in messages:

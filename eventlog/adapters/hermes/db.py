@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from eventlog.adapters.hermes import text
-from eventlog.adapters.hermes.apply import compression_lineage
+from eventlog.adapters.hermes.apply import compression_lineage, numbered
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
@@ -684,16 +684,16 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def replace_messages(self, session_id: str, messages: list[dict[str, Any]], active_only: bool = False) -> None:
         """Replace the session's stored messages (only the active ones with ``active_only``) atomically."""
         rows = self._message_rows(messages)
-        data: dict[str, Any] = {"messages": rows}
-        if active_only:
-            data["active_only"] = True
-        self._write(lambda tx: tx.emit("hermes.messages_replaced", session_id, data))
+        flags: dict[str, Any] = {"active_only": True} if active_only else {}
+        self._write(lambda tx: tx.emit("hermes.messages_replaced", session_id,
+                                       {"messages": numbered(tx.conn, rows), **flags}))
 
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict[str, Any]]) -> int:
         """Compaction that keeps history: active messages become archived (compacted, still
         searchable), the compacted transcript becomes the active set. Returns its size."""
         rows = self._message_rows(compacted_messages)
-        return int(self._write(lambda tx: tx.emit("hermes.messages_compacted", session_id, {"messages": rows})) or 0)
+        return int(self._write(lambda tx: tx.emit("hermes.messages_compacted", session_id,
+                                                  {"messages": numbered(tx.conn, rows)})) or 0)
 
     def set_latest_user_api_content(self, session_id: str, content: Any, api_content: str) -> int:
         """The API-content sidecar on the newest active user message, if it holds ``content``."""

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from typing import Any, Callable, Optional
 
+from eventlog.adapters.hermes.apply import numbered
 from eventlog.adapters.hermes.engine import Tx
 from eventlog.adapters.hermes.events import sql_value
 
@@ -213,7 +214,8 @@ class ImportSessions:
                 if tx.conn.execute("SELECT 1 FROM sessions WHERE id = ? LIMIT 1", (sid,)).fetchone():
                     skipped.append(sid)
                     continue
-                tx.emit("hermes.sessions_imported", sid, {"session": row, "messages": self._message_rows(msgs)})
+                tx.emit("hermes.sessions_imported", sid,
+                        {"session": row, "messages": numbered(tx.conn, self._message_rows(msgs))})
                 if parent:
                     links.append((sid, parent))
                 imported.append(sid)
