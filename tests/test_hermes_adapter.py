@@ -430,6 +430,38 @@ def test_message_ids_of_batch_inserts_survive_the_erase_of_earlier_rows(path: Pa
     db.close()
 
 
+def test_title_handover_and_topic_moves_survive_the_erase_of_the_session_that_made_them(path: Path) -> None:
+    """Writes to one session that change another's row (a compression ancestor handing its
+    title over, a topic thread moving to this session) are also recorded in the other
+    session's stream, so deleting this one (an erase) leaves the other as Hermes leaves it,
+    live and after a rebuild (found by the differential test)."""
+    db = SessionDB(path)
+    for sid, parent in (("s1", None), ("c1", "s1"), ("a", None), ("b", None), ("x", None), ("y", None)):
+        db.create_session(sid, "telegram", parent_session_id=parent)
+    db.end_session("s1", "compression")
+    db.set_session_title("s1", "Plan")
+    db.set_session_title("c1", "Plan")  # the continuation takes the ancestor's title
+    db.bind_telegram_topic(chat_id="chat", thread_id="t1", user_id="u", session_key="k", session_id="a")
+    db.bind_telegram_topic(chat_id="chat", thread_id="t1", user_id="u", session_key="k", session_id="b")  # moves
+    db.bind_telegram_topic(chat_id="chat", thread_id="t2", user_id="u", session_key="k", session_id="x")
+    linked = db.get_telegram_topic_binding_by_session(session_id="x")
+    db.bind_telegram_topic(chat_id="chat", thread_id="t2", user_id="u", session_key="k", session_id="y")  # moves
+    assert db.delete_session("c1") and db.delete_session("b") and db.delete_session("x")
+
+    def state() -> Any:
+        return (db.get_session_title("s1"), db.get_telegram_topic_binding_by_session(session_id="a"),
+                [(r["thread_id"], r["session_id"]) for r in db.list_telegram_topic_bindings_for_chat(chat_id="chat")],
+                (db.get_telegram_topic_binding_by_session(session_id="y") or {}).get("linked_at"))
+
+    assert linked is not None
+    expected = (None, None, [("t2", "y")], linked["linked_at"])
+    assert state() == expected
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert state() == expected
+    db.close()
+
+
 def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
     handles = [SessionDB(path) for _ in range(6)]
     assert len({id(h._engine) for h in handles}) == 1

@@ -772,15 +772,21 @@ def _topic_bound(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
         " linked_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(chat_id, thread_id) DO UPDATE SET"
         " user_id = excluded.user_id, session_key = excluded.session_key, session_id = excluded.session_id,"
         " managed_mode = excluded.managed_mode, updated_at = excluded.updated_at",
-        (chat, thread, _v(d, "user_id"), _v(d, "session_key"), sid, _v(d, "managed_mode"), now, now)).rowcount
+        (chat, thread, _v(d, "user_id"), _v(d, "session_key"), sid, _v(d, "managed_mode"), _v(d, "linked_at", now),
+         now)).rowcount
 
 
 @rule("hermes.topic_unbound")
 def _topic_unbound(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """A binding removed; the chat leaves topic mode when that was its last binding."""
+    """A binding removed; the chat leaves topic mode when that was its last binding. ``moved``:
+    the thread is being bound to another session (the next event), recorded in the stream of
+    the session it leaves; the binding row goes, nothing else changes."""
     if not topic_tables_exist(conn):
         return 0
     chat = _v(d, "chat_id")
+    if d.get("moved"):
+        return conn.execute("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = ? AND thread_id = ? AND session_id = ?",
+                            (chat, _v(d, "thread_id"), sid)).rowcount
     n = conn.execute("DELETE FROM telegram_dm_topic_bindings WHERE chat_id = ? AND thread_id = ?",
                      (chat, _v(d, "thread_id"))).rowcount
     if n and conn.execute("SELECT 1 FROM telegram_dm_topic_bindings WHERE chat_id = ? LIMIT 1",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from eventlog.adapters.hermes import text
-from eventlog.adapters.hermes.apply import compression_lineage, numbered
+from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, numbered
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
@@ -575,6 +575,15 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
         def fn(tx: Tx) -> int:
             if clean:
+                # A compression ancestor holding the title hands it over: that is recorded in the
+                # ancestor's own stream, so it stays when this session is deleted and its events
+                # erased (found by the differential test).
+                row = tx.conn.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                if row is not None and not (only_if_empty and row[0] is not None):
+                    holder = tx.conn.execute("SELECT id FROM sessions WHERE title = ? AND id != ?",
+                                             (clean, session_id)).fetchone()
+                    if holder is not None and holder[0] in compression_ancestors(tx.conn, session_id):
+                        tx.emit("hermes.title_cleared", holder[0], {})
                 return int(tx.emit("session.titled", session_id,
                                    {"title": clean, "source": "llm" if only_if_empty else "user", **data}))
             return int(tx.emit("hermes.title_cleared", session_id, data))
@@ -911,8 +920,20 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 "session_key": str(session_key), "managed_mode": sql_value(managed_mode), "now": time.time()}
         sid = str(session_id)
 
+        def fn(tx: Tx) -> None:
+            # A thread bound to another session moves here (the row keeps its linked_at): the
+            # move is also recorded in that session's stream, so erasing this one's events (a
+            # delete) does not bring the old binding back (found by the differential test).
+            row = tx.conn.execute("SELECT session_id, linked_at FROM telegram_dm_topic_bindings"
+                                  " WHERE chat_id = ? AND thread_id = ?", (data["chat_id"], data["thread_id"])).fetchone()
+            moved = row is not None and row[0] != sid
+            if moved:
+                tx.emit("hermes.topic_unbound", row[0], {"chat_id": data["chat_id"], "thread_id": data["thread_id"],
+                                                        "now": data["now"], "moved": 1})
+            tx.emit("hermes.topic_bound", sid, {**data, "linked_at": row[1]} if moved else data)
+
         self.apply_telegram_topic_migration()
-        self._write(lambda tx: tx.emit("hermes.topic_bound", sid, data))
+        self._write(fn)
 
     # ---- handoff -----------------------------------------------------------------------------
 
