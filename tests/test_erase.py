@@ -173,3 +173,35 @@ def test_the_cli_erases_retains_and_compacts(tmp_path: Path) -> None:
     assert traces(tmp_path) == []
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         assert len(store.get_messages(ordinary)) == 30
+
+
+def test_erasing_a_child_leaves_the_lineage_flags_it_set_on_the_sessions_that_stay(tmp_path: Path) -> None:
+    """Archive, pin and hide are lineage properties: set through a child, they hold for its
+    root too. Erasing the child takes its events, so the root's current flags are first
+    written to the root's own stream — the root reads the same after the erase and after a
+    rebuild from the log. An erase whose streams set no flag appends nothing of the kind."""
+    store = SessionStore.open(tmp_path, "p", follower=False)
+    root = store.create_session(source="cli")
+    child = store.create_session(source="cli", parent_session_id=root)
+    sibling = store.create_session(source="cli", parent_session_id=root)
+    store.archive(child)
+    store.pin(child)
+    store.hide(sibling)
+    store.unhide(child)  # the lineage's last word on hidden came from the child
+
+    def flags(sid: str) -> tuple[bool, bool, bool]:
+        row = store.get_session(sid)
+        assert row is not None
+        return (row["archived"], row["pinned"], row["hidden"])
+
+    assert flags(root) == flags(sibling) == (True, True, False)
+    store.erase_session(child, "test")
+    assert flags(root) == flags(sibling) == (True, True, False)
+    store.rebuild()
+    assert flags(root) == flags(sibling) == (True, True, False)
+    plain = store.create_session(source="cli")
+    head = store.log.head()[0]
+    store.erase_session(plain, "test")
+    types = [e["type"] for e in store.log.read(head + 1)]
+    assert types == ["log.erased"]
+    store.close()

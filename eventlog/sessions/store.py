@@ -180,6 +180,7 @@ _FLAG_EVENTS = {
     "pin": "session.pinned", "unpin": "session.unpinned",
     "hide": "session.hidden", "unhide": "session.unhidden",
 }
+_LINEAGE_FLAG_TYPES = frozenset(_FLAG_EVENTS.values())
 
 
 class _Shared:
@@ -762,7 +763,10 @@ class SessionStore:
         members = self._lineage_in_log(sid)
         if not members:
             raise NotFoundError("session", sid)
-        seqs = [env["seq"] for member in members for env in self.log.read_session(member)]
+        events = [env for member in members for env in self.log.read_session(member)]
+        seqs = [env["seq"] for env in events]
+        if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
+            self._keep_lineage_flags(sid, set(members))
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
         erase = getattr(self.log, "erase")
         seq = int(erase(seqs, data))
@@ -775,6 +779,27 @@ class SessionStore:
             else:
                 self._reads.advance(seq)
         return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
+
+    def _keep_lineage_flags(self, sid: str, erased: set[str]) -> None:
+        """Before an erase whose streams set lineage flags (archived, pinned, hidden): those
+        flags also hold for the sessions above ``sid`` that stay, and replayed without the erased
+        events they would fall back. So the surviving lineage root's current flags are
+        appended to its own stream first (an erase never changes a session it leaves)."""
+        reads = self._fresh()
+        root, seen = None, set()
+        row = reads.get_session(sid)
+        while row is not None and row.get("parent_session_id") and row["parent_session_id"] not in seen:
+            parent = row["parent_session_id"]
+            seen.add(parent)
+            up = reads.get_session(parent) if reads.is_live(parent) else None
+            if up is None:
+                break
+            root, row = parent, up
+        if root is None or root in erased or row is None:
+            return
+        self._append([self._event(_FLAG_EVENTS[on if row.get(flag) else off], root, {})
+                      for flag, on, off in (("archived", "archive", "unarchive"), ("pinned", "pin", "unpin"),
+                                            ("hidden", "hide", "unhide"))])
 
     def _lineage_in_log(self, sid: str) -> list[str]:
         """``sid`` and its descendants, live or deleted, read from the log (erased ones count
