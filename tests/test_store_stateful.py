@@ -373,6 +373,20 @@ class StoreMachine(RuleBasedStateMachine):
             for mid in self.live.pop(member).messages:
                 self.reactions.pop(mid, None)
 
+    @rule(sid=sessions, rebuild=st.booleans())
+    def erase(self, sid: str, rebuild: bool) -> None:
+        """An erase takes the session and its descendants like a delete, and changes none of
+        the sessions it leaves (their flags set through an erased child stay), before and
+        after a rebuild from the log."""
+        if sid not in self.live:
+            return  # an erased or deleted id: erasing again finds nothing or refuses, not modelled here
+        self.store.erase_session(sid, "stateful test")
+        for member in [sid, *self.descendants(sid)]:
+            for mid in self.live.pop(member).messages:
+                self.reactions.pop(mid, None)
+        if rebuild and self.read_model == "projection":  # the fold has no files to rebuild
+            self.store.rebuild()
+
     # ---- the check after every step ---------------------------------------------------------
 
     @invariant()
