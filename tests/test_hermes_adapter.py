@@ -462,6 +462,35 @@ def test_title_handover_and_topic_moves_survive_the_erase_of_the_session_that_ma
     db.close()
 
 
+def test_deleting_a_session_with_an_odd_id_erases_its_words_and_it_stays_deleted(path: Path) -> None:
+    """A Hermes id eventlog's stream ids cannot hold lives in a mapped stream; deleting such a
+    session (or the parent of such a delegate) erases that stream's events too: no file under
+    the directory keeps its words, and a rebuild does not bring it back (found by the
+    differential test: the erase read the unmapped id's stream, found nothing, and a rebuilt
+    projection had the deleted delegate again)."""
+    marker = "QvxOddIdMarker42"
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.create_session("odd id/with space", "cli", model_config={"_delegate_from": "s1"})
+    db.create_session("other one/x", "cli")
+    db.append_message("odd id/with space", "user", f"delegate says {marker}")
+    db.append_message("other one/x", "user", f"direct {marker.lower()}")
+    assert db.delete_session("s1")  # its delegate goes with it
+    assert db.delete_session("other one/x")
+    assert db.get_session("odd id/with space") is None and db.get_session("other one/x") is None
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert db.get_session("odd id/with space") is None and db.get_session("other one/x") is None
+    db.close()
+    import json
+
+    kept = [e for e in events(path) if marker.lower() in json.dumps(e.get("data", {})).lower()]
+    assert kept == []  # the log's events (decoded, zstd or not) no longer hold the words
+    found = [str(p) for p in path.parent.rglob("*") if p.is_file() and not p.is_symlink()
+             and any(m in p.read_bytes() for m in (marker.encode(), marker.lower().encode()))]
+    assert found == []
+
+
 def test_many_handles_share_one_log_and_close_independently(path: Path) -> None:
     handles = [SessionDB(path) for _ in range(6)]
     assert len({id(h._engine) for h in handles}) == 1

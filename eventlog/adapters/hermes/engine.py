@@ -384,8 +384,11 @@ class Engine:
         keeps what Hermes deleted. The AUTOINCREMENT counters are carried in the record, so a
         rebuild never hands out an id a deleted row had. Returns the record's seq (0: nothing)."""
         with self.mutex, self.lease:
-            seqs = [env["seq"] for sid in session_ids for env in self.log.read_session(sid)
-                    if env["type"] not in KEPT_BY_DELETE]
+            # A Hermes id eventlog's stream ids cannot hold lives in a mapped stream (the id in
+            # the data): read that stream, and only that id's events (the differential test found
+            # such a session's events left unerased, so a rebuild brought back a deleted delegate).
+            seqs = [env["seq"] for sid in session_ids for env in self.log.read_session(events.map_session_id(sid))
+                    if env["type"] not in KEPT_BY_DELETE and events.session_of(env) == sid]
             if not seqs:
                 return 0
             conn = self._connection()

@@ -61,3 +61,5 @@ event = _codec.hermes_event
 Hermes session id is the envelope's ``session`` when eventlog's stream ids can hold it, else
 ``h-<sha1 prefix>`` there and the real id as ``data["sid"]``."""
 session_of = _codec.hermes_session_of
+map_session_id = _codec.map_session_id
+"""The stream of a Hermes session id (itself, or ``h-<sha1>`` when eventlog's ids cannot hold it)."""
