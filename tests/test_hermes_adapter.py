@@ -12,7 +12,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -50,6 +50,14 @@ def events(path: Path) -> list[dict[str, Any]]:
     import json
 
     return list(json.loads(out))
+
+
+def same_live_and_rebuilt(db: SessionDB, read: Callable[[], Any], expected: Any) -> None:
+    """``read()`` gives ``expected`` now and after the projection is rebuilt from the log alone."""
+    assert read() == expected
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert read() == expected
 
 
 def workload(db: SessionDB) -> None:
@@ -390,10 +398,7 @@ def test_archive_flags_of_a_chain_survive_the_erase_of_a_deleted_member(path: Pa
         return {sid: (row or {}).get("archived") for sid in ("s1", "c1", "r1", "k1")
                 for row in [db.get_session(sid)]}
 
-    assert flags() == {"s1": None, "c1": 1, "r1": None, "k1": None}
-    assert db._engine is not None
-    db._engine.rebuild()
-    assert flags() == {"s1": None, "c1": 1, "r1": None, "k1": None}
+    same_live_and_rebuilt(db, flags, {"s1": None, "c1": 1, "r1": None, "k1": None})
     db.close()
 
 
@@ -423,10 +428,7 @@ def test_message_ids_of_batch_inserts_survive_the_erase_of_earlier_rows(path: Pa
     expected = {"a": [3, 4], "b": [5, 7], "copy": [9, 10]}
     assert ids() == expected
     assert db.delete_session("gone")
-    assert ids() == expected
-    assert db._engine is not None
-    db._engine.rebuild()
-    assert ids() == expected
+    same_live_and_rebuilt(db, ids, expected)
     db.close()
 
 
@@ -454,11 +456,7 @@ def test_title_handover_and_topic_moves_survive_the_erase_of_the_session_that_ma
                 (db.get_telegram_topic_binding_by_session(session_id="y") or {}).get("linked_at"))
 
     assert linked is not None
-    expected = (None, None, [("t2", "y")], linked["linked_at"])
-    assert state() == expected
-    assert db._engine is not None
-    db._engine.rebuild()
-    assert state() == expected
+    same_live_and_rebuilt(db, state, (None, None, [("t2", "y")], linked["linked_at"]))
     db.close()
 
 
@@ -477,10 +475,8 @@ def test_deleting_a_session_with_an_odd_id_erases_its_words_and_it_stays_deleted
     db.append_message("other one/x", "user", f"direct {marker.lower()}")
     assert db.delete_session("s1")  # its delegate goes with it
     assert db.delete_session("other one/x")
-    assert db.get_session("odd id/with space") is None and db.get_session("other one/x") is None
-    assert db._engine is not None
-    db._engine.rebuild()
-    assert db.get_session("odd id/with space") is None and db.get_session("other one/x") is None
+    same_live_and_rebuilt(db, lambda: (db.get_session("odd id/with space"), db.get_session("other one/x")),
+                          (None, None))
     db.close()
     import json
 

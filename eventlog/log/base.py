@@ -13,6 +13,7 @@ Nothing in this package knows about sessions, SQLite or projections.
 """
 from __future__ import annotations
 
+import abc
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -205,7 +206,7 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
     return VerifyResult(True, events, hseq, hhash, None, None, erased)
 
 
-class LogBase:
+class LogBase(abc.ABC):
     """``follow`` and ``verify`` for a backend that provides ``read``, ``head``, ``closed`` and
     ``_wait_appended(seconds)`` (returns early when this process appends or the log closes)."""
 
@@ -216,14 +217,17 @@ class LogBase:
         """True once :meth:`close` was called."""
         return self._closed
 
+    @abc.abstractmethod
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
-        raise NotImplementedError  # pragma: no cover - every backend overrides it
+        """Envelopes with ``from_seq <= seq <= to_seq`` in order (``raw``: ``(seq, bytes)``)."""
 
+    @abc.abstractmethod
     def head(self) -> tuple[int, str]:
-        raise NotImplementedError  # pragma: no cover - every backend overrides it
+        """``(seq, hash)`` of the newest event (``(0, ZERO_HASH)`` when empty)."""
 
+    @abc.abstractmethod
     def _wait_appended(self, seconds: float) -> None:
-        raise NotImplementedError  # pragma: no cover - every backend overrides it
+        """Return after ``seconds``, or earlier when this process appends or the log closes."""
 
     def _check_open(self) -> None:
         if self.closed:

@@ -415,13 +415,19 @@ def message_row(m: dict[str, Any]) -> list[Any]:
     return out
 
 
+def next_message_id(conn: sqlite3.Connection) -> int:
+    """The id the next inserted message gets (the AUTOINCREMENT sequence's next value): a writer
+    records it in the event, so a replay gives the same id."""
+    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
+    return int(row[0] if row else 0) + 1
+
+
 def numbered(conn: sqlite3.Connection, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages inserted together (replace, compaction, import), each with the id its insert
     gets now (the next of the AUTOINCREMENT sequence), for its event to record: replayed after
     an erase removed earlier rows, the sequence would be lower there and the ids would differ
     (found by the differential test). Events written before carry no ids: the sequence decides."""
-    row = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-    first = (row[0] if row else 0) + 1
+    first = next_message_id(conn)
     return [{**m, "id": first + i} for i, m in enumerate(messages)]
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from eventlog.adapters.hermes import text
-from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, numbered
+from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, next_message_id, numbered
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
@@ -647,8 +647,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             data["n_tool_calls"] = calls
 
         def fn(tx: Tx) -> int:
-            row = tx.conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-            data["id"] = (row[0] if row else 0) + 1
+            data["id"] = next_message_id(tx.conn)
             return int(tx.emit("message.appended", session_id, data))
 
         return int(self._write(fn))

@@ -11,7 +11,7 @@ import logging
 import re
 import sqlite3
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from eventlog.adapters.hermes import schema, text
 
@@ -80,8 +80,8 @@ class Reads:
 
     _lock: Any
 
-    def _reading(self) -> Any:  # pragma: no cover - provided by SessionDB
-        raise NotImplementedError
+    _reading: Callable[[], Any]
+    """Provided by SessionDB (this is one of its mixins): a context manager giving the read connection."""
 
     def _rows(self, sql: str, params: Any = ()) -> list[Any]:
         with self._reading() as conn:

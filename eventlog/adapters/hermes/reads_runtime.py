@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from eventlog.adapters.hermes.reads import LAST_ACTIVE, PREVIEW, with_preview
 
@@ -14,11 +14,9 @@ class RuntimeReads:
 
     _reader: Any
 
-    def _row(self, sql: str, params: Any = ()) -> Any:  # pragma: no cover - provided by Reads
-        raise NotImplementedError
-
-    def _rows(self, sql: str, params: Any = ()) -> list[Any]:  # pragma: no cover - provided by Reads
-        raise NotImplementedError
+    # Provided by Reads (SessionDB has both mixins).
+    _row: Callable[..., Any]
+    _rows: Callable[..., list[Any]]
 
     # ---- gateway ---------------------------------------------------------------------------
 
