@@ -99,19 +99,15 @@ class LogContract:
 
     # ---- hooks -----------------------------------------------------------------------------
 
-    def make_log(self, tmp_path: Path) -> Log:
-        """A new, empty log whose storage lives under ``tmp_path``."""
-        raise NotImplementedError
-
-    def reopen(self, log: Log) -> Log:
-        """Close ``log`` and return a new handle on the same stored events."""
-        raise NotImplementedError
-
-    def tamper(self, log: Log, edit: Edit) -> Log:
-        """Close ``log``; call ``edit`` with ``{seq: stored bytes}`` of every event; write the
-        changes back at the storage level, bypassing the chain (a missing key deletes that event);
-        return a reopened handle."""
-        raise NotImplementedError
+    # Each backend's test class provides them:
+    make_log: Callable[[Path], Log]
+    """A new, empty log whose storage lives under ``tmp_path``."""
+    reopen: Callable[[Log], Log]
+    """Close ``log`` and return a new handle on the same stored events."""
+    tamper: Callable[[Log, Edit], Log]
+    """Close ``log``; call ``edit`` with ``{seq: stored bytes}`` of every event; write the changes
+    back at the storage level, bypassing the chain (a missing key deletes that event); return a
+    reopened handle."""
 
     # ---- fixtures --------------------------------------------------------------------------
 
@@ -485,8 +481,7 @@ class GroupCommitContract:
     """For backends with write transactions: concurrent callers share them (``commits``
     counts the transactions this handle committed)."""
 
-    def make_log(self, tmp_path: Path) -> Log:
-        raise NotImplementedError
+    make_log: Callable[[Path], Log]  # provided by the backend's test class
 
     def test_group_commit_shares_write_transactions(self, tmp_path: Path) -> None:
         with self.make_log(tmp_path) as lg:
@@ -512,11 +507,8 @@ class EraseContract:
     """For backends that erase: :meth:`eventlog.log.Log.erase` makes content unrecoverable
     through the log while the chain still verifies, and an unauthorised stub is tampering."""
 
-    def make_log(self, tmp_path: Path) -> Log:
-        raise NotImplementedError
-
-    def tamper(self, log: Log, edit: Edit) -> Log:
-        raise NotImplementedError
+    make_log: Callable[[Path], Log]  # provided by the backend's test class
+    tamper: Callable[[Log, Edit], Log]
 
     def test_erase_keeps_the_chain_verifiable_and_the_content_gone(self, tmp_path: Path) -> None:
         lg = self.make_log(tmp_path)
