@@ -11,7 +11,7 @@ a SQLite fault), and :class:`projections.heal.Healer` decides what to rebuild.
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from projections import db as sql
 from projections import files, fts
@@ -161,6 +161,20 @@ class Writer:
             files.release(*held)
 
 
+Rider = tuple[str, Callable[[sqlite3.Connection, dict[str, Any]], None]]
+"""An extension read model that takes the events in the same pass: its name and ``apply``
+(the envelope upcast for it) -- see :meth:`CatchUp.apply`."""
+
+
+class RiderFailed(Exception):
+    """A rider's ``apply`` raised: the batch was rolled back; the pass is redone without it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+        self.applied = 0  # events of this pass committed before the failed batch
+
+
 class CatchUp:
     """Applies new events to state.db (:meth:`apply`), then to the FTS index (:meth:`sync_fts`)."""
 
@@ -168,12 +182,31 @@ class CatchUp:
         self.site = site
         self.writer = writer
         self.batch_size = max(1, int(batch_size))
+        self.riders: Callable[[dict[str, Any]], Sequence[Rider]] = lambda meta: ()
+        """The extension read models in step with state.db's cursor (given its ``meta``): they
+        take each event in the same pass and transaction as the core tables (set by the
+        projector, see :meth:`projections.extensions.ExtensionTables.in_step`)."""
 
     def apply(self) -> int:
         """Apply the events past state.db's cursor, up to the log head, in batches of
         ``batch_size``, each checked against the chain (:mod:`projections.verified`): at a
         damaged event it stops and sets ``site.damage``. Returns how many were applied.
-        Raises :class:`Broken` (or a SQLite fault) when state.db must be rebuilt first."""
+        Raises :class:`Broken` (or a SQLite fault) when state.db must be rebuilt first.
+
+        The extension read models whose cursor is state.db's (:attr:`riders`) take the same
+        events in the same transactions, cursors included: each event is read and decoded once
+        for all of them. A rider whose ``apply`` raises has its batch rolled back; the pass is
+        then redone without it, and the extension's own catch-up meets the error and judges it
+        (:mod:`projections.extensions`), as if it had never ridden along."""
+        applied, dropped = 0, set[str]()
+        while True:
+            try:
+                return applied + self._apply(dropped)
+            except RiderFailed as e:
+                dropped.add(e.name)
+                applied += e.applied
+
+    def _apply(self, dropped: set[str]) -> int:
         conn = self.writer.state()
         meta = read_meta(conn)
         status, detail = judge_meta(meta, "state", self.site.profile, self.site.view())
@@ -182,19 +215,24 @@ class CatchUp:
         last_seq, stop = meta["last_seq"], self.site.log.head()[0]
         if last_seq >= stop:
             return 0
+        riders = [r for r in self.riders(meta) if r[0] not in dropped]
         applier = self.site.applier(conn)
         batch: list[dict[str, Any]] = []
         applied = 0
         events = Verified(self.site.log, last_seq + 1, stop, meta["last_hash"])  # stops at a damaged event
-        for env in events:
-            batch.append(env)
-            if len(batch) >= self.batch_size:
-                _commit_batch(conn, applier, batch)
+        try:
+            for env in events:
+                batch.append(env)
+                if len(batch) >= self.batch_size:
+                    _commit_batch(conn, applier, batch, riders)
+                    applied += len(batch)
+                    batch = []
+            if batch:
+                _commit_batch(conn, applier, batch, riders)
                 applied += len(batch)
-                batch = []
-        if batch:
-            _commit_batch(conn, applier, batch)
-            applied += len(batch)
+        except RiderFailed as e:
+            e.applied = applied
+            raise
         self.site.damage = events.damage
         return applied
 
@@ -242,15 +280,25 @@ class CatchUp:
         return int(read_meta(self.writer.state())["last_seq"])
 
 
-def _commit_batch(conn: sqlite3.Connection, applier: Applier, batch: list[dict[str, Any]]) -> None:
-    """One transaction: the batch's rows and the cursor at its last event."""
+def _commit_batch(conn: sqlite3.Connection, applier: Applier, batch: list[dict[str, Any]],
+                  riders: Sequence[Rider] = ()) -> None:
+    """One transaction: the batch's rows and the cursor at its last event (the riders' rows and
+    cursors too)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for env in batch:
             applier.apply(env)
+            for name, apply in riders:
+                try:
+                    apply(conn, env)
+                except Exception as e:
+                    raise RiderFailed(name) from e
         applier.flush()
         last = batch[-1]
         write_cursor(conn, last["seq"], last.get("hash"))
+        if riders:
+            conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                             [(f"ext:{name}:seq", last["seq"]) for name, _ in riders])
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

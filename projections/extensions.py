@@ -4,7 +4,9 @@ Each read model (:class:`eventlog.sessions.extensions.ReadModel`) keeps its own 
 state.db's ``meta`` (``ext:<name>:version``, ``ext:<name>:seq``, ``ext:<name>:tables``), so
 that it can catch up on its own: after the core tables (under the same lease), it takes the log
 from its cursor up to state.db's, one transaction per batch, rows and cursor together (exactly
-once, as the core tables). A read model whose version differs from the one its tables were
+once, as the core tables). Once its cursor is state.db's it rides along with the core tables'
+catch-up instead (:meth:`ExtensionTables.in_step`): the same events, decoded once, in the same
+transactions. A read model whose version differs from the one its tables were
 built by — or whose tables are missing, after a rebuild of state.db swapped in a new file — has
 its tables dropped and rebuilt from the start of the log. Processes that do not register it
 never touch its tables.
@@ -27,7 +29,7 @@ from projections.site import Site
 
 if TYPE_CHECKING:
     from eventlog.sessions.extensions import ReadModel
-    from projections.catchup import Writer
+    from projections.catchup import Rider, Writer
 
 log = logging.getLogger("eventlog.projections")
 BATCH = 1000
@@ -62,6 +64,27 @@ class ExtensionTables:
             except Exception as e:  # the extension's own code failed: it alone stops
                 self.broken[name] = f"{type(e).__name__}: {e}"
                 log.warning("read model %r stopped: %s", name, self.broken[name])
+
+    def in_step(self, meta: dict[str, Any]) -> list[Rider]:
+        """The registered read models whose cursor is state.db's (``meta``: its meta table): the
+        core catch-up takes them along, each event decoded once for all (see
+        :meth:`projections.catchup.CatchUp.apply`). The others catch up here, on their own."""
+        out: list[Rider] = []
+        for name, rm in self.models.items():
+            if name in self.broken or meta.get(f"ext:{name}:version") != rm.version:
+                continue
+            seq = meta.get(f"ext:{name}:seq")
+            if type(seq) is not int or seq != meta.get("last_seq"):
+                continue
+            out.append((name, self._rider(rm)))
+        return out
+
+    def _rider(self, rm: ReadModel) -> Callable[[sqlite3.Connection, dict[str, Any]], None]:
+        upcast, apply = self.upcast, rm.apply
+
+        def ride(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+            apply(conn, upcast(env))
+        return ride
 
     def build_into(self, path: Path) -> None:
         """Build every registered read model into the standalone snapshot at ``path`` (a file of

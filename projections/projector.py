@@ -80,6 +80,7 @@ class Projector:
         self._builder = Builder(self.site, writer)
         self._healer = Healer(self.site, writer, self._catchup, self._builder, self._locked)
         self.extensions = ExtensionTables(self.site, writer)
+        self._catchup.riders = self.extensions.in_step
         self._follower = Follower(directory, self._follow_step)
         self._busy_at = 0.0  # when the follower last saw the projections move
         self._wal_dirty = True  # WALs may hold pages (ours or another writer's) since the last truncation
@@ -181,16 +182,17 @@ class Projector:
         """The projections' health; reads only (see :meth:`projections.heal.Healer.health`)."""
         return self._healer.health(full)
 
-    def heal(self, full: bool = False, timeout: float | None = None) -> dict[str, Any]:
+    def heal(self, full: bool = False, timeout: float | None = None, catch_up: bool = True) -> dict[str, Any]:
         """Detect and repair: rebuild whatever is not healthy, then bring the projections up
-        to the log as a read would (:meth:`Visibility.before_read`). ``full`` adds the deep
+        to the log as a read would (:meth:`Visibility.before_read`; healthy but behind and
+        not ``catch_up``: left to the next read). ``full`` adds the deep
         integrity checks (slower: reads every page). Waits for the lease only when something
         must be repaired (at most ``timeout``, default ``lease_timeout``; then
         :class:`LeaseError`). Returns the health after repair."""
         self.collect_superseded()
         h = self.health(full=full)
         if h["ok"]:
-            if h["state"]["status"] == "stale" or h["fts"]["status"] == "stale":
+            if catch_up and (h["state"]["status"] == "stale" or h["fts"]["status"] == "stale"):
                 self.visibility.before_read()
             return h
         with self._locked(timeout):

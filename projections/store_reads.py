@@ -119,14 +119,16 @@ class ProjectionReadModel:
 
 
 def open_read_model(profile_dir: str | Path, log: Log, profile: str, *, follower: bool = False,
-                    batch_size: int | None = None, check: bool = True) -> tuple[ProjectionReadModel, Projector]:
+                    batch_size: int | None = None, check: bool = True,
+                    catch_up: bool = True) -> tuple[ProjectionReadModel, Projector]:
     """Open the projections of a profile for SessionStore: heal them if needed (``check``),
-    bring them up to date, and return ``(read_model, projector)``."""
+    bring them up to date (``catch_up``; else the first read does), and return
+    ``(read_model, projector)``."""
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
     projector = Projector(profile_dir, log, profile, **kwargs)
     try:
         if check:
-            projector.heal()
+            projector.heal(catch_up=catch_up)
         return ProjectionReadModel(projector, follower=follower), projector
     except BaseException:
         projector.close()

@@ -162,6 +162,37 @@ def test_a_failing_read_model_stops_alone(tmp_path: Path) -> None:
         assert [m["content"] for m in store.get_messages(sid)] == ["the core keeps going"]
 
 
+def test_a_read_model_in_step_takes_the_core_pass_and_fails_alone(tmp_path: Path) -> None:
+    """Once its cursor is state.db's, a read model takes each event in the core tables' pass
+    (one decode, one transaction, cursors together); when its apply raises there, the core rows
+    of the same batch still land and the read model alone is reported broken."""
+    def picky(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+        if env.get("type") == "notes.added" and env["data"]["text"] == "bad":
+            raise RuntimeError("bug in the extension")
+        apply_note(conn, env)
+
+    ext = Extension("notes", event_types=NOTES.event_types, read_models=[ReadModel("notes", 1, NOTES.read_models[0].ddl, picky)])
+    with SessionStore.open(tmp_path, "p", extensions=[ext], follower=False) as store:
+        sid = store.create_session(source="cli")
+        store.append_events([{"type": "notes.added", "session": "n1", "data": {"text": "first"}}])
+        assert rows(store) == [("n1", "first", 0)]  # built on its own, now in step
+        store.append_events([{"type": "notes.added", "session": "n1", "data": {"text": "second"}}])
+        store.sync()  # the core catch-up alone: the read model rides along
+        with sqlite3.connect(tmp_path / "profiles" / "p" / "state.db") as raw:
+            meta = dict(raw.execute("SELECT key, value FROM meta WHERE key IN ('last_seq', 'ext:notes:seq')"))
+            assert meta["ext:notes:seq"] == meta["last_seq"] == 3
+            assert raw.execute("SELECT text FROM notes_items ORDER BY seq").fetchall() == [("first",), ("second",)]
+        store.append_events([{"type": "message.appended", "session": sid, "data": {"role": "user", "content": "before"}},
+                             {"type": "notes.added", "session": "n1", "data": {"text": "bad"}},
+                             {"type": "message.appended", "session": sid, "data": {"role": "user", "content": "after"}}])
+        assert [m["content"] for m in store.get_messages(sid)] == ["before", "after"]
+        with pytest.raises(ProjectionError, match="bug in the extension"):
+            with store.read_model("notes"):
+                pass
+        store.append_message(sid, "user", "the core keeps going")
+        assert [m["content"] for m in store.get_messages(sid)][-1] == "the core keeps going"
+
+
 def test_a_log_holding_a_type_of_a_newer_program_is_read_and_counted(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         sid = store.create_session(source="cli")

@@ -343,7 +343,9 @@ class SessionStore:
             with _shared_lock:
                 core = _shared.get(key)
             if core is None:
-                core = cls._open_core(key, d, profile, log, dict(options))
+                # With extensions, the catch-up waits for their read models to be registered, so
+                # that the ones in step take the same pass (one decode of each event for all).
+                core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions)
                 with _shared_lock:
                     _shared[key] = core
             else:
@@ -368,7 +370,7 @@ class SessionStore:
 
     @classmethod
     def _open_core(cls, key: tuple[str, str, str], d: Path, profile: str, log: Log | str | os.PathLike[str] | None,
-                   options: dict[str, Any]) -> _Shared:
+                   options: dict[str, Any], catch_up: bool = True) -> _Shared:
         owns_log = not isinstance(log, Log)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
@@ -387,7 +389,7 @@ class SessionStore:
                 map_size["lock_timeout"] = float(timeout)
             log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
-            reads, projector = cls._open_reads(d, log, profile, options)
+            reads, projector = cls._open_reads(d, log, profile, options, catch_up)
         except BaseException:
             if owns_log:
                 log.close()
@@ -395,8 +397,8 @@ class SessionStore:
         return _Shared(key, log, owns_log, reads, projector)
 
     @staticmethod
-    def _open_reads(d: Path, log: Log, profile: str,
-                    options: dict[str, Any]) -> tuple[ReadModel, Projections | None]:
+    def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any],
+                    catch_up: bool = True) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
         allowed = {"batch_size", "check"} if kind == "projection" else set()
         unknown = sorted(set(options) - allowed)
@@ -408,7 +410,7 @@ class SessionStore:
             raise ValidationError("read_model", "must be 'projection' or 'fold'")
         from projections.store_reads import open_read_model  # the facade may import projections
 
-        return open_read_model(d, log, profile, **options)
+        return open_read_model(d, log, profile, catch_up=catch_up, **options)
 
     def close(self) -> None:
         """Close this store (idempotent). Its appends are durable in the log already; the next
