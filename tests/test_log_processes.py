@@ -9,6 +9,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from eventlog.errors import ConcurrencyError
 from eventlog.log import EventLog
 
 WRITER = Path(__file__).with_name("proc_log_writer.py")
@@ -81,3 +84,28 @@ def test_four_processes_of_four_threads_share_one_gapless_order(tmp_path: Path) 
         for n in range(4):
             for t in range(4):
                 assert [e["data"]["i"] for e in lg.read_session(f"p{n}-{t}")] == list(range(60))
+
+
+def test_expected_versions_count_the_appends_of_other_processes(tmp_path: Path) -> None:
+    """A log keeps the stream versions it has seen between appends; an append of another process
+    (which moves the head) must make it count again, never check against a stale version."""
+    path = tmp_path / "log"
+    code = ("import sys; from eventlog.log import EventLog\n"
+            "with EventLog.open(sys.argv[1]) as lg:\n"
+            "    lg.append([{'type': 'test.other', 'session': 's', 'data': {}}], expected_version=int(sys.argv[2]))\n")
+
+    def other(expected: int) -> None:
+        subprocess.run([sys.executable, "-c", code, str(path), str(expected)], check=True)
+
+    with EventLog.open(path) as lg:
+        one = [{"type": "test.mine", "session": "s", "data": {}}]
+        assert lg.append(one, expected_version=0) == [1]
+        assert lg.append(one + one, expected_version=1) == [2, 3]  # the kept version, counted on
+        other(3)
+        with pytest.raises(ConcurrencyError) as info:
+            lg.append(one, expected_version=3)  # stale: the other process made it 4
+        assert info.value.actual == 4
+        other(4)
+        lg.append([{"type": "test.mine", "session": "t", "data": {}}])  # another stream: the head moves again
+        assert lg.append(one, expected_version=5) == [7]
+        assert lg.stream_version("s") == 6

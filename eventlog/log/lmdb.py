@@ -107,6 +107,10 @@ def seq_key(seq: int) -> bytes:
     return seq.to_bytes(_SEQ, "big")
 
 
+VERSIONS_KEPT = 100_000
+"""Streams whose version an LMDB log keeps in memory between appends (then it starts afresh)."""
+
+
 def key_seq(key: bytes | memoryview) -> int:
     return int.from_bytes(bytes(key), "big")
 
@@ -313,6 +317,11 @@ class _Environment:
         self._writer_mu = threading.RLock()  # re-entrant: a writer may reopen (see _ensure_lock)
         self._writer_fd: int | None = None
         self.commits = 0
+        # Stream versions (event counts) as of the head in _versions_head, for the appends that
+        # name an expected version: every change to the stream index moves the head, so while
+        # the head is the one this process last wrote (or read) the counts need no lookup.
+        self._versions: dict[str, int] = {}
+        self._versions_head: bytes | None = None
         """Write transactions committed in this environment by this process (group commit shares them)."""
         self.refs = 1
         self.format = FORMAT_VERSION
@@ -1021,6 +1030,10 @@ class _Environment:
             head = txn.get(b"head", db=self._meta)
             start = key_seq(head[:_SEQ]) if head else 0
             seq, prev = (start, head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
+            if head != self._versions_head or len(self._versions) > VERSIONS_KEPT:
+                self._versions.clear()
+                self._versions_head = head
+            added: dict[str, int] = {}  # events this group adds to each stream
             ids_cur = txn.cursor(db=self._ids)
             stream_cur = txn.cursor(db=self._streams)
             ev_cur = txn.cursor(db=self._events)
@@ -1030,7 +1043,7 @@ class _Environment:
                 if current is not None and int(current) != self.compression.current:
                     newer = int(current)
             for r in group:
-                fresh = self._plan(r, txn, ids_cur, stream_cur)
+                fresh = self._plan(r, txn, ids_cur, stream_cur, added)
                 for i, it in fresh:
                     seq += 1
                     ts = time.time_ns()
@@ -1045,16 +1058,22 @@ class _Environment:
                         raise StorageError(f"event id {it.id!r} appeared twice inside one transaction")
                     if it.session is not None:
                         stream_cur.put(it.session.encode(), key)
+                        added[it.session] = added.get(it.session, 0) + 1
                     prev = digest
                     r.seqs[i] = seq
             if seq == start:
                 txn.abort()  # refusals and replays write nothing, not even the head
                 return
-            txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
+            new_head = seq_key(seq) + bytes.fromhex(prev)
+            txn.put(b"head", new_head, db=self._meta)
             txn.commit()
         except BaseException:
             txn.abort()
             raise
+        for stream, n in added.items():
+            if stream in self._versions:
+                self._versions[stream] += n
+        self._versions_head = new_head
         self.commits += 1
         if newer:
             self._adopt_dict(newer)
@@ -1114,11 +1133,13 @@ class _Environment:
         txn: lmdb.Transaction,
         ids_cur: lmdb.Cursor,
         stream_cur: lmdb.Cursor,
+        added: dict[str, int],
     ) -> list[tuple[int, codec.Prepared]]:
         """Decide what of request ``r`` to write, as ``(input index, event)`` pairs.
 
         Sets ``r.seqs`` (one slot per input event, stored seqs already filled in for replayed
-        ids) or ``r.error``; returns ``[]`` when nothing is to be written.
+        ids) or ``r.error``; returns ``[]`` when nothing is to be written. ``added``: the events
+        earlier requests of this group add to each stream (the transaction sees them).
         """
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
@@ -1136,8 +1157,13 @@ class _Environment:
         if fresh and r.expected is not None:
             stream = r.items[0].session
             assert stream is not None
-            # The write transaction sees its own writes, so earlier requests of this group count.
-            actual = stream_cur.count() if stream_cur.set_key(stream.encode()) else 0
+            # Earlier requests of this group count: the transaction sees its own writes, and
+            # the kept count (as of the head this group started from) is added to.
+            base = self._versions.get(stream)
+            if base is None:
+                count = stream_cur.count() if stream_cur.set_key(stream.encode()) else 0
+                base = self._versions[stream] = count - added.get(stream, 0)
+            actual = base + added.get(stream, 0)
             if actual != r.expected:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
