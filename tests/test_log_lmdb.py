@@ -4,12 +4,20 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import eventlog.log.lmdb as logmod
 from eventlog import profiles
-from eventlog.errors import ForkedEnvironmentError, ProfileNameError, StorageError, ValidationError
+from eventlog.errors import (
+    ConcurrencyError,
+    DuplicateEventError,
+    ForkedEnvironmentError,
+    ProfileNameError,
+    StorageError,
+    ValidationError,
+)
 from eventlog.log.lmdb import EventLog
 
 
@@ -154,3 +162,32 @@ def test_good_profile_names(tmp_path: Path) -> None:
 
 
 
+
+
+def test_one_write_group_sees_what_its_earlier_requests_write(tmp_path: Path) -> None:
+    """A write group puts its rows into the tables only at its end (one putmulti per table), so
+    each request must still see the requests before it in the same group: a repeated caller id
+    is a replay (same content: the first one's seq) or a duplicate, and an expected version
+    counts the events the group already gives the stream."""
+    from eventlog.log.base import prepare_batch
+    from eventlog.log.lmdb import _Request
+
+    with EventLog.open(tmp_path / "log") as lg:
+        core = lg._core
+
+        def req(events: list[dict[str, Any]], expected: int | None = None) -> _Request:
+            items = prepare_batch(events, expected)
+            payloads = [core.compression.compress(it.data_bytes) for it in items] if core.format == 2 else None
+            return _Request(items, payloads, expected)
+
+        def ev(eid: str, text: str, session: str = "s") -> dict[str, Any]:
+            return {"type": "test.said", "session": session, "id": eid, "data": {"text": text}}
+
+        group = [req([ev("a", "one")], 0), req([ev("a", "one")]), req([ev("b", "two")], 1),
+                 req([ev("a", "other")]), req([ev("c", "three")], 1)]
+        core._commit_group(group)
+        assert [r.seqs for r in group[:3]] == [[1], [1], [2]]
+        assert isinstance(group[3].error, DuplicateEventError)
+        assert isinstance(group[4].error, ConcurrencyError) and group[4].error.actual == 2
+        assert [e["id"] for e in lg.read()] == ["a", "b"] and lg.stream_version("s") == 2
+        assert lg.verify().ok

@@ -107,6 +107,9 @@ def seq_key(seq: int) -> bytes:
     return seq.to_bytes(_SEQ, "big")
 
 
+ZDICT_CHECK_S = 1.0
+"""How often (seconds) appends look for a compression dictionary another process trained."""
+
 VERSIONS_KEPT = 100_000
 """Streams whose version an LMDB log keeps in memory between appends (then it starts afresh)."""
 
@@ -283,6 +286,29 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     return StorageError(f"{action}: {text}")
 
 
+class _Pending:
+    """The rows one write group adds, written by one ``putmulti`` per table before its commit."""
+
+    __slots__ = ("events", "ids", "streams", "seq_of", "raw_of", "added")
+
+    def __init__(self) -> None:
+        self.events: list[tuple[bytes, bytes]] = []
+        self.ids: list[tuple[bytes, bytes]] = []
+        self.streams: list[tuple[bytes, bytes]] = []
+        self.seq_of: dict[bytes, bytes] = {}  # event id -> seq key, for ids repeated in the group
+        self.raw_of: dict[bytes, bytes] = {}  # seq key -> stored value
+        self.added: dict[str, int] = {}  # events added to each stream
+
+    def add(self, key: bytes, raw: bytes, event_id: bytes, session: str | None) -> None:
+        self.events.append((key, raw))
+        self.ids.append((event_id, key))
+        self.seq_of[event_id] = key
+        self.raw_of[key] = raw
+        if session is not None:
+            self.streams.append((session.encode(), key))
+            self.added[session] = self.added.get(session, 0) + 1
+
+
 class _Environment:
     """One LMDB environment of this process, shared by every :class:`EventLog` handle opened on
     its directory (py-lmdb refuses a second open of one environment in one process). It holds
@@ -322,6 +348,7 @@ class _Environment:
         # the head is the one this process last wrote (or read) the counts need no lookup.
         self._versions: dict[str, int] = {}
         self._versions_head: bytes | None = None
+        self._zdict_checked = -ZDICT_CHECK_S
         """Write transactions committed in this environment by this process (group commit shares them)."""
         self.refs = 1
         self.format = FORMAT_VERSION
@@ -1022,6 +1049,9 @@ class _Environment:
     def _write_group(self, group: list[_Request]) -> None:
         # The lock file's identity is checked once, inside the write transaction: a replaced
         # table raises _LockReplaced and _commit_group rejoins the current one and retries.
+        # The group's rows go in with one putmulti per table at the end: every py-lmdb call
+        # releases the GIL, and with other threads busy each release makes this thread -- which
+        # holds the write lock -- wait for it back, so the calls are kept few.
         env = self._env
         txn = env.begin(write=True)
         try:
@@ -1033,17 +1063,19 @@ class _Environment:
             if head != self._versions_head or len(self._versions) > VERSIONS_KEPT:
                 self._versions.clear()
                 self._versions_head = head
-            added: dict[str, int] = {}  # events this group adds to each stream
+            pending = _Pending()
             ids_cur = txn.cursor(db=self._ids)
             stream_cur = txn.cursor(db=self._streams)
             ev_cur = txn.cursor(db=self._events)
             newer = 0
-            if self.format == FORMAT_2:
+            now = time.monotonic()
+            if self.format == FORMAT_2 and now - self._zdict_checked >= ZDICT_CHECK_S:
+                self._zdict_checked = now
                 current = txn.get(b"zdict", db=self._meta)  # another process trained one: use it next time
                 if current is not None and int(current) != self.compression.current:
                     newer = int(current)
             for r in group:
-                fresh = self._plan(r, txn, ids_cur, stream_cur, added)
+                fresh = self._plan(r, txn, ids_cur, stream_cur, pending)
                 for i, it in fresh:
                     seq += 1
                     ts = time.time_ns()
@@ -1051,25 +1083,26 @@ class _Environment:
                     if r.payloads is not None:
                         c, d, payload = r.payloads[i]
                         raw = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
-                    key = seq_key(seq)
-                    if not ev_cur.put(key, raw, append=True):
-                        raise StorageError(f"seq {seq} could not be appended (key out of order)")
-                    if not ids_cur.put(it.id.encode(), key, overwrite=False):
-                        raise StorageError(f"event id {it.id!r} appeared twice inside one transaction")
-                    if it.session is not None:
-                        stream_cur.put(it.session.encode(), key)
-                        added[it.session] = added.get(it.session, 0) + 1
+                    pending.add(seq_key(seq), raw, it.id.encode(), it.session)
                     prev = digest
                     r.seqs[i] = seq
             if seq == start:
                 txn.abort()  # refusals and replays write nothing, not even the head
                 return
+            n = len(pending.events)
+            if ev_cur.putmulti(pending.events, append=True)[1] != n:
+                raise StorageError(f"seqs {start + 1}..{seq} could not be appended (key out of order)")
+            if ids_cur.putmulti(pending.ids, overwrite=False)[1] != n:
+                raise StorageError("an event id appeared twice inside one transaction")
+            if pending.streams and stream_cur.putmulti(pending.streams)[1] != len(pending.streams):
+                raise StorageError(f"the stream index refused seqs {start + 1}..{seq}")
             new_head = seq_key(seq) + bytes.fromhex(prev)
             txn.put(b"head", new_head, db=self._meta)
             txn.commit()
         except BaseException:
             txn.abort()
             raise
+        added = pending.added
         for stream, n in added.items():
             if stream in self._versions:
                 self._versions[stream] += n
@@ -1133,22 +1166,25 @@ class _Environment:
         txn: lmdb.Transaction,
         ids_cur: lmdb.Cursor,
         stream_cur: lmdb.Cursor,
-        added: dict[str, int],
+        pending: _Pending,
     ) -> list[tuple[int, codec.Prepared]]:
         """Decide what of request ``r`` to write, as ``(input index, event)`` pairs.
 
         Sets ``r.seqs`` (one slot per input event, stored seqs already filled in for replayed
-        ids) or ``r.error``; returns ``[]`` when nothing is to be written. ``added``: the events
-        earlier requests of this group add to each stream (the transaction sees them).
+        ids) or ``r.error``; returns ``[]`` when nothing is to be written. ``pending``: what
+        earlier requests of this group write (not in the tables yet).
         """
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
         for i, it in enumerate(r.items):
-            found = ids_cur.get(it.id.encode()) if it.caller_id else None
+            found = None
+            if it.caller_id:
+                id_key = it.id.encode()
+                found = pending.seq_of.get(id_key) or ids_cur.get(id_key)
             if found is None:
                 fresh.append((i, it))
                 continue
-            value = txn.get(found, db=self._events)
+            value = pending.raw_of.get(bytes(found)) or txn.get(found, db=self._events)
             stored_env = self._envelope(key_seq(found), bytes(value)) if value is not None else {}
             if not it.same_content(stored_env):
                 r.seqs, r.error = [], DuplicateEventError(it.id, key_seq(found))
@@ -1157,13 +1193,12 @@ class _Environment:
         if fresh and r.expected is not None:
             stream = r.items[0].session
             assert stream is not None
-            # Earlier requests of this group count: the transaction sees its own writes, and
-            # the kept count (as of the head this group started from) is added to.
+            # The count as of the head this group started from (kept, or looked up: the group's
+            # own rows are not in the table yet), plus what earlier requests of the group add.
             base = self._versions.get(stream)
             if base is None:
-                count = stream_cur.count() if stream_cur.set_key(stream.encode()) else 0
-                base = self._versions[stream] = count - added.get(stream, 0)
-            actual = base + added.get(stream, 0)
+                base = self._versions[stream] = stream_cur.count() if stream_cur.set_key(stream.encode()) else 0
+            actual = base + pending.added.get(stream, 0)
             if actual != r.expected:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
