@@ -28,6 +28,7 @@ from projections import db as sql
 from projections import files, fts
 from projections.catchup import Writer
 from projections.concurrent_index import Indexer
+from projections.extensions import ExtensionTables
 from projections.health import read_meta
 from projections.schema import (
     FTS_APP_ID,
@@ -57,9 +58,10 @@ Progress = Callable[[int, int], None]
 class Builder:
     """Rebuilds of one profile's projections (lease held) and standalone snapshots."""
 
-    def __init__(self, site: Site, writer: Writer) -> None:
+    def __init__(self, site: Site, writer: Writer, extensions: ExtensionTables | None = None) -> None:
         self.site = site
         self.writer = writer
+        self.extensions = extensions  # their read models are built with a full rebuild of state.db
 
     def rebuild_state(self, until_seq: int | None = None, as_of_ns: int | None = None,
                       progress: Progress | None = None, *, with_fts: bool = False) -> dict[str, Any]:
@@ -78,7 +80,9 @@ class Builder:
                 indexer = Indexer(gi, g.path, site.profile, site.view().log_id)
                 indexer.held = files.create_generation(gi)
                 indexer.start()
-            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress, indexer=indexer)
+            full = until_seq is None and as_of_ns is None
+            built = self._state_file(g.path, STATE_APP_ID, "state", until_seq, as_of_ns, progress, indexer=indexer,
+                                     extensions=self.extensions if full else None)
         except BaseException:
             if indexer is not None:
                 indexer.abort()
@@ -177,12 +181,13 @@ class Builder:
 
     def _state_file(self, path: Path, app_id: int, kind: str, until_seq: int | None, as_of_ns: int | None,
                     progress: Progress | None, *, with_fts: bool = False, wal: bool = True,
-                    indexer: Indexer | None = None) -> dict[str, Any]:
+                    indexer: Indexer | None = None, extensions: ExtensionTables | None = None) -> dict[str, Any]:
         """Write a complete state file at ``path`` from the log prefix (up to ``until_seq``, or
         to the last event appended at ``as_of_ns``); ``with_fts``: the search tables in the same
         file, filled from its messages at the end; fsync it. ``indexer``: the file is written in
         WAL mode and committed every :data:`BULK_FLUSH` events, each commit told to the indexer
-        that reads it (which has stopped reading it when this returns)."""
+        that reads it (which has stopped reading it when this returns). ``extensions``: their
+        read models are built in the same pass (:meth:`ExtensionTables.seed`)."""
         site = self.site
         view = site.view()
         stop = view.head_seq if until_seq is None else max(0, min(until_seq, view.head_seq))
@@ -203,6 +208,7 @@ class Builder:
             if until_seq is not None:
                 conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('until_seq', ?)", (int(until_seq),))
             applier = site.applier(conn)
+            riders = extensions.seed(conn) if extensions is not None else []
             last: dict[str, Any] | None = None
             if stop > 0:
                 for env in verified:
@@ -210,6 +216,13 @@ class Builder:
                     if as_of_ns is not None and isinstance(ts, int) and ts > as_of_ns:
                         break
                     applier.apply(env)
+                    for rider in riders:
+                        try:
+                            rider[1](conn, env)
+                        except Exception as e:  # the extension's fault: it alone is left out
+                            log.warning("read model %r is left to its own catch-up: %s", rider[0], e)
+                            riders = [r for r in riders if r is not rider]
+                            ExtensionTables.unseed(conn, rider[0])
                     last = env
                     events += 1
                     if events % BULK_FLUSH == 0:
@@ -227,6 +240,8 @@ class Builder:
             last_seq = last["seq"] if last else 0
             last_hash = last.get("hash") if last else ZERO_HASH
             write_cursor(conn, last_seq, last_hash)
+            if riders:
+                ExtensionTables.seeded(conn, riders, last_seq)
             if with_fts:
                 fts.register(conn)
                 fts.build_from_state(conn, fts_schema="main", state_schema="main")

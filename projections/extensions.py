@@ -6,10 +6,11 @@ that it can catch up on its own: after the core tables (under the same lease), i
 from its cursor up to state.db's, one transaction per batch, rows and cursor together (exactly
 once, as the core tables). Once its cursor is state.db's it rides along with the core tables'
 catch-up instead (:meth:`ExtensionTables.in_step`): the same events, decoded once, in the same
-transactions. A read model whose version differs from the one its tables were
-built by — or whose tables are missing, after a rebuild of state.db swapped in a new file — has
-its tables dropped and rebuilt from the start of the log. Processes that do not register it
-never touch its tables.
+transactions. A full rebuild of state.db builds them into the new file in its own pass
+(:meth:`ExtensionTables.seed`), so the file is swapped in with them. A read model whose
+version differs from the one its tables were built by — or whose tables are missing, after a
+file built without it was swapped in — has its tables dropped and rebuilt from the start of the
+log. Processes that do not register it never touch its tables.
 
 A read model whose ``apply`` raises stops where it is (the core projections are not affected)
 and is reported as broken; its readers get a :class:`ProjectionError` until it is fixed.
@@ -129,29 +130,72 @@ class ExtensionTables:
 
     def _reset(self, conn: sqlite3.Connection, meta: dict[str, Any], rm: ReadModel) -> None:
         """Drop the read model's tables (as recorded) and create them anew, cursor at 0."""
-        recorded = json.loads(meta.get(f"ext:{rm.name}:tables") or "[]")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for table in recorded:
-                conn.execute(f'DROP TABLE IF EXISTS "{table}"')
-            before = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            for statement in rm.ddl:
-                conn.execute(statement)
-            created = sorted({r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                             - before)
-            bad = [t for t in created if not t.startswith(f"{rm.name}_")]
-            if bad:
-                raise ProjectionError(f"read model {rm.name!r} creates tables outside its prefix: {bad}",
-                                      hint=f"name its tables {rm.name}_...")
-            conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [
-                (f"ext:{rm.name}:version", rm.version), (f"ext:{rm.name}:seq", 0),
-                (f"ext:{rm.name}:tables", json.dumps(created))])
+            self._create(conn, meta, rm)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         log.info("building read model %r (version %d) from the log", rm.name, rm.version)
+
+    def _create(self, conn: sqlite3.Connection, meta: dict[str, Any], rm: ReadModel) -> None:
+        """:meth:`_reset`'s work inside the caller's transaction."""
+        recorded = json.loads(meta.get(f"ext:{rm.name}:tables") or "[]")
+        for table in recorded:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        before = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for statement in rm.ddl:
+            conn.execute(statement)
+        created = sorted({r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                         - before)
+        bad = [t for t in created if not t.startswith(f"{rm.name}_")]
+        if bad:
+            raise ProjectionError(f"read model {rm.name!r} creates tables outside its prefix: {bad}",
+                                  hint=f"name its tables {rm.name}_...")
+        conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [
+            (f"ext:{rm.name}:version", rm.version), (f"ext:{rm.name}:seq", 0),
+            (f"ext:{rm.name}:tables", json.dumps(created))])
+
+    # ---- built with a new state file ----------------------------------------------------------
+
+    def seed(self, conn: sqlite3.Connection) -> list[Rider]:
+        """Create every registered read model's tables in ``conn`` -- a state file being built
+        from the log, its transaction open -- and return them as riders of that build: the file
+        is swapped in with them built, each event decoded once for all. A read model whose
+        tables cannot be created here is left out (its own catch-up meets the error later)."""
+        out: list[Rider] = []
+        for name, rm in self.models.items():
+            if name in self.broken:
+                continue
+            try:
+                self._create(conn, {}, rm)
+            except (sqlite3.Error, ProjectionError) as e:
+                log.warning("read model %r is left to its own catch-up: %s", name, e)
+                self.unseed(conn, name)
+                continue
+            out.append((name, self._rider(rm)))
+        return out
+
+    @staticmethod
+    def unseed(conn: sqlite3.Connection, name: str) -> None:
+        """Take read model ``name`` out of a state file being built (its apply raised there):
+        tables and cursor go, so that after the swap it is built on its own and judged there."""
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (f"ext:{name}:tables",)).fetchone()
+        try:
+            tables = json.loads(row[0]) if row else []
+        except ValueError:
+            tables = []
+        for table in tables if isinstance(tables, list) else []:
+            conn.execute(f'DROP TABLE IF EXISTS "{table}"')
+        conn.executemany("DELETE FROM meta WHERE key = ?", [(f"ext:{name}:{k}",) for k in ("version", "seq", "tables")])
+
+    @staticmethod
+    def seeded(conn: sqlite3.Connection, riders: list[Rider], seq: int) -> None:
+        """Set the cursor of the read models built with a state file to its last event."""
+        conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                         [(f"ext:{name}:seq", seq) for name, _ in riders])
 
 
 def extension_cursor(conn: sqlite3.Connection, name: str, version: int) -> int:

@@ -77,10 +77,10 @@ class Projector:
         self._writer = writer = Writer(self.site)
         self.lease = Lease(directory)
         self._catchup = CatchUp(self.site, writer, batch_size)
-        self._builder = Builder(self.site, writer)
-        self._healer = Healer(self.site, writer, self._catchup, self._builder, self._locked)
         self.extensions = ExtensionTables(self.site, writer)
         self._catchup.riders = self.extensions.in_step
+        self._builder = Builder(self.site, writer, self.extensions)
+        self._healer = Healer(self.site, writer, self._catchup, self._builder, self._locked)
         self._follower = Follower(directory, self._follow_step)
         self._busy_at = 0.0  # when the follower last saw the projections move
         self._wal_dirty = True  # WALs may hold pages (ours or another writer's) since the last truncation

@@ -193,6 +193,43 @@ def test_a_read_model_in_step_takes_the_core_pass_and_fails_alone(tmp_path: Path
         assert [m["content"] for m in store.get_messages(sid)][-1] == "the core keeps going"
 
 
+def test_a_rebuild_builds_the_read_models_in_its_own_pass(tmp_path: Path) -> None:
+    """A full rebuild of state.db builds the registered read models into the new file in the
+    same pass (the file is swapped in with them at its cursor); one whose apply raises there is
+    left out of the file, the core rows are whole, and its own catch-up then reports it broken."""
+    def picky(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+        if env.get("type") == "notes.added" and env["data"]["text"] == "bad":
+            raise RuntimeError("bug in the extension")
+        apply_note(conn, env)
+
+    ext = Extension("notes", event_types=NOTES.event_types, read_models=[ReadModel("notes", 1, NOTES.read_models[0].ddl, picky)])
+    with SessionStore.open(tmp_path, "p", extensions=[ext], follower=False) as store:
+        sid = store.create_session(source="cli")
+        store.append_events([{"type": "notes.added", "session": "n1", "data": {"text": "one"}},
+                             {"type": "message.appended", "session": sid, "data": {"role": "user", "content": "hi"}},
+                             {"type": "notes.added", "session": "n1", "data": {"text": "two"}}])
+        projector = store._core.projector
+        built = projector._builder.rebuild_state()  # the build alone, before any catch-up
+        state = tmp_path / "profiles" / "p" / built["files"][0]
+        with sqlite3.connect(state) as raw:
+            meta = dict(raw.execute("SELECT key, value FROM meta WHERE key IN "
+                                    "('last_seq', 'ext:notes:seq', 'ext:notes:version')"))
+            assert meta == {"last_seq": 4, "ext:notes:seq": 4, "ext:notes:version": 1}
+            assert raw.execute("SELECT text FROM notes_items ORDER BY seq").fetchall() == [("one",), ("two",)]
+        assert rows(store) == [("n1", "one", 0), ("n1", "two", 0)]
+
+        store.append_events([{"type": "notes.added", "session": "n1", "data": {"text": "bad"}}])
+        store.append_message(sid, "user", "after")
+        store.rebuild()
+        with sqlite3.connect(tmp_path / "profiles" / "p" / "state.db") as raw:
+            (reached,) = raw.execute("SELECT value FROM meta WHERE key = 'ext:notes:seq'").fetchone()
+            assert reached < 6  # stopped before the event it cannot apply
+        assert [m["content"] for m in store.get_messages(sid)] == ["hi", "after"]
+        with pytest.raises(ProjectionError, match="bug in the extension"):
+            with store.read_model("notes"):
+                pass
+
+
 def test_a_log_holding_a_type_of_a_newer_program_is_read_and_counted(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         sid = store.create_session(source="cli")
