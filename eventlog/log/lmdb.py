@@ -343,13 +343,13 @@ class _Environment:
         self._writer_mu = threading.RLock()  # re-entrant: a writer may reopen (see _ensure_lock)
         self._writer_fd: int | None = None
         self.commits = 0
+        """Write transactions committed in this environment by this process (group commit shares them)."""
         # Stream versions (event counts) as of the head in _versions_head, for the appends that
         # name an expected version: every change to the stream index moves the head, so while
         # the head is the one this process last wrote (or read) the counts need no lookup.
         self._versions: dict[str, int] = {}
         self._versions_head: bytes | None = None
         self._zdict_checked = -ZDICT_CHECK_S
-        """Write transactions committed in this environment by this process (group commit shares them)."""
         self.refs = 1
         self.format = FORMAT_VERSION
         self.compression = stored.Compression(self._load_dict)
@@ -1102,8 +1102,7 @@ class _Environment:
         except BaseException:
             txn.abort()
             raise
-        added = pending.added
-        for stream, n in added.items():
+        for stream, n in pending.added.items():
             if stream in self._versions:
                 self._versions[stream] += n
         self._versions_head = new_head
