@@ -7,7 +7,9 @@ from its cursor up to state.db's, one transaction per batch, rows and cursor tog
 once, as the core tables). Once its cursor is state.db's it rides along with the core tables'
 catch-up instead (:meth:`ExtensionTables.in_step`): the same events, decoded once, in the same
 transactions. A full rebuild of state.db builds them into the new file in its own pass
-(:meth:`ExtensionTables.seed`), so the file is swapped in with them. A read model whose
+(:meth:`ExtensionTables.seed`), so the file is swapped in with them — also the rebuild a
+store's open makes when state.db is missing or broken (SessionStore registers the read models
+with the projector before it heals). A read model whose
 version differs from the one its tables were built by — or whose tables are missing, after a
 file built without it was swapped in — has its tables dropped and rebuilt from the start of the
 log. Processes that do not register it never touch its tables.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from eventlog.log import Log
 from eventlog.sessions.reads import typed_read
@@ -119,14 +119,18 @@ class ProjectionReadModel:
 
 
 def open_read_model(profile_dir: str | Path, log: Log, profile: str, *, follower: bool = False,
-                    batch_size: int | None = None, check: bool = True,
-                    catch_up: bool = True) -> tuple[ProjectionReadModel, Projector]:
+                    batch_size: int | None = None, check: bool = True, catch_up: bool = True,
+                    read_models: tuple[dict[str, Any], Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
+                    ) -> tuple[ProjectionReadModel, Projector]:
     """Open the projections of a profile for SessionStore: heal them if needed (``check``),
     bring them up to date (``catch_up``; else the first read does), and return
-    ``(read_model, projector)``."""
+    ``(read_model, projector)``. ``read_models``: extension read models and their upcast,
+    registered first, so that a state.db the heal rebuilds is built with their tables."""
     kwargs = {} if batch_size is None else {"batch_size": batch_size}
     projector = Projector(profile_dir, log, profile, **kwargs)
     try:
+        if read_models is not None:
+            projector.register_read_models(*read_models)
         if check:
             projector.heal(catch_up=catch_up)
         return ProjectionReadModel(projector, follower=follower), projector

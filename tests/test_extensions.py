@@ -230,6 +230,32 @@ def test_a_rebuild_builds_the_read_models_in_its_own_pass(tmp_path: Path) -> Non
                 pass
 
 
+def test_a_state_db_rebuilt_at_open_is_built_with_the_read_models(tmp_path: Path) -> None:
+    """A store opened with extensions on a profile whose state.db is gone registers their read
+    models before the projections heal, so the rebuild builds their tables in its own pass: the
+    log is not read a second time for them after the swap."""
+    with SessionStore.open(tmp_path, "p", extensions=[NOTES], follower=False) as store:
+        sid = store.create_session(source="cli")
+        for i in range(150):
+            store.append_events([{"type": "notes.added", "session": "n1", "data": {"text": f"note {i}"}},
+                                 {"type": "message.appended", "session": sid, "data": {"role": "user", "content": f"m{i}"}}])
+    (tmp_path / "profiles" / "p" / "state.db").unlink()
+
+    read_for_extensions: list[int] = []
+    with EventLog.open(tmp_path / "profiles" / "p" / "log") as lg:
+        plain_read = lg.read
+
+        def counting_read(*args: Any, **kwargs: Any) -> Any:
+            for env in plain_read(*args, **kwargs):
+                read_for_extensions.append(env["seq"])
+                yield env
+        lg.read = counting_read  # type: ignore[method-assign]
+        with SessionStore.open(tmp_path, "p", log=lg, extensions=[NOTES], follower=False) as store:
+            assert len(rows(store)) == 150
+            assert store.get_session(sid)["message_count"] == 150
+    assert read_for_extensions == []
+
+
 def test_a_log_holding_a_type_of_a_newer_program_is_read_and_counted(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         sid = store.create_session(source="cli")

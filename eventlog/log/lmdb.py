@@ -1049,9 +1049,10 @@ class _Environment:
     def _write_group(self, group: list[_Request]) -> None:
         # The lock file's identity is checked once, inside the write transaction: a replaced
         # table raises _LockReplaced and _commit_group rejoins the current one and retries.
-        # The group's rows go in with one putmulti per table at the end: every py-lmdb call
-        # releases the GIL, and with other threads busy each release makes this thread -- which
-        # holds the write lock -- wait for it back, so the calls are kept few.
+        # The group's rows go in with one putmulti per table at the end: py-lmdb releases the
+        # GIL around every call (and every row of a putmulti), and with other threads busy each
+        # release makes this thread -- which holds the write lock -- wait for it back; a
+        # putmulti row costs a quarter of a put's wait (docs/ADAPTERS.md), other calls are few.
         env = self._env
         txn = env.begin(write=True)
         try:

@@ -183,6 +183,19 @@ _FLAG_EVENTS = {
 _LINEAGE_FLAG_TYPES = frozenset(_FLAG_EVENTS.values())
 
 
+def registry_of(extensions: Any, registry: Registry | None = None) -> Registry:
+    """``registry`` (a new one when None) with ``extensions`` (a list of :class:`Extension`)
+    added; raises :class:`ValidationError` for anything else."""
+    from eventlog.sessions.extensions import Extension, Registry
+
+    if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
+        raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
+    out = Registry() if registry is None else registry
+    for ext in extensions:
+        out.add(ext)
+    return out
+
+
 class _Shared:
     """What every :class:`SessionStore` handle of one profile opened in this process shares: the
     log, the read model (its projector, its follower). Reference-counted; the last handle to
@@ -200,6 +213,7 @@ class _Shared:
         self.last_seq = 0  # the last append of any handle: reads see every handle's writes
         self._seq_lock = threading.Lock()
         self._registry: Registry | None = None
+        self._opened: set[str] = set()  # read models brought up to the log as a store opened
 
     @property
     def registry(self) -> Registry:
@@ -215,21 +229,16 @@ class _Shared:
         """Register ``extensions`` (a list of :class:`Extension`) for every handle of this core."""
         if extensions is None:
             return
-        from eventlog.sessions.extensions import Extension
-
-        if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
-            raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
         with self._seq_lock:
-            new = [rm for ext in extensions for rm in getattr(ext, "read_models", ())
-                   if rm.name not in self.registry.read_models]
-            for ext in extensions:
-                self.registry.add(ext)
-            if self.projector is not None and self.registry.read_models:
-                self.projector.register_read_models(dict(self.registry.read_models), self.registry.upcast)
+            registry = registry_of(extensions, self.registry)
+            new = [name for name in registry.read_models if name not in self._opened]
+            if self.projector is not None and registry.read_models:
+                self.projector.register_read_models(dict(registry.read_models), registry.upcast)
         if self.projector is not None:
             head = self.log.head()[0]
-            for rm in new:  # built (or brought up to the log) now, as the store opens
-                self.projector.advance_read_model(rm.name, head)
+            for name in new:  # built (or brought up to the log) now, as the store opens
+                self.projector.advance_read_model(name, head)
+        self._opened.update(new)
 
     def appended(self, seq: int) -> None:
         with self._seq_lock:
@@ -343,9 +352,14 @@ class SessionStore:
             with _shared_lock:
                 core = _shared.get(key)
             if core is None:
-                # With extensions, the catch-up waits for their read models to be registered, so
-                # that the ones in step take the same pass (one decode of each event for all).
-                core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions)
+                # Extension read models are registered with the projector before it heals, so
+                # that a state.db rebuilt at open (missing, damaged, of an older schema) is built
+                # with their tables in its one pass, and the catch-up after takes them along (one
+                # decode of each event for all).
+                registry = registry_of(extensions) if extensions is not None else None
+                core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions,
+                                      registry=registry)
+                core._registry = registry
                 with _shared_lock:
                     _shared[key] = core
             else:
@@ -370,7 +384,7 @@ class SessionStore:
 
     @classmethod
     def _open_core(cls, key: tuple[str, str, str], d: Path, profile: str, log: Log | str | os.PathLike[str] | None,
-                   options: dict[str, Any], catch_up: bool = True) -> _Shared:
+                   options: dict[str, Any], catch_up: bool = True, registry: Registry | None = None) -> _Shared:
         owns_log = not isinstance(log, Log)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
@@ -389,7 +403,7 @@ class SessionStore:
                 map_size["lock_timeout"] = float(timeout)
             log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
-            reads, projector = cls._open_reads(d, log, profile, options, catch_up)
+            reads, projector = cls._open_reads(d, log, profile, options, catch_up, registry)
         except BaseException:
             if owns_log:
                 log.close()
@@ -398,7 +412,7 @@ class SessionStore:
 
     @staticmethod
     def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any],
-                    catch_up: bool = True) -> tuple[ReadModel, Projections | None]:
+                    catch_up: bool = True, registry: Registry | None = None) -> tuple[ReadModel, Projections | None]:
         kind = options.pop("read_model", "projection")
         allowed = {"batch_size", "check"} if kind == "projection" else set()
         unknown = sorted(set(options) - allowed)
@@ -410,7 +424,8 @@ class SessionStore:
             raise ValidationError("read_model", "must be 'projection' or 'fold'")
         from projections.store_reads import open_read_model  # the facade may import projections
 
-        return open_read_model(d, log, profile, catch_up=catch_up, **options)
+        read_models = (dict(registry.read_models), registry.upcast) if registry is not None and registry.read_models else None
+        return open_read_model(d, log, profile, catch_up=catch_up, read_models=read_models, **options)
 
     def close(self) -> None:
         """Close this store (idempotent). Its appends are durable in the log already; the next
