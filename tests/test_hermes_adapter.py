@@ -720,3 +720,66 @@ def test_a_session_that_names_itself_as_parent_keeps_the_link_through_a_rebuild(
         assert db.get_session("s1")["parent_session_id"] == "s1"
     finally:
         db.close()
+
+
+def test_the_write_paths_periodic_fts_merge_is_incremental(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The write path calls optimize_fts on Hermes' cadence, and that call merges at most a
+    bounded number of pages (FTS5 'merge'), never rewriting the whole index inside a caller's
+    write; an explicit optimize_fts still rewrites each index. Both are layout only."""
+    db = SessionDB(tmp_path / "state.db")
+    db._OPTIMIZE_EVERY_N_WRITES = 5  # type: ignore[misc]
+    issued: list[tuple[str, Any]] = []
+    real = db._fts_command
+
+    def recording(command: str, rank: Any = None) -> int:
+        issued.append((command, rank))
+        return real(command, rank)
+
+    monkeypatch.setattr(db, "_fts_command", recording)
+    db.create_session(session_id="s1", source="cli")
+    for i in range(9):
+        db.append_message(session_id="s1", role="user", content=f"needle number {i}")
+    assert issued == [("merge", db._CADENCE_MERGE_PAGES)] * 2
+    before = [(r["id"], r["snippet"]) for r in db.search_messages("needle")]
+    assert len(before) == 9
+    assert db.optimize_fts() == 2
+    assert issued[-1] == ("optimize", None)
+    assert [(r["id"], r["snippet"]) for r in db.search_messages("needle")] == before
+    with sqlite3.connect(tmp_path / "state.db") as raw:
+        for table in ("messages_fts", "messages_fts_trigram"):
+            raw.execute(f"INSERT INTO {table}({table}, rank) VALUES('integrity-check', 1)")
+    db.close()
+
+
+def test_a_collected_handle_never_waits_for_the_engine_registry(tmp_path: Path) -> None:
+    """A SessionDB dropped without close() is released by its finalizer, which the collector runs
+    in whichever thread is allocating — possibly one that the thread holding the engine registry
+    waits for (seen in Hermes' suite: the log's sweeper thread, started inside Engine.acquire,
+    ran the finalizer of an earlier test's handle and both hung). The release must not wait
+    there: it is left to the next acquire or release."""
+    import gc
+    import threading
+
+    from eventlog.adapters.hermes import engine as eng
+
+    box = [SessionDB(tmp_path / "state.db")]
+    box[0].create_session(session_id="s1", source="cli")
+    the_engine = box[0]._engine
+    assert the_engine is not None
+    dropped = threading.Event()
+
+    def drop() -> None:
+        box.clear()
+        gc.collect()
+        dropped.set()
+
+    with eng._registry_lock:  # as Engine.acquire holds it while it opens the log
+        t = threading.Thread(target=drop)
+        t.start()
+        assert dropped.wait(10), "the collected handle's release waited for the registry lock"
+        assert not the_engine.closed
+    t.join()
+    again = SessionDB(tmp_path / "state.db")  # the next acquire releases it first
+    assert the_engine.closed and again._engine is not the_engine
+    assert again.get_session("s1") is not None
+    again.close()
