@@ -756,7 +756,8 @@ def test_a_collected_handle_never_waits_for_the_engine_registry(tmp_path: Path) 
     in whichever thread is allocating — possibly one that the thread holding the engine registry
     waits for (seen in Hermes' suite: the log's sweeper thread, started inside Engine.acquire,
     ran the finalizer of an earlier test's handle and both hung). The release must not wait
-    there: it is left to the next acquire or release."""
+    there; it is done as soon as the registry is free (no later open or close needed: else the
+    engine's log and its threads would outlive every handle)."""
     import gc
     import threading
 
@@ -779,7 +780,12 @@ def test_a_collected_handle_never_waits_for_the_engine_registry(tmp_path: Path) 
         assert dropped.wait(10), "the collected handle's release waited for the registry lock"
         assert not the_engine.closed
     t.join()
-    again = SessionDB(tmp_path / "state.db")  # the next acquire releases it first
-    assert the_engine.closed and again._engine is not the_engine
+    deadline = time.monotonic() + 10
+    while not the_engine.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert the_engine.closed, "the engine outlived its last handle"
+    assert the_engine.log._closed  # the log handle (and with the last one its threads) closed
+    again = SessionDB(tmp_path / "state.db")
+    assert again._engine is not the_engine
     assert again.get_session("s1") is not None
     again.close()

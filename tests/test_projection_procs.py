@@ -30,13 +30,18 @@ import sys, time
 from eventlog.log import EventLog
 from projections import Projector
 log = EventLog.open(sys.argv[1], durability="nosync", profile="p")
-read = log.read
+read, read_checked = log.read, log.read_checked
 def slow_read(from_seq=1, *a, **k):  # a catch-up keeps each batch's transaction open a while
     for env in read(from_seq, *a, **k):
         if from_seq > 1:
             time.sleep(0.0002)
         yield env
-log.read = slow_read
+def slow_read_checked(from_seq, *a, **k):  # the path builds and catch-ups read the log by
+    for item in read_checked(from_seq, *a, **k):
+        if from_seq > 1:
+            time.sleep(0.0002)
+        yield item
+log.read, log.read_checked = slow_read, slow_read_checked
 p = Projector(sys.argv[2], log, "p", batch_size=int(sys.argv[3]))
 print("ready", flush=True)
 p.advance()

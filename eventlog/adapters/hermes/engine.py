@@ -155,7 +155,9 @@ class Engine:
         collector runs finalizers in whichever thread allocates at that moment — one that
         another thread, holding the registry lock, may be waiting for (a thread being started
         in :meth:`acquire`: the log's sweeper) — so this never waits for the lock: when it is
-        taken, the release is left to the next :meth:`acquire` or :meth:`release`."""
+        taken, the release is queued and a short-lived thread of its own (which nobody waits
+        for) takes the lock once it is free and releases what is queued, so that the engine's
+        log and threads do not outlive their last handle."""
         if _registry_lock.acquire(blocking=False):
             try:
                 _release_deferred()
@@ -164,6 +166,7 @@ class Engine:
                 _registry_lock.release()
         else:
             _deferred.append(self)
+            threading.Thread(target=_drain, name="eventlog-hermes-release", daemon=True).start()
 
     def _open(self) -> None:
         """Open the log; import a Hermes database found at ``db_path``; rebuild a projection
@@ -450,6 +453,11 @@ def finalizer(owner: object, engine: Engine) -> "weakref.finalize[..., Any]":
     """Release ``engine`` when ``owner`` is garbage-collected without being closed (never
     waiting: :meth:`Engine.release_collected`)."""
     return weakref.finalize(owner, engine.release_collected)
+
+
+def _drain() -> None:
+    with _registry_lock:
+        _release_deferred()
 
 
 def _release_deferred() -> None:
