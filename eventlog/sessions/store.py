@@ -202,7 +202,7 @@ class _Shared:
     close it closes them."""
 
     def __init__(self, key: tuple[str, str, str], log: Log, owns_log: bool, reads: ReadModel,
-                 projector: Projections | None) -> None:
+                 projector: Projections | None, registry: Registry | None = None) -> None:
         self.key = key
         self.log = log
         self.owns_log = owns_log
@@ -212,7 +212,7 @@ class _Shared:
         self.followers = 0  # handles that asked for a follower: it runs while any is open
         self.last_seq = 0  # the last append of any handle: reads see every handle's writes
         self._seq_lock = threading.Lock()
-        self._registry: Registry | None = None
+        self._registry: Registry | None = registry
         self._opened: set[str] = set()  # read models brought up to the log as a store opened
 
     @property
@@ -359,7 +359,6 @@ class SessionStore:
                 registry = registry_of(extensions) if extensions is not None else None
                 core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions,
                                       registry=registry)
-                core._registry = registry
                 with _shared_lock:
                     _shared[key] = core
             else:
@@ -408,7 +407,7 @@ class SessionStore:
             if owns_log:
                 log.close()
             raise
-        return _Shared(key, log, owns_log, reads, projector)
+        return _Shared(key, log, owns_log, reads, projector, registry)
 
     @staticmethod
     def _open_reads(d: Path, log: Log, profile: str, options: dict[str, Any],

@@ -144,9 +144,15 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             self._connect_reader()
         except Exception as exc:
             _record_init_error(exc)
-            if self._finalizer is not None and self._finalizer.detach() is not None and self._engine is not None:
-                self._engine.release()
+            self._give_back()
             raise
+
+    def _give_back(self) -> None:
+        """This handle's share of the engine, released now by its owner (the finalizer, left for
+        a handle the collector takes, never waits for the registry: Engine.release_collected)."""
+        if self._finalizer is not None and self._finalizer.detach() is not None and self._engine is not None:
+            self._engine.release()
+        self._finalizer = None
 
     # ---- connections ----------------------------------------------------------------------
 
@@ -202,12 +208,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 self._reader.close()
                 self._reader = None
             self._conn = None
-            if self._finalizer is not None:
-                # Closed by its owner: released now (the finalizer, for a handle the collector
-                # takes, only ever defers when the registry is busy).
-                if self._finalizer.detach() is not None and self._engine is not None:
-                    self._engine.release()
-                self._finalizer = None
+            self._give_back()
             self._engine = None
 
     def __enter__(self) -> "SessionDB":
@@ -995,7 +996,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         """Merge each FTS index into one segment (layout only: results do not change). Called by
         the write path on its cadence, an incremental merge instead (see
         :data:`_OPTIMIZE_EVERY_N_WRITES`)."""
-        if getattr(getattr(self, "_cadence", None), "on", False):
+        if getattr(self._cadence, "on", False):
             return self._fts_command("merge", self._CADENCE_MERGE_PAGES)
         return self._fts_command("optimize")
 

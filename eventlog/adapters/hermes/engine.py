@@ -37,14 +37,12 @@ T = TypeVar("T")
 
 _registry: dict[str, "Engine"] = {}
 _registry_lock = threading.RLock()  # re-entrant: a GC finalizer may release an engine mid-acquire
-_deferred: list["Engine"] = []  # engines whose collected handles found the lock taken (see release_collected)
 
 
 def _forget_after_fork() -> None:
     # A forked child must open its own environments; the parent's stay the parent's.
     global _registry_lock
     _registry_lock = threading.RLock()
-    _deferred.clear()
     for engine in list(_registry.values()):
         engine._forked = True
     _registry.clear()
@@ -128,7 +126,6 @@ class Engine:
         layout = projection.Layout(db_path)
         key = str(layout.pointer)
         with _registry_lock:
-            _release_deferred()
             engine = _registry.get(key)
             if engine is None or engine.closed:
                 engine = cls(layout)
@@ -139,34 +136,27 @@ class Engine:
 
     def release(self) -> None:
         with _registry_lock:
-            _release_deferred()
-            self._release_locked()
-
-    def _release_locked(self) -> None:
-        self.refs -= 1
-        if self.refs > 0 or self.closed:
-            return
-        if _registry.get(str(self.layout.pointer)) is self:
-            del _registry[str(self.layout.pointer)]
-        self._close()
+            self.refs -= 1
+            if self.refs > 0 or self.closed:
+                return
+            if _registry.get(str(self.layout.pointer)) is self:
+                del _registry[str(self.layout.pointer)]
+            self._close()
 
     def release_collected(self) -> None:
         """:meth:`release` for a handle the garbage collector took without a ``close``. The
         collector runs finalizers in whichever thread allocates at that moment — one that
         another thread, holding the registry lock, may be waiting for (a thread being started
         in :meth:`acquire`: the log's sweeper) — so this never waits for the lock: when it is
-        taken, the release is queued and a short-lived thread of its own (which nobody waits
-        for) takes the lock once it is free and releases what is queued, so that the engine's
-        log and threads do not outlive their last handle."""
+        taken, a short-lived thread of its own (which nobody waits for) releases the engine once
+        the lock is free, so that the engine's log and threads do not outlive their last handle."""
         if _registry_lock.acquire(blocking=False):
             try:
-                _release_deferred()
-                self._release_locked()
+                self.release()
             finally:
                 _registry_lock.release()
         else:
-            _deferred.append(self)
-            threading.Thread(target=_drain, name="eventlog-hermes-release", daemon=True).start()
+            threading.Thread(target=self.release, name="eventlog-hermes-release", daemon=True).start()
 
     def _open(self) -> None:
         """Open the log; import a Hermes database found at ``db_path``; rebuild a projection
@@ -454,13 +444,3 @@ def finalizer(owner: object, engine: Engine) -> "weakref.finalize[..., Any]":
     waiting: :meth:`Engine.release_collected`)."""
     return weakref.finalize(owner, engine.release_collected)
 
-
-def _drain() -> None:
-    with _registry_lock:
-        _release_deferred()
-
-
-def _release_deferred() -> None:
-    """The releases the collector left for a holder of the registry lock (held)."""
-    while _deferred:
-        _deferred.pop()._release_locked()
