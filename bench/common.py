@@ -259,6 +259,19 @@ def drive_threads(
 # resources
 
 
+def compile_bytecode(packages: Iterable[Any]) -> None:
+    """Compile the packages' bytecode, so that timed child processes import them as an installed
+    program does (pip compiles at install). This sandbox sets PYTHONDONTWRITEBYTECODE, which
+    would make every child compile every module from source: 60-80 ms of a one-shot's open."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *sorted({str(Path(m.__file__).parent) for m in packages})],
+                   env=env, stdout=subprocess.DEVNULL, check=False)
+
+
 def _status_kb(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:

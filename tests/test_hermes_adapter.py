@@ -270,6 +270,33 @@ def test_read_only_handles_never_take_the_writer(path: Path) -> None:
     db.close()
 
 
+@pytest.mark.parametrize("read_only", [False, True])
+def test_the_schema_is_loaded_by_the_constructor_not_by_the_first_read(path: Path, read_only: bool) -> None:
+    """A one-shot process makes one call: Hermes' constructor parses the schema (its DDL), so the
+    facade's does too. SQLite's progress handler counts the virtual-machine steps of a statement
+    and of a schema load it triggers (several hundred here): the first read of a handle costs what
+    the second does."""
+    db = SessionDB(path)
+    workload(db)
+    db.close()
+    db = SessionDB(path, read_only=read_only)
+    assert db._reader is not None
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    db._reader.set_progress_handler(count, 1)
+    costs = []
+    for _ in range(2):
+        steps[0] = 0
+        assert db.get_session("s1") is not None
+        costs.append(steps[0])
+    db.close()
+    assert 0 < costs[0] <= costs[1] + 10, costs
+
+
 def test_read_only_on_a_missing_database_fails_like_hermes(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
         SessionDB(tmp_path / "missing" / "state.db", read_only=True)

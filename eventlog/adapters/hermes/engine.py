@@ -194,15 +194,11 @@ class Engine:
         current = self.layout.current()
         if current is None and not os.path.lexists(self.layout.pointer):
             return NO_PROJECTION
-        why = projection.problem(current, self.log)
+        why, cursor = projection.examine(current, self.log)
         if why is not None:
             return why
-        assert current is not None
-        conn = projection.connect(current, readonly=True)
-        try:
-            _, seq, hash_seq, _ = projection.read_cursor(conn)
-        finally:
-            conn.close()
+        assert current is not None and cursor is not None
+        _, seq, hash_seq, _ = cursor
         self._hash_seq = hash_seq
         self._cursor = seq
         self._validated = self._served = current

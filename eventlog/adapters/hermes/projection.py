@@ -203,38 +203,45 @@ def write_cursor(conn: sqlite3.Connection, seq: int, hash_: str | None = None) -
 def problem(path: Path | None, eventlog: Any) -> str | None:
     """Why the generation at ``path`` cannot serve ``eventlog`` as it is (None: it can, perhaps
     after a catch-up)."""
+    return examine(path, eventlog)[0]
+
+
+def examine(path: Path | None, eventlog: Any) -> tuple[str | None, tuple[int, int, int, str] | None]:
+    """:func:`problem` and, when there is none, the cursor it read (:func:`read_cursor`), so that
+    an open reads the file once."""
     if path is None:
-        return "no projection"
+        return "no projection", None
     if not path.exists():
-        return f"{path.name} is missing"
+        return f"{path.name} is missing", None
     try:
         conn = connect(path, readonly=True)
     except sqlite3.Error as e:
-        return f"cannot open {path.name}: {e}"
+        return f"cannot open {path.name}: {e}", None
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
         if app_id != schema.APPLICATION_ID:
-            return f"{path.name} is not a Hermes projection"
+            return f"{path.name} is not a Hermes projection", None
         version, seq, hash_seq, hash_ = read_cursor(conn)
         conn.execute("SELECT id FROM sessions LIMIT 1").fetchall()
         objects = {f"{t} {n}" for t, n in conn.execute("SELECT type, name FROM sqlite_master")}
     except sqlite3.Error as e:
-        return f"{path.name} is unreadable: {e}"
+        return f"{path.name} is unreadable: {e}", None
     finally:
         conn.close()
     missing = expected_objects() - objects
     if missing:
-        return f"{path.name} lacks {', '.join(sorted(missing)[:3])} (changed behind the log's back)"
+        return f"{path.name} lacks {', '.join(sorted(missing)[:3])} (changed behind the log's back)", None
     if version != schema.PROJECTION_VERSION:
-        return f"{path.name} is of projection version {version}, this program writes {schema.PROJECTION_VERSION}"
+        return (f"{path.name} is of projection version {version}, this program writes {schema.PROJECTION_VERSION}",
+                None)
     head_seq, head_hash = eventlog.head()
     if seq > head_seq:
-        return f"{path.name} is ahead of the log ({seq} > {head_seq})"
+        return f"{path.name} is ahead of the log ({seq} > {head_seq})", None
     if hash_seq:
         env = eventlog.get(hash_seq)
         if env is None or env.get("hash") != hash_:
-            return f"{path.name} was derived from another log (hash at seq {hash_seq} differs)"
-    return None
+            return f"{path.name} was derived from another log (hash at seq {hash_seq} differs)", None
+    return None, (version, seq, hash_seq, hash_)
 
 
 _EXPECTED: set[str] = set()
