@@ -297,6 +297,32 @@ def test_the_schema_is_loaded_by_the_constructor_not_by_the_first_read(path: Pat
     assert 0 < costs[0] <= costs[1] + 10, costs
 
 
+def test_the_first_reads_after_an_open_do_not_look_at_the_log_again(path: Path, monkeypatch: Any) -> None:
+    """The open has just validated the projection and taken any dead writer's tail, so a
+    one-shot's call does not read the log's head again; later reads look every CHECK_EVERY_S."""
+    from eventlog.adapters.hermes import db as dbmod
+
+    db = SessionDB(path)
+    workload(db)
+    db.close()
+    db = SessionDB(path)
+    assert db._engine is not None
+    heads = [0]
+    real_head = db._engine.log.head
+
+    def counted() -> Any:
+        heads[0] += 1
+        return real_head()
+
+    monkeypatch.setattr(db._engine.log, "head", counted)
+    assert db.get_session("s1") is not None
+    assert heads[0] == 0
+    time.sleep(dbmod.CHECK_EVERY_S * 1.5)
+    assert db.get_session("s1") is not None
+    assert heads[0] >= 1
+    db.close()
+
+
 def test_read_only_on_a_missing_database_fails_like_hermes(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.OperationalError):
         SessionDB(tmp_path / "missing" / "state.db", read_only=True)

@@ -142,6 +142,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 self._engine = Engine.acquire(self.db_path)
                 self._finalizer = finalizer(self, self._engine)
             self._connect_reader()
+            # The open just looked (the link's target; the engine's first open took a dead
+            # writer's tail): the first reads need not look again before the usual interval.
+            self._next_check = time.monotonic() + CHECK_EVERY_S
         except Exception as exc:
             _record_init_error(exc)
             self._give_back()
