@@ -152,9 +152,7 @@ def main() -> int:
     home, sqlite_path = work / "home", work / "state.db"
     print(f"building {args.messages} messages in {work} ...", flush=True)
     sid, word = build(home, sqlite_path, args.messages)
-    compile_bytecode(_packages())  # timed as an installed program runs
-    env = dict(os.environ)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env = compile_bytecode(_packages())  # timed as an installed program runs
     base = [*EVENTLOG, "--home", str(home), "--profile", PROFILE]
     commands: dict[str, tuple[list[str], list[str]]] = {
         "help": ([*EVENTLOG, "--help"], [sys.executable, "-c", "pass"]),
