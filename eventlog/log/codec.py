@@ -148,6 +148,15 @@ class Prepared:
         return (f"Prepared(type={self.type!r}, v={self.v}, session={self.session!r}, id={self.id!r}, "
                 f"data_bytes=<{len(self.data_bytes)} bytes>, caller_id={self.caller_id})")
 
+    def with_id(self, eid: str) -> Prepared:
+        """This event under another id (one of :func:`derived_id`'s: no escaping needed)."""
+        other = Prepared.__new__(Prepared)
+        other.type, other.v, other.session, other.data_bytes = self.type, self.v, self.session, self.data_bytes
+        other.id, other.caller_id = eid, self.caller_id
+        other._id_part = b',"id":"' + eid.encode() + b'","prev":"'
+        other._mid_part, other._tail_part = self._mid_part, self._tail_part
+        return other
+
     def same_content(self, stored: Mapping[str, Any]) -> bool:
         """True when a stored envelope carries this event's type, version, session and data."""
         return (
@@ -301,6 +310,28 @@ def _reroll_id_salt() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reroll_id_salt)
+
+
+DERIVED_SEQ_LIMIT = 1 << 40
+"""Seqs an id of the derived form can name. :func:`new_id`'s ids carry a counter of at least 1
+above 40 random bits where a derived id has its seq, so they read as seqs beyond this limit."""
+_HEX32_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def derived_id(ts: int, seq: int) -> str:
+    """The id a log may give an event appended without one: its ts and its seq, 16 hex digits
+    each (32 lower-case hex digits, like :func:`new_id`'s, time-sortable too). A log that knows
+    the form finds such an event by its seq (:func:`derived_seq`) and needs no id index row for it."""
+    return f"{ts:016x}{seq:016x}"
+
+
+def derived_seq(eid: str) -> int:
+    """The seq an id of :func:`derived_id`'s form names, else 0. Only a candidate: the event at
+    that seq carries the id or it does not (a caller may choose any id, this form included)."""
+    if len(eid) != 32 or not _HEX32_ID.fullmatch(eid):
+        return 0
+    seq = int(eid[16:], 16)
+    return seq if seq < DERIVED_SEQ_LIMIT else 0
 
 
 def new_id(now_ns: int | None = None) -> str:

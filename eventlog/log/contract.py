@@ -236,6 +236,20 @@ class LogContract:
         ids = [e["id"] for e in log.read(1)]
         assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1]
 
+    def test_a_generated_id_read_back_is_found_and_replays_like_a_callers(self, log: Log) -> None:
+        log.append([ev(n=1), ev(n=2), dict(ev(n=3), id="c-3")])
+        first, second, third = log.read(1)
+        assert (log.event_seq(first["id"]), log.event_seq(second["id"]), log.event_seq("c-3")) == (1, 2, 3)
+        head = log.head()
+        replay = {k: second[k] for k in ("type", "session", "data", "id")}
+        assert log.append([replay]) == [2] and log.head() == head
+        with pytest.raises(DuplicateEventError) as info:
+            log.append([dict(replay, data={"n": 99})])
+        assert info.value.seq == 2 and log.head() == head
+        log = self._reopen(log)
+        assert log.event_seq(first["id"]) == 1 and log.append([replay]) == [2]
+        assert log.append([ev(n=4)]) == [4] and len({e["id"] for e in log.read(1)}) == 4
+
     def test_partly_replayed_batch_appends_only_new_events(self, log: Log) -> None:
         log.append([dict(ev(n=1), id="e-1")])
         assert log.append([dict(ev(n=2), id="e-2"), dict(ev(n=1), id="e-1")]) == [2, 1]

@@ -3,9 +3,14 @@
 Named databases in one LMDB environment:
 
 ``events``   8-byte big-endian seq -> canonical envelope bytes (``put(append=True)``, checked)
-``ids``      event id -> seq (idempotency: a retried id returns its original seq)
+``ids``      event id -> seq (idempotency: a retried id returns its original seq), for every
+             event whose id is not derived from its own seq: an event appended without an id
+             gets ``codec.derived_id(ts, seq)`` and is found at that seq (no row: one B-tree
+             write fewer per event)
 ``streams``  session id -> its seqs (dupsort, fixed 8-byte values; the count is the stream version)
-``meta``     ``format``, ``profile``, ``head`` (seq + raw sha256 of the last event)
+``meta``     ``format``, ``profile``, ``head`` (seq + raw sha256 of the last event),
+             ``idclaim`` (the highest seq a caller-chosen id of the derived form named before
+             that seq was written: derived ids up to it are looked up before use)
 
 Every table is written in the same write transaction as the events it describes, so they can
 never disagree. Appends from many threads of one process share write transactions (group
@@ -289,7 +294,7 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
 class _Pending:
     """The rows one write group adds, written by one ``putmulti`` per table before its commit."""
 
-    __slots__ = ("events", "ids", "streams", "seq_of", "raw_of", "added")
+    __slots__ = ("events", "ids", "streams", "seq_of", "raw_of", "added", "claim")
 
     def __init__(self) -> None:
         self.events: list[tuple[bytes, bytes]] = []
@@ -298,11 +303,13 @@ class _Pending:
         self.seq_of: dict[bytes, bytes] = {}  # event id -> seq key, for ids repeated in the group
         self.raw_of: dict[bytes, bytes] = {}  # seq key -> stored value
         self.added: dict[str, int] = {}  # events added to each stream
+        self.claim = 0  # idclaim as this group leaves it
 
-    def add(self, key: bytes, raw: bytes, event_id: bytes, session: str | None) -> None:
+    def add(self, key: bytes, raw: bytes, event_id: bytes, session: str | None, row: bool = True) -> None:
         self.events.append((key, raw))
-        self.ids.append((event_id, key))
-        self.seq_of[event_id] = key
+        if row:  # an id derived from its own seq has none
+            self.ids.append((event_id, key))
+            self.seq_of[event_id] = key
         self.raw_of[key] = raw
         if session is not None:
             self.streams.append((session.encode(), key))
@@ -349,6 +356,9 @@ class _Environment:
         # the head is the one this process last wrote (or read) the counts need no lookup.
         self._versions: dict[str, int] = {}
         self._versions_head: bytes | None = None
+        # meta ``idclaim`` as of the head in _claim_head (it changes only with the head).
+        self._claim = 0
+        self._claim_head: bytes | None = None
         self._zdict_checked = -ZDICT_CHECK_S
         self.refs = 1
         self.format = FORMAT_VERSION
@@ -1065,6 +1075,10 @@ class _Environment:
                 self._versions.clear()
                 self._versions_head = head
             pending = _Pending()
+            if head is None or head != self._claim_head:
+                found_claim = txn.get(b"idclaim", db=self._meta)
+                self._claim, self._claim_head = (int(found_claim) if found_claim else 0), head
+            claim = pending.claim = self._claim
             ids_cur = txn.cursor(db=self._ids)
             stream_cur = txn.cursor(db=self._streams)
             ev_cur = txn.cursor(db=self._events)
@@ -1076,15 +1090,17 @@ class _Environment:
                 if current is not None and int(current) != self.compression.current:
                     newer = int(current)
             for r in group:
-                fresh = self._plan(r, txn, ids_cur, stream_cur, pending)
+                fresh = self._plan(r, txn, ids_cur, stream_cur, pending, seq)
                 for i, it in fresh:
                     seq += 1
                     ts = time.time_ns()
+                    if not it.caller_id:
+                        it, ts = self._derive(it, seq, ts, ids_cur, pending)
                     raw, digest = codec.seal(it, seq, ts, prev)
                     if r.payloads is not None:
                         c, d, payload = r.payloads[i]
                         raw = stored.pack_parts(it.type, it.v, it.session, it.id, ts, prev, digest, c, d, payload)
-                    pending.add(seq_key(seq), raw, it.id.encode(), it.session)
+                    pending.add(seq_key(seq), raw, it.id.encode(), it.session, row=it.caller_id)
                     prev = digest
                     r.seqs[i] = seq
             if seq == start:
@@ -1093,8 +1109,10 @@ class _Environment:
             n = len(pending.events)
             if ev_cur.putmulti(pending.events, append=True)[1] != n:
                 raise StorageError(f"seqs {start + 1}..{seq} could not be appended (key out of order)")
-            if ids_cur.putmulti(pending.ids, overwrite=False)[1] != n:
+            if pending.ids and ids_cur.putmulti(pending.ids, overwrite=False)[1] != len(pending.ids):
                 raise StorageError("an event id appeared twice inside one transaction")
+            if pending.claim != claim:
+                txn.put(b"idclaim", b"%d" % pending.claim, db=self._meta)
             if pending.streams and stream_cur.putmulti(pending.streams)[1] != len(pending.streams):
                 raise StorageError(f"the stream index refused seqs {start + 1}..{seq}")
             new_head = seq_key(seq) + bytes.fromhex(prev)
@@ -1106,7 +1124,8 @@ class _Environment:
         for stream, n in pending.added.items():
             if stream in self._versions:
                 self._versions[stream] += n
-        self._versions_head = new_head
+        self._versions_head = self._claim_head = new_head
+        self._claim = pending.claim
         self.commits += 1
         if newer:
             self._adopt_dict(newer)
@@ -1167,20 +1186,31 @@ class _Environment:
         ids_cur: lmdb.Cursor,
         stream_cur: lmdb.Cursor,
         pending: _Pending,
+        last: int,
     ) -> list[tuple[int, codec.Prepared]]:
         """Decide what of request ``r`` to write, as ``(input index, event)`` pairs.
 
         Sets ``r.seqs`` (one slot per input event, stored seqs already filled in for replayed
         ids) or ``r.error``; returns ``[]`` when nothing is to be written. ``pending``: what
-        earlier requests of this group write (not in the tables yet).
+        earlier requests of this group write (not in the tables yet); ``last``: the seq they
+        end at. A new caller id of the derived form that names a seq not written yet raises
+        ``pending.claim`` to it (see :meth:`_derive`).
         """
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
         for i, it in enumerate(r.items):
-            found = None
+            found: bytes | memoryview | None = None
             if it.caller_id:
                 id_key = it.id.encode()
-                found = pending.seq_of.get(id_key) or ids_cur.get(id_key)
+                found = pending.seq_of.get(id_key)
+                named = codec.derived_seq(it.id)
+                if found is None and named:
+                    if named <= last:
+                        found = self._derived_at(txn, it.id, named, pending)
+                    elif named > pending.claim:
+                        pending.claim = named
+                if found is None:
+                    found = ids_cur.get(id_key)
             if found is None:
                 fresh.append((i, it))
                 continue
@@ -1203,6 +1233,25 @@ class _Environment:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
         return fresh
+
+    def _derive(self, it: codec.Prepared, seq: int, ts: int, ids_cur: lmdb.Cursor,
+                pending: _Pending) -> tuple[codec.Prepared, int]:
+        """Event ``it`` (appended without an id) under the id derived from ``seq`` and ``ts``,
+        and that ts. Up to ``pending.claim`` a caller may have taken the same id (its index row
+        says so): then the next nanosecond's, which is the event's ts too."""
+        eid = codec.derived_id(ts, seq)
+        while seq <= pending.claim and (eid.encode() in pending.seq_of or ids_cur.get(eid.encode()) is not None):
+            ts += 1
+            eid = codec.derived_id(ts, seq)
+        return it.with_id(eid), ts
+
+    def _derived_at(self, txn: lmdb.Transaction, eid: str, seq: int, pending: _Pending) -> bytes | None:
+        """The key of event ``seq`` (written, or earlier in this group) when its id is ``eid``."""
+        key = seq_key(seq)
+        value: bytes | memoryview | None = pending.raw_of.get(key)
+        if value is None:
+            value = txn.get(key, db=self._events)
+        return key if value is not None and stored.id_of(bytes(value)) == eid else None
 
     def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
         """Replace the events at ``seqs`` by their erased form and append the ``log.erased``
@@ -1269,6 +1318,7 @@ class _Environment:
                 head = txn.get(b"head", db=self._meta)
                 seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
                 ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
+                claims = _Pending()  # only its claim: the highest future seq an id of the derived form names
                 for raw in raws:
                     env, reason = codec.check_stored(raw, seq + 1, prev)
                     if reason is not None or env is None:
@@ -1284,11 +1334,15 @@ class _Environment:
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")
-                    if type(eid) is not str or not ids.put(eid.encode(), key, overwrite=False):
+                    if type(eid) is not str or not self._sealed_id(txn, ids, eid, seq, claims):
                         raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
                     if env.get("session") is not None:
                         streams.put(str(env["session"]).encode(), key)
                     prev = env["hash"]
+                if claims.claim:
+                    found_claim = txn.get(b"idclaim", db=self._meta)
+                    if claims.claim > (int(found_claim) if found_claim else 0):
+                        txn.put(b"idclaim", b"%d" % claims.claim, db=self._meta)
                 txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
         except lmdb.Error as e:
             raise storage_error(e, "import failed") from e
@@ -1296,10 +1350,24 @@ class _Environment:
             self._appended.notify_all()
         return len(raws)
 
+    def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int, claims: _Pending) -> bool:
+        """Index the id ``eid`` of imported event ``seq``; False when another event has it."""
+        key, named = eid.encode(), codec.derived_seq(eid)
+        if named == seq:  # derived from its own seq: found there, no row (unless a caller took it)
+            return ids.get(key) is None
+        if named and named < seq and self._derived_at(txn, eid, named, claims) is not None:
+            return False
+        if named > seq:
+            claims.claim = max(claims.claim, named)
+        return bool(ids.put(key, seq_key(seq), overwrite=False))
+
     def event_seq(self, event_id: str) -> int | None:
         """The seq of the event with id ``event_id``, or None."""
+        named = codec.derived_seq(event_id)
         with self._read() as txn:
-            found = txn.get(event_id.encode(), db=self._ids)
+            found: bytes | memoryview | None = self._derived_at(txn, event_id, named, _Pending()) if named else None
+            if found is None:
+                found = txn.get(event_id.encode(), db=self._ids)
         return None if found is None else key_seq(found)
 
     # ---------------------------------------------------------------- reads

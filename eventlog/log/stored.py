@@ -209,25 +209,32 @@ def _pack_header(kind: int, env: dict[str, Any]) -> bytes:
                      bytes((len(t),)), t, s, i))
 
 
+def _header(value: bytes) -> tuple[int, bytes, bytes, int, int, str, str | None, str, int]:
+    """The header fields of a format-2 value and the offset after them (struct/index errors
+    propagate)."""
+    kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
+    if kind not in (KIND_EVENT, KIND_ERASED):
+        raise StoredFormatError(f"unknown stored kind {kind}")
+    at = _FIXED.size
+    n = value[at]
+    etype = value[at + 1:at + 1 + n].decode("ascii")
+    at += 1 + n
+    n = value[at]
+    if n == _NULL:
+        session, at = None, at + 1
+    else:
+        session, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+    n = value[at]
+    if n == 0:
+        eid, at = value[at + 1:at + 17].hex(), at + 17
+    else:
+        eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+    return kind, digest, prev, ts, v, etype, session, eid, at
+
+
 def _unpack(value: bytes, compression: Compression) -> _Parts:
     try:
-        kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
-        if kind not in (KIND_EVENT, KIND_ERASED):
-            raise StoredFormatError(f"unknown stored kind {kind}")
-        at = _FIXED.size
-        n = value[at]
-        etype = value[at + 1:at + 1 + n].decode("ascii")
-        at += 1 + n
-        n = value[at]
-        if n == _NULL:
-            session, at = None, at + 1
-        else:
-            session, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
-        n = value[at]
-        if n == 0:
-            eid, at = value[at + 1:at + 17].hex(), at + 17
-        else:
-            eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+        kind, digest, prev, ts, v, etype, session, eid, at = _header(value)
         if kind == KIND_ERASED:
             if at != len(value):
                 raise StoredFormatError("an erased event carries data")
@@ -237,6 +244,21 @@ def _unpack(value: bytes, compression: Compression) -> _Parts:
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise StoredFormatError(f"stored event is truncated or malformed ({e})") from None
     return _Parts(digest.hex(), prev.hex(), ts, v, etype, session, eid, data)
+
+
+def id_of(value: bytes) -> str | None:
+    """The id of the event stored as ``value`` (either format), without decompressing its data;
+    None when the value does not say."""
+    if value[:1] == b"{":
+        try:
+            eid = codec.decode(value).get("id")
+        except ValueError:
+            return None
+        return eid if isinstance(eid, str) else None
+    try:
+        return _header(value)[7]
+    except (StoredFormatError, struct.error, IndexError, UnicodeDecodeError):
+        return None
 
 
 def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
