@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import eventlog.log.lmdb as logmod
 from eventlog.errors import DuplicateEventError
@@ -202,3 +204,51 @@ def test_an_import_of_sealed_events_refuses_an_id_used_twice(tmp_path: Path, ids
             lg.append_sealed(sealed_chain(ids))
         assert lg.head()[0] == 0
         assert lg.append_sealed(sealed_chain(ids[:1])) == 1 and lg.event_seq(ids[0]) == 1
+
+
+CLOCK = 1_750_000_000_000_000_000
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(st.one_of(st.none(), st.integers(1, 40), st.sampled_from(["a", "b", "c"])),
+                         min_size=1, max_size=4), min_size=1, max_size=12),
+       st.integers(0, 3))
+@example(batches=[[None, 1]], ticks=0)  # a chosen id for the seq its own request's first event gets
+def test_ids_stay_unique_and_found_under_any_mix_of_generated_and_chosen_ids(
+        tmp_path_factory: pytest.TempPathFactory, batches: list[list[Any]], ticks: int) -> None:
+    """Batches of events without an id (None), with a caller id of the derived form naming a
+    seq (an int: the id an append at that seq would get at the frozen clock), or a plain caller
+    id; the clock advances ``ticks`` ns an append, so derived ids collide with chosen ones
+    whenever they can. Every id stays unique, is found at its seq, and replays."""
+    path = tmp_path_factory.mktemp("ids") / "log"
+    clock = [CLOCK]
+
+    def now() -> int:
+        clock[0] += ticks
+        return clock[0]
+
+    original = logmod.time.time_ns
+    logmod.time.time_ns = now  # type: ignore[assignment]
+    try:
+        with EventLog.open(path, durability="nosync") as lg:
+            for b, batch in enumerate(batches):
+                events = []
+                for k, spec in enumerate(batch):
+                    eid = None if spec is None else (codec.derived_id(CLOCK + ticks * spec, spec)
+                                                     if isinstance(spec, int) else f"{spec}{b}")
+                    events.append(ev(b * 10 + k, eid=eid))
+                if len({e.get("id") for e in events if "id" in e}) < sum(1 for e in events if "id" in e):
+                    continue  # the same id twice in one batch is refused before any of this
+                try:
+                    lg.append(events)
+                except DuplicateEventError:
+                    pass  # a chosen id that an earlier event holds with other content
+            stored_events = list(lg.read())
+            ids = [e["id"] for e in stored_events]
+            assert len(set(ids)) == len(ids)
+            assert [lg.event_seq(i) for i in ids] == [e["seq"] for e in stored_events]
+            for e in stored_events:
+                assert lg.append([{k: e[k] for k in ("type", "session", "data", "id")}]) == [e["seq"]]
+            assert lg.head()[0] == len(stored_events) and lg.verify().ok
+    finally:
+        logmod.time.time_ns = original  # type: ignore[assignment]

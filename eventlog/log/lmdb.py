@@ -294,7 +294,7 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
 class _Pending:
     """The rows one write group adds, written by one ``putmulti`` per table before its commit."""
 
-    __slots__ = ("events", "ids", "streams", "seq_of", "raw_of", "added", "claim")
+    __slots__ = ("events", "ids", "streams", "seq_of", "raw_of", "added", "claim", "ahead")
 
     def __init__(self) -> None:
         self.events: list[tuple[bytes, bytes]] = []
@@ -304,6 +304,7 @@ class _Pending:
         self.raw_of: dict[bytes, bytes] = {}  # seq key -> stored value
         self.added: dict[str, int] = {}  # events added to each stream
         self.claim = 0  # idclaim as this group leaves it
+        self.ahead: set[bytes] = set()  # this group's caller ids of the derived form naming seqs ahead
 
     def add(self, key: bytes, raw: bytes, event_id: bytes, session: str | None, row: bool = True) -> None:
         self.events.append((key, raw))
@@ -1207,8 +1208,9 @@ class _Environment:
                 if found is None and named:
                     if named <= last:
                         found = self._derived_at(txn, it.id, named, pending)
-                    elif named > pending.claim:
-                        pending.claim = named
+                    else:
+                        pending.claim = max(pending.claim, named)
+                        pending.ahead.add(id_key)  # the rows come later than its own request's events
                 if found is None:
                     found = ids_cur.get(id_key)
             if found is None:
@@ -1238,9 +1240,10 @@ class _Environment:
                 pending: _Pending) -> tuple[codec.Prepared, int]:
         """Event ``it`` (appended without an id) under the id derived from ``seq`` and ``ts``,
         and that ts. Up to ``pending.claim`` a caller may have taken the same id (its index row
-        says so): then the next nanosecond's, which is the event's ts too."""
+        says so, or ``pending.ahead`` when it is written in this group, maybe later in the same
+        request): then the next nanosecond's, which is the event's ts too."""
         eid = codec.derived_id(ts, seq)
-        while seq <= pending.claim and (eid.encode() in pending.seq_of or ids_cur.get(eid.encode()) is not None):
+        while seq <= pending.claim and (eid.encode() in pending.ahead or ids_cur.get(eid.encode()) is not None):
             ts += 1
             eid = codec.derived_id(ts, seq)
         return it.with_id(eid), ts
