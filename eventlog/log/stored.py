@@ -209,32 +209,25 @@ def _pack_header(kind: int, env: dict[str, Any]) -> bytes:
                      bytes((len(t),)), t, s, i))
 
 
-def _header(value: bytes) -> tuple[int, bytes, bytes, int, int, str, str | None, str, int]:
-    """The header fields of a format-2 value and the offset after them (struct/index errors
-    propagate)."""
-    kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
-    if kind not in (KIND_EVENT, KIND_ERASED):
-        raise StoredFormatError(f"unknown stored kind {kind}")
-    at = _FIXED.size
-    n = value[at]
-    etype = value[at + 1:at + 1 + n].decode("ascii")
-    at += 1 + n
-    n = value[at]
-    if n == _NULL:
-        session, at = None, at + 1
-    else:
-        session, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
-    n = value[at]
-    if n == 0:
-        eid, at = value[at + 1:at + 17].hex(), at + 17
-    else:
-        eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
-    return kind, digest, prev, ts, v, etype, session, eid, at
-
-
 def _unpack(value: bytes, compression: Compression) -> _Parts:
     try:
-        kind, digest, prev, ts, v, etype, session, eid, at = _header(value)
+        kind, digest, prev, ts, v = _FIXED.unpack_from(value, 0)
+        if kind not in (KIND_EVENT, KIND_ERASED):
+            raise StoredFormatError(f"unknown stored kind {kind}")
+        at = _FIXED.size
+        n = value[at]
+        etype = value[at + 1:at + 1 + n].decode("ascii")
+        at += 1 + n
+        n = value[at]
+        if n == _NULL:
+            session, at = None, at + 1
+        else:
+            session, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
+        n = value[at]
+        if n == 0:
+            eid, at = value[at + 1:at + 17].hex(), at + 17
+        else:
+            eid, at = value[at + 1:at + 1 + n].decode("ascii"), at + 1 + n
         if kind == KIND_ERASED:
             if at != len(value):
                 raise StoredFormatError("an erased event carries data")
@@ -255,9 +248,15 @@ def id_of(value: bytes) -> str | None:
         except ValueError:
             return None
         return eid if isinstance(eid, str) else None
+    if value[:1] not in (_EVENT_KIND, _ERASED_KIND):
+        return None
     try:
-        return _header(value)[7]
-    except (StoredFormatError, struct.error, IndexError, UnicodeDecodeError):
+        at = _FIXED.size
+        at += 1 + value[at]  # past the type
+        at += 1 if value[at] == _NULL else 1 + value[at]  # past the session
+        n = value[at]
+        return value[at + 1:at + 17].hex() if n == 0 else value[at + 1:at + 1 + n].decode("ascii")
+    except (IndexError, UnicodeDecodeError):
         return None
 
 
@@ -284,6 +283,7 @@ def _canonical_parts(seq: int, p: _Parts, data: bytes, after_data: bytes) -> byt
 
 
 _EVENT_KIND = bytes((KIND_EVENT,))
+_ERASED_KIND = bytes((KIND_ERASED,))
 _SORT = orjson.OPT_SORT_KEYS
 
 
