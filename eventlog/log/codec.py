@@ -315,7 +315,8 @@ if hasattr(os, "register_at_fork"):
 DERIVED_SEQ_LIMIT = 1 << 40
 """Seqs an id of the derived form can name. :func:`new_id`'s ids carry a counter of at least 1
 above 40 random bits where a derived id has its seq, so they read as seqs beyond this limit."""
-_HEX32_ID = re.compile(r"[0-9a-f]{32}")
+HEX32 = re.compile(r"[0-9a-f]{32}")
+"""The form of generated ids (both kinds); format 2 stores such an id in 16 bytes."""
 
 
 def derived_id(ts: int, seq: int) -> str:
@@ -328,7 +329,7 @@ def derived_id(ts: int, seq: int) -> str:
 def derived_seq(eid: str) -> int:
     """The seq an id of :func:`derived_id`'s form names, else 0. Only a candidate: the event at
     that seq carries the id or it does not (a caller may choose any id, this form included)."""
-    if len(eid) != 32 or not _HEX32_ID.fullmatch(eid):
+    if len(eid) != 32 or not HEX32.fullmatch(eid):
         return 0
     seq = int(eid[16:], 16)
     return seq if seq < DERIVED_SEQ_LIMIT else 0

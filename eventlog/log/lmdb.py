@@ -1248,10 +1248,11 @@ class _Environment:
             eid = codec.derived_id(ts, seq)
         return it.with_id(eid), ts
 
-    def _derived_at(self, txn: lmdb.Transaction, eid: str, seq: int, pending: _Pending) -> bytes | None:
+    def _derived_at(self, txn: lmdb.Transaction, eid: str, seq: int,
+                    pending: _Pending | None = None) -> bytes | None:
         """The key of event ``seq`` (written, or earlier in this group) when its id is ``eid``."""
         key = seq_key(seq)
-        value: bytes | memoryview | None = pending.raw_of.get(key)
+        value: bytes | memoryview | None = None if pending is None else pending.raw_of.get(key)
         if value is None:
             value = txn.get(key, db=self._events)
         return key if value is not None and stored.id_of(bytes(value)) == eid else None
@@ -1321,7 +1322,7 @@ class _Environment:
                 head = txn.get(b"head", db=self._meta)
                 seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
                 ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
-                claims = _Pending()  # only its claim: the highest future seq an id of the derived form names
+                claim = 0  # the highest seq not yet written that an imported id of the derived form names
                 for raw in raws:
                     env, reason = codec.check_stored(raw, seq + 1, prev)
                     if reason is not None or env is None:
@@ -1337,15 +1338,16 @@ class _Environment:
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")
-                    if type(eid) is not str or not self._sealed_id(txn, ids, eid, seq, claims):
+                    if type(eid) is not str or not self._sealed_id(txn, ids, eid, seq):
                         raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
+                    claim = max(claim, codec.derived_seq(eid))
                     if env.get("session") is not None:
                         streams.put(str(env["session"]).encode(), key)
                     prev = env["hash"]
-                if claims.claim:
+                if claim > seq:
                     found_claim = txn.get(b"idclaim", db=self._meta)
-                    if claims.claim > (int(found_claim) if found_claim else 0):
-                        txn.put(b"idclaim", b"%d" % claims.claim, db=self._meta)
+                    if claim > (int(found_claim) if found_claim else 0):
+                        txn.put(b"idclaim", b"%d" % claim, db=self._meta)
                 txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
         except lmdb.Error as e:
             raise storage_error(e, "import failed") from e
@@ -1353,22 +1355,20 @@ class _Environment:
             self._appended.notify_all()
         return len(raws)
 
-    def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int, claims: _Pending) -> bool:
+    def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int) -> bool:
         """Index the id ``eid`` of imported event ``seq``; False when another event has it."""
         key, named = eid.encode(), codec.derived_seq(eid)
         if named == seq:  # derived from its own seq: found there, no row (unless a caller took it)
             return ids.get(key) is None
-        if named and named < seq and self._derived_at(txn, eid, named, claims) is not None:
+        if named and named < seq and self._derived_at(txn, eid, named) is not None:
             return False
-        if named > seq:
-            claims.claim = max(claims.claim, named)
         return bool(ids.put(key, seq_key(seq), overwrite=False))
 
     def event_seq(self, event_id: str) -> int | None:
         """The seq of the event with id ``event_id``, or None."""
         named = codec.derived_seq(event_id)
         with self._read() as txn:
-            found: bytes | memoryview | None = self._derived_at(txn, event_id, named, _Pending()) if named else None
+            found: bytes | memoryview | None = self._derived_at(txn, event_id, named) if named else None
             if found is None:
                 found = txn.get(event_id.encode(), db=self._ids)
         return None if found is None else key_seq(found)

@@ -25,7 +25,6 @@ what plain zstd gets on its own; it is loaded only when a compressed event is re
 """
 from __future__ import annotations
 
-import re
 import struct
 import threading
 from typing import Any, Callable
@@ -48,7 +47,6 @@ POOL_MAX = 8
 """Free (de)compressors kept per dictionary: about the threads that append or read at once."""
 _FIXED = struct.Struct(">B32s32sQH")
 _TAIL = struct.Struct(">BH")
-_HEX32 = re.compile(r"[0-9a-f]{32}")
 _NULL = 0xFF
 
 
@@ -174,7 +172,7 @@ def pack_parts(etype: str, v: int, session: str | None, eid: str, ts: int, prev:
                codec_id: int, dict_id: int, payload: bytes) -> bytes:
     t = etype.encode("ascii")
     s = b"\xff" if session is None else bytes((len(session),)) + session.encode("ascii")
-    i = b"\x00" + bytes.fromhex(eid) if _HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
+    i = b"\x00" + bytes.fromhex(eid) if codec.HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
     return b"".join((_FIXED.pack(KIND_EVENT, bytes.fromhex(digest), bytes.fromhex(prev), ts, v),
                      bytes((len(t),)), t, s, i, _TAIL.pack(codec_id, dict_id), payload))
 
@@ -204,7 +202,7 @@ def _pack_header(kind: int, env: dict[str, Any]) -> bytes:
     eid, session, etype = env["id"], env["session"], env["type"]
     t = etype.encode("ascii")
     s = b"\xff" if session is None else bytes((len(session),)) + session.encode("ascii")
-    i = b"\x00" + bytes.fromhex(eid) if _HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
+    i = b"\x00" + bytes.fromhex(eid) if codec.HEX32.fullmatch(eid) else bytes((len(eid),)) + eid.encode("ascii")
     return b"".join((_FIXED.pack(kind, bytes.fromhex(env["hash"]), bytes.fromhex(env["prev"]), env["ts"], env["v"]),
                      bytes((len(t),)), t, s, i))
 
@@ -239,15 +237,20 @@ def _unpack(value: bytes, compression: Compression) -> _Parts:
     return _Parts(digest.hex(), prev.hex(), ts, v, etype, session, eid, data)
 
 
+def _format1_text(value: bytes, key: str) -> str | None:
+    """Text field ``key`` of a format-1 value (canonical JSON), or None."""
+    try:
+        found = codec.decode(value).get(key)
+    except ValueError:
+        return None
+    return found if isinstance(found, str) else None
+
+
 def id_of(value: bytes) -> str | None:
     """The id of the event stored as ``value`` (either format), without decompressing its data;
     None when the value does not say."""
     if value[:1] == b"{":
-        try:
-            eid = codec.decode(value).get("id")
-        except ValueError:
-            return None
-        return eid if isinstance(eid, str) else None
+        return _format1_text(value, "id")
     if value[:1] not in (_EVENT_KIND, _ERASED_KIND):
         return None
     try:
@@ -329,11 +332,7 @@ def hash_of(value: bytes) -> str | None:
     """The hash an event stored as ``value`` records (either format), without decoding its data;
     None when the value does not say."""
     if value[:1] == b"{":
-        try:
-            h = codec.decode(value).get("hash")
-        except ValueError:
-            return None
-        return h if isinstance(h, str) else None
+        return _format1_text(value, "hash")
     if len(value) < 33 or value[0] not in (KIND_EVENT, KIND_ERASED):
         return None
     return bytes(value[1:33]).hex()
