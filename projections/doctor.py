@@ -105,7 +105,13 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         health = projector.health(full=True)
         lease = lease_state(projector, health["state"].get("last_seq"), res.head_seq)
         skipped = projector.skipped_types()
-        deep_report = _deep(projector, progress) if deep else None
+        deep_report = None
+        if deep:
+            # A reader rebuilds a state.db it cannot use: compare only one that is sound as found.
+            status = health["state"]["status"]
+            deep_report = (_deep(projector, progress) if status in HEALTHY else
+                           {"ok": False, "first_difference": None, "compared_seq": None, "tables": {},
+                            "detail": f"not compared: state.db is {status} (run `eventlog doctor --fix`)"})
     perms = permission_problems(profile_dir)
     disk = disk_state(profile_dir)
     report: dict[str, Any] = {

@@ -350,12 +350,21 @@ class Projector:
 
     def skipped_types(self) -> dict[str, int]:
         """Events the core tables did not project, by type (a newer program's types, extensions'),
-        counted since state.db was built. Read-only."""
-        def read(db: sqlite3.Connection) -> dict[str, int]:
-            row = db.execute("SELECT value FROM meta WHERE key = 'skipped_types'").fetchone()
+        counted since state.db was built. Reads the file as it stands and never heals it (the
+        doctor asks this before any repair): ``{}`` when state.db is missing or unreadable."""
+        g = files.read_pointer(self.state_pointer())
+        if g is None:
+            return {}
+        try:
+            db = sql.connect_ro(g.path)
+            try:
+                row = db.execute("SELECT value FROM meta WHERE key = 'skipped_types'").fetchone()
+            finally:
+                db.close()
             found = json.loads(row[0]) if row and isinstance(row[0], str) else {}
             return {str(k): int(v) for k, v in found.items()} if isinstance(found, dict) else {}
-        return self.probe_reader()._run(read)
+        except (sqlite3.Error, ValueError, TypeError, AttributeError):
+            return {}
 
     def lease_holder(self) -> int | None:
         """The pid of the process holding the projector lease, if any (Linux; else None)."""

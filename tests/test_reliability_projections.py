@@ -109,6 +109,47 @@ def test_a_directory_in_place_of_a_pointer_is_set_aside_once(pristine: Path, tmp
     record("directory in place of a projection pointer", runs=1, passed=1)
 
 
+# ------------------------------------------------------------------ doctor without --fix changes nothing
+
+def _files(home: Path) -> dict[str, bytes]:
+    """Every file of the profile but SQLite's -shm/-wal (a read-only connection may create them)
+    and LMDB's reader table (``lock.mdb``: every open of the log registers in it)."""
+    out = {}
+    for root, _dirs, names in os.walk(pdir(home)):
+        for n in names:
+            p = Path(root) / n
+            if not n.endswith(("-shm", "-wal")) and n != "lock.mdb" and not p.is_symlink():
+                out[str(p.relative_to(home))] = p.read_bytes()
+        out.update({str((Path(root) / n).relative_to(home)): os.readlink(Path(root) / n).encode()
+                    for n in names if (Path(root) / n).is_symlink()})
+    return out
+
+
+@pytest.mark.parametrize("kind", ["state", "fts"])
+def test_doctor_without_fix_reports_a_broken_projection_and_leaves_every_file_as_found(
+        pristine: Path, tmp_path: Path, kind: str) -> None:
+    home = copy(pristine, tmp_path / "home")
+    target = pdir(home) / os.readlink(pdir(home) / f"{kind}.db")
+    target.write_bytes(os.urandom(8192))
+    before = _files(home)
+    for args in (["doctor", "--json"], ["doctor", "--deep", "--json"], ["doctor"]):
+        r = cli(home, *args)
+        clean(r)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "rebuilding" not in r.stderr, r.stderr
+        if "--json" in args:
+            report = json.loads(r.stdout)
+            assert report[kind]["status"] == "corrupt" and "fixed" not in report, report[kind]
+            if "--deep" in args and kind == "state":  # nothing to compare until it is rebuilt
+                assert not report["deep"]["ok"] and "not compared" in report["deep"]["detail"], report["deep"]
+            elif "--deep" in args:  # the rows are compared; the unreadable index is not
+                assert report["deep"]["tables"]["fts"]["ok"] is None, report["deep"]
+        assert _files(home) == before, (args, set(_files(home)) ^ set(before))
+    r = cli(home, "doctor", "--fix", "--json")
+    assert r.returncode == 0 and f"rebuilt {kind} (corrupt)" in json.loads(r.stdout)["fixed"], r.stdout
+    assert _files(home) != before
+
+
 # ------------------------------------------------------------------ FTS content damaged
 
 @pytest.mark.parametrize("kind", FTS_DAMAGE)
