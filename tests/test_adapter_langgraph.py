@@ -21,7 +21,7 @@ from eventlog import SessionStore
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import EventlogSaver
 from eventlog.adapters.langgraph import model as lg_model
-from eventlog.errors import ClosedError, ValidationError
+from eventlog.errors import ClosedError, EventTooLargeError, ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,6 +188,23 @@ def test_bad_input_is_refused_before_anything_is_written(saver: EventlogSaver) -
                                                 "metadata": {"type": "msgpack", "data": ""},
                                                 "channel_versions": {}, "blobs": []}}])
     assert store.log.head()[0] == head
+
+
+def test_a_write_over_the_event_limit_to_a_new_thread_leaves_nothing_not_even_the_session(
+        saver: EventlogSaver) -> None:
+    """A thread's session is created with its first write: a write the log refuses (a channel
+    value whose event exceeds 16 MiB) must not leave an empty session behind."""
+    store = saver._open()
+    big = "x" * (20 << 20)
+    with pytest.raises(EventTooLargeError):
+        saver.put(cfg("huge"), checkpoint({"big": big}, {"big": 1}), {}, {"big": 1})
+    with pytest.raises(EventTooLargeError):
+        saver.put_writes(cfg("huge-writes", checkpoint_id="1"), [("c", big)], "task-1")
+    assert store.log.head()[0] == 0 and store.list_sessions() == []
+    saver.put(cfg("huge"), checkpoint({"small": "ok"}, {"small": 1}), {}, {"small": 1})
+    found = saver.get_tuple(cfg("huge"))
+    assert found is not None and found.checkpoint["channel_values"] == {"small": "ok"}
+    assert [s["id"] for s in store.list_sessions()] == ["lg:huge"]
 
 
 def test_closed_saver_refuses_calls(tmp_path: Path) -> None:

@@ -365,6 +365,30 @@ def test_unserialisable_items_are_refused_and_nothing_is_written(home: Path, bad
     run(go())
 
 
+@pytest.mark.parametrize("bad, field", [
+    ({"role": "user", "content": object()}, "items[1].content"),
+    ({"role": "user", "content": [{"text": float("inf")}]}, "items[1].content[0].text"),
+    ({"type": "function_call_output", "call_id": "c1", "output": [1, float("nan")]}, "items[1].output[1]"),
+    ({"role": "user", "content": "ok", "extra": {1: "non-string key"}}, "items[1].extra"),
+    ({"role": "user", "content": "ok", "blob": "y" * (17 << 20)}, "items[1]"),
+])
+def test_a_refused_first_batch_leaves_nothing_not_even_the_session(home: Path, bad: Any, field: str) -> None:
+    """The session is created by the first add_items: a batch the store refuses must not leave
+    an empty session behind (and the error names the field as the caller's item spells it)."""
+    async def go() -> None:
+        s = make(home, "fresh")
+        with pytest.raises(ValidationError) as e:
+            await s.add_items([user("first of batch"), bad])
+        assert e.value.field.startswith(field), e.value.field
+        with SessionStore.open(home, follower=False) as store:
+            assert store.log.head()[0] == 0 and store.list_sessions() == []
+        await s.add_items([user("then a good one")])
+        assert contents(await s.get_items()) == ["then a good one"]
+        s.close()
+
+    run(go())
+
+
 def test_items_over_the_size_limits_are_refused_whole(home: Path) -> None:
     async def go() -> None:
         s = make(home)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eventlog.errors import NotFoundError, ProjectionError, ValidationError
+from eventlog.errors import EventTooLargeError, NotFoundError, ProjectionError, ValidationError
 from eventlog.log.lmdb import EventLog
 from eventlog.sessions.extensions import CATALOGUE, EventType, Extension, ReadModel
 from eventlog.sessions.fold import Fold
@@ -80,9 +80,25 @@ def test_bad_extension_events_are_refused_naming_the_field_and_nothing_is_append
             store.append_events([good, bad])
         if field is not None:
             assert isinstance(info.value, ValidationError) and info.value.field == field
+            with pytest.raises(ValidationError) as again:  # check_events: the same judgement, no append
+                store.check_events([good, bad])
+            assert again.value.field == field
         else:
             assert isinstance(info.value, NotFoundError)
+            store.check_events([good, bad])  # a session's liveness is append_events' own check
         assert store.log.head() == head
+
+
+def test_check_events_applies_the_logs_own_limits_too(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", extensions=[NOTES], follower=False) as store:
+        huge = {"type": "notes.added", "session": "n1", "data": {"text": "x" * (17 << 20)}}
+        for call in (store.check_events, store.append_events):
+            with pytest.raises(EventTooLargeError) as info:
+                call([huge])
+            assert info.value.field == "events[0].data"
+        with pytest.raises(ValidationError):
+            store.check_events({"type": "notes.added"})  # not a list
+        assert store.log.head()[0] == 0
 
 
 def test_extension_definitions_are_checked() -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 from typing import Any, Awaitable, Callable, TypeVar
 
@@ -123,6 +124,30 @@ def message_to_item(message: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(key, str):
         item[key] = message.get("content")
     return item
+
+
+_MESSAGE_FIELD = re.compile(r"^(?:messages\[(\d+)\]|events\[(\d+)\]\.data)(?:\.(.*))?$")
+
+
+def _item_field(field: str, messages: list[dict[str, Any]]) -> str:
+    """The store's name for a refused message field (``messages[i].content``,
+    ``events[i].data.display_metadata.item.x``) as the path in the caller's item (``items[i]``,
+    ``items[i].output``, ``items[i].x``)."""
+    m = _MESSAGE_FIELD.match(field)
+    if m is None:
+        return field
+    i = int(m.group(1) or m.group(2))
+    rest = m.group(3)
+    if rest is None:
+        return f"items[{i}]"
+    if rest.startswith("display_metadata.item."):
+        rest = rest[len("display_metadata.item."):]
+    elif rest == "content" or rest.startswith(("content.", "content[")):
+        meta = messages[i].get("display_metadata") if i < len(messages) else None
+        key = meta.get("content_key") if isinstance(meta, dict) else None
+        if isinstance(key, str):
+            rest = key + rest[len("content"):]
+    return f"items[{i}].{rest}"
 
 
 async def _settled(work: Awaitable[_T]) -> _T:
@@ -298,13 +323,19 @@ class EventlogSession:
 
     def _add_items(self, messages: list[dict[str, Any]]) -> None:
         store = self._open()
+        if not self._created:  # a refused first batch leaves nothing behind, not even the session
+            events = [{"type": "message.appended", "session": self.key,
+                       "data": {k: v for k, v in m.items() if v is not None}} for m in messages]
+            try:
+                store.check_events(events)
+            except ValidationError as e:
+                raise type(e)(_item_field(e.field, messages), e.problem) from None
         self._ensure_session(store)
         before = self._history
         try:
             ids = store.append_messages(self.key, messages)
         except ValidationError as e:
-            field = e.field.replace("messages[", "items[", 1)
-            raise type(e)(field, e.problem) from None
+            raise type(e)(_item_field(e.field, messages), e.problem) from None
         try:
             encoded = [_encoded(m) for m in messages]
         except (TypeError, orjson.JSONEncodeError):  # text the store cleaned (lone surrogates): read it back

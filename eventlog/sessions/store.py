@@ -30,6 +30,7 @@ from eventlog.errors import (
     process_state,
 )
 from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
+from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
 from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
 from eventlog.sessions import events as ev
@@ -716,6 +717,17 @@ class SessionStore:
         self._deleted.update(doomed)
         self._live.difference_update(doomed)
         return seq
+
+    def check_events(self, events: Iterable[dict[str, Any]]) -> None:
+        """Check ``events`` exactly as :meth:`append_events` checks its input — each against its
+        type's validator, and against the log's own rules (plain JSON, 16 MiB an event) — and
+        append nothing. For a caller that must do something else first (create the session
+        the events go to) and may not leave that behind when the events are refused."""
+        self._check()
+        if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
+            raise ValidationError("events", f"must be a list of event objects, got {type(events).__name__}")
+        registry = self._core.registry
+        prepare_batch([registry.event(e, i) for i, e in enumerate(events)], None)
 
     def append_events(self, events: Iterable[dict[str, Any]], expected_version: int | None = None) -> list[int]:
         """Append events of registered types (the session catalogue's or an extension's,

@@ -170,12 +170,16 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _session(self, store: SessionStore, thread_id: str) -> str:
-        """The thread's session, created on its first checkpoint."""
+    def _session(self, store: SessionStore, thread_id: str, check: builtins.list[dict[str, Any]] | None = None) -> str:
+        """The thread's session, created on its first checkpoint — only once ``check``, the
+        events about to be appended to it, pass the store's checks: a refused write leaves
+        nothing behind, not even the session."""
         sid = model.thread_session(thread_id)
         if sid in self._sessions:
             return sid
         if store.get_session(sid) is None:
+            if check:
+                store.check_events(check)
             try:
                 with self._copies.lock(sid):
                     store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
@@ -388,13 +392,14 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if isinstance(value, str) or (key == "step" and isinstance(value, int) and not isinstance(value, bool)):
                 data[key] = value
         store = self._open()
-        sid = self._session(store, tid)
+        sid = model.thread_session(tid)
         events = [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
         change = latest.Put((tid, ns, cid, parent_id, ctype, craw, mtype, mraw),
                             {str(ch): model.version_key(v) for ch, v in versions.items()}, raws)
         mirror: builtins.list[dict[str, Any]] = []
         if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
             mirror = self._unmirrored(store, sid, values["messages"])
+        self._session(store, tid, check=events)
         if mirror and self._one_batch:
             try:  # the checkpoint and its new messages in one atomic batch: one commit, one sync
                 self._write(store, sid, events + [{"type": "message.appended", "session": sid, "data": m}
@@ -454,11 +459,13 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if not rows:
             return
         store = self._open()
-        sid = self._session(store, tid)
+        sid = model.thread_session(tid)
         cid, task, path = _text(conf["checkpoint_id"]), _text(task_id), _text(task_path)
-        self._write(store, sid, [{"type": "langgraph.writes_put", "session": sid, "data": {
+        events = [{"type": "langgraph.writes_put", "session": sid, "data": {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path,
-            "writes": rows}}], latest.Writes(ns, cid, task, path, raws))
+            "writes": rows}}]
+        self._session(store, tid, check=events)
+        self._write(store, sid, events, latest.Writes(ns, cid, task, path, raws))
 
     def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
         with self._reads(store) as conn:
