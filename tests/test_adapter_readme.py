@@ -39,6 +39,72 @@ def test_readme_example_runs(tmp_path: Path, index: int) -> None:
     assert search.returncode == 0 and '"results"' in search.stdout and "hello" in search.stdout.lower(), search.stderr
 
 
+def _owner(module: str) -> str:
+    """The installed distribution that holds ``module``'s file (a namespace package such as
+    ``langgraph`` is shared by several: the submodule's file decides)."""
+    import importlib.metadata as md
+    import importlib.util
+
+    from packaging.utils import canonicalize_name
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin, module
+    origin = Path(spec.origin).resolve()
+    for name in md.packages_distributions().get(module.split(".")[0], []):
+        dist = md.distribution(name)
+        if any(Path(str(dist.locate_file(f))).resolve() == origin for f in dist.files or []):
+            return canonicalize_name(name)
+    raise AssertionError(f"no installed distribution holds {module} ({origin})")
+
+
+def _closure(extra: str) -> set[str]:
+    """Every distribution ``pip install 'eventlog[extra]'`` brings in (extras of dependencies aside)."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    def deps(name: str, extras: set[str]) -> list[Requirement]:
+        out = []
+        for line in md.requires(name) or []:
+            r = Requirement(line)
+            if r.marker is None or any(r.marker.evaluate({"extra": e}) for e in extras or {""}):
+                out.append(r)
+        return out
+
+    seen: set[str] = set()
+    todo = [r for r in deps("eventlog", {extra}) if r.marker is not None and "extra" in str(r.marker)]
+    while todo:
+        r = todo.pop()
+        name = canonicalize_name(r.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo += deps(r.name, set(r.extras))
+        except md.PackageNotFoundError:
+            pass
+    return seen
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_the_readme_install_line_brings_what_its_example_imports(index: int) -> None:
+    """``pip install 'eventlog[openai-agents]'`` / ``'eventlog[langgraph]'`` (the README's line)
+    must install every package the README's example for that framework imports."""
+    import ast
+
+    code = examples()[index]
+    extra = "openai-agents" if "openai_agents" in code else "langgraph"
+    assert f"'eventlog[{extra}]'" in (ROOT / "README.md").read_text(encoding="utf-8")
+    modules = {n.module for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom) and n.module}
+    modules |= {a.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Import) for a in n.names}
+    third_party = sorted(m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"eventlog"})
+    assert third_party, code
+    brought = _closure(extra)
+    missing = {m: _owner(m) for m in third_party if _owner(m) not in brought}
+    assert missing == {}, f"eventlog[{extra}] does not install {missing}"
+
+
 def test_the_core_imports_no_framework_and_no_adapter() -> None:
     import ast
 
