@@ -5,12 +5,17 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 * into an empty profile (or one whose log is a prefix of the file), the events are written
   verbatim, so seqs, timestamps and hashes are identical and ``log verify`` reports the same
   head hash;
-* into a profile with other history, the file's events are appended as new events (new seqs
-  and hashes, same ids, types, sessions and data); ids already present with the same content
-  are skipped, and an id present with different content refuses the whole import.
+* into a profile with other history, or when the file is not one whole chain from seq 1 (a
+  session's export), the file's events are appended as new events (new seqs and hashes, same
+  ids, types, sessions and data); ids already present with the same content are skipped, and
+  an id present with different content refuses the whole import. A line that carries a hash
+  must still match it (its own ``prev`` and content): a line changed after the export refuses
+  the whole import (:class:`IntegrityError` naming the line), so tampering is never laundered
+  into fresh hashes. Lines without a hash are plain events and claim nothing.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
 
@@ -119,6 +124,23 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
     return True
 
 
+def _tampered(env: dict[str, Any]) -> str | None:
+    """Why a line's own hash does not vouch for it, or None (also for a line that claims no hash,
+    and for an erased event, whose content is gone)."""
+    claimed = env.get("hash")
+    if claimed is None or codec.is_stub(env):
+        return None
+    prev = env.get("prev")
+    if not isinstance(claimed, str) or not isinstance(prev, str):
+        return "its hash or prev is not a string"
+    body = {k: v for k, v in env.items() if k != "hash"}
+    try:
+        actual = hashlib.sha256(bytes.fromhex(prev) + codec.canonical(body)).hexdigest()
+    except (ValueError, TypeError):
+        return "its prev is not a sha256 hex digest, or it does not re-encode"
+    return None if actual == claimed else "its hash does not match its content"
+
+
 def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None,
                  onto_other_history: bool = True) -> ImportResult:
     """Import exported envelopes into ``log`` (see the module docstring for the two modes).
@@ -151,7 +173,12 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
                             hint="import into a new profile (--profile NEW); appended after other history the "
                                  "events would get new seqs and times")
-    # Another history: check every id first, so a conflict imports nothing.
+    # Another history: check every line's own hash and every id first, so a conflict imports nothing.
+    for n, _, env in items:
+        why = _tampered(env)
+        if why is not None:
+            raise IntegrityError(f"line {n} (seq {env.get('seq')!r}): {why}; nothing was imported",
+                                 hint="the file was changed after it was exported: import an untouched export")
     fresh: list[dict[str, Any]] = []
     present = 0
     seen: set[str] = set()

@@ -278,6 +278,29 @@ def test_import_jsonl_into_other_history_is_refused(profile_home: Path, tmp_path
     assert r.returncode == 0 and "mode=verbatim" in r.stdout
 
 
+def test_a_changed_export_is_refused_and_a_partial_one_is_imported_with_a_warning(profile_home: Path,
+                                                                                    tmp_path: Path) -> None:
+    export = tmp_path / "e.jsonl"
+    assert run(profile_home, "export", str(export)).returncode == 0
+    lines = export.read_text().splitlines()
+    assert len(lines) >= 3
+    # change one character of one message's text: its own hash no longer vouches for it
+    k, line = next((i, x) for i, x in enumerate(lines) if '"content":"' in x)
+    cut = line.index('"content":"') + len('"content":"')
+    changed = tmp_path / "changed.jsonl"
+    changed.write_text("\n".join(lines[:k] + [line[:cut] + ("Z" if line[cut] != "Z" else "Y") + line[cut + 1:]]
+                                 + lines[k + 1:]) + "\n")
+    home = tmp_path / "h"
+    err = one_line_error(run(home, "import", str(changed), profile="forged"))
+    assert f"line {k + 1} " in err and "hash does not match" in err, err
+    assert not (home / "profiles" / "forged").exists()
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    r = run(home, "import", str(partial), profile="partial")
+    assert r.returncode == 0 and "mode=appended" in r.stdout, r.stderr
+    assert "warning: the file is not one whole chain from seq 1" in r.stderr
+
+
 def test_a_failed_import_leaves_no_profile_and_a_sqlite_file_names_the_right_format(profile_home: Path,
                                                                                     tmp_path: Path) -> None:
     home = tmp_path / "h"

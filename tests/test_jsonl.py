@@ -78,14 +78,30 @@ def test_conflicting_id_refuses_the_whole_import(tmp_path: Path) -> None:
         assert list(b.read(raw=True)) == before
 
 
-def test_tampered_export_is_not_imported_verbatim(tmp_path: Path) -> None:
+def test_a_tampered_export_is_refused_not_laundered_into_fresh_hashes(tmp_path: Path) -> None:
     with EventLog.open(tmp_path / "a", durability="nosync") as a:
-        a.append([ev("s1", text="original")])
-        data = dump(a).replace(b"original", b"forged!!")
-    with EventLog.open(tmp_path / "b", durability="nosync") as b:
-        res = import_jsonl(b, data.splitlines())
-        # the broken chain is not reproduced: the events are appended with a fresh, valid chain
-        assert res.mode == "appended" and b.verify().ok
+        a.append([ev("s1", text="kept"), ev("s1", text="original"), ev("s1", text="after")])
+        data = dump(a)
+    forged = data.replace(b"original", b"forged!!")
+    for target in ("empty", "other-history"):
+        with EventLog.open(tmp_path / target, durability="nosync") as b:
+            if target == "other-history":
+                b.append([ev("other", n=0)])
+            before = list(b.read(raw=True))
+            with pytest.raises(IntegrityError, match="line 2 .*hash does not match its content"):
+                import_jsonl(b, forged.splitlines())
+            assert list(b.read(raw=True)) == before  # nothing of the file was written
+    # Lines that claim no hash are plain events (nothing to vouch for); a file that is not one
+    # whole chain from seq 1 (a line left out, a session's export) is appended as new events.
+    lines = data.splitlines()
+    with EventLog.open(tmp_path / "gap", durability="nosync") as b:
+        res = import_jsonl(b, [lines[0], lines[2]])
+        assert (res.mode, res.imported) == ("appended", 2) and b.verify().ok
+    import orjson
+    plain = [orjson.dumps({k: v for k, v in orjson.loads(line).items() if k in ("type", "session", "data", "id")})
+             for line in lines]
+    with EventLog.open(tmp_path / "plain", durability="nosync") as b:
+        assert import_jsonl(b, plain).imported == 3
 
 
 def test_append_sealed_refuses_a_gap(tmp_path: Path) -> None:

@@ -177,6 +177,9 @@ def _import(c: Ctx, fmt: str, file: str) -> dict[str, Any]:
             else:
                 with open(file, "rb") as fp:
                     res = import_jsonl(lg, fp, progress=update, onto_other_history=False)
+        if res.mode == "appended" and res.imported:
+            click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
+                       "its events were appended as new events, with new seqs, times and hashes", err=True)
         return res.to_dict()
     from sqlite_export.hermes import import_hermes
 
