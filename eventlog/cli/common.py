@@ -208,7 +208,8 @@ def warn_flags(flags: dict[str, Any]) -> None:
     """One warning line on stderr per flag of :func:`read_flags`."""
     if "first_bad_seq" in flags:
         click.echo(f"warning: the log is damaged at seq {flags['first_bad_seq']} ({flags['damage_reason']}): "
-                   "reads show only what was verified before it and appends are refused "
+                   "no event from it on reaches the projections (what they held before is kept: it was "
+                   "verified when applied) and appends are refused "
                    "(hint: run `eventlog doctor`)", err=True)
     if flags.get("stale"):
         click.echo(f"warning: the projections cannot be updated ({flags['stale_reason']}): recent events may be "
