@@ -13,6 +13,7 @@ are bit-identical to the fold's whatever the batch sizes.
 """
 from __future__ import annotations
 
+import logging
 import sqlite3
 from typing import Any, Callable, Iterable
 
@@ -42,6 +43,12 @@ from eventlog.sessions.rules import (
     title_claim,
 )
 from eventlog.sessions.rules import descendants as _descendants
+
+
+log = logging.getLogger("eventlog.projections")
+
+ODD_WARNINGS = 100
+"""Odd values one applier names in warnings (one line each) before it only counts them."""
 
 
 def upcaster() -> Callable[[dict[str, Any]], dict[str, Any]]:
@@ -108,6 +115,10 @@ class Applier:
         self._usage_dirty: set[tuple[str, str]] = set()
         self._messages: list[tuple[Any, ...]] = []
         self.skipped: dict[str, int] = {}
+        self.odd = 0
+        """Values of known fields this applier met that it shows as unknown (a time that is not
+        one, a count that is not an integer, ...): each of the first ODD_WARNINGS is warned
+        about, naming the session (writers validate; such values come from imports and old logs)."""
         """Events of types this program does not project (a newer program's, an extension's),
         by type; added to the ``skipped_types`` meta row at the next flush (shown by doctor)."""
 
@@ -181,6 +192,14 @@ class Applier:
             self._usage = {}
             self._counters = {}
 
+    def _odd(self, sid: str, seq: int, field: str, value: Any) -> None:
+        self.odd += 1
+        if self.odd <= ODD_WARNINGS:
+            log.warning("session %r: %s %s of the event at seq %d is not valid; shown as unknown",
+                        sid, field, repr(value)[:80], seq)
+        elif self.odd == ODD_WARNINGS + 1:
+            log.warning("more values shown as unknown; only the first %d are named", ODD_WARNINGS)
+
     # ---- hot path ---------------------------------------------------------------------------
 
     def _load(self, sid: str) -> list[Any] | None:
@@ -218,10 +237,17 @@ class Applier:
             if calls_text is not None:
                 n_calls = len(calls)
         stamp = g("timestamp")
-        stamp = now if stamp is None else as_number(stamp, 0.0, MAX_TIME)
+        if stamp is None:
+            stamp = now
+        elif type(stamp) is not float or not 0.0 <= stamp <= MAX_TIME:
+            raw, stamp = stamp, as_number(stamp, 0.0, MAX_TIME)
+            if stamp is None:
+                self._odd(sid, seq, "timestamp", raw)
         tokens = g("token_count")
         if tokens is not None:
-            tokens = as_int(tokens, 0)
+            raw, tokens = tokens, as_int(tokens, 0)
+            if tokens is None:
+                self._odd(sid, seq, "token_count", raw)
         details = g("reasoning_details")
         if details is not None:
             details = json_text(details, list, dict)
@@ -254,11 +280,19 @@ class Applier:
             self._usage[(sid, ukey)] = u
         u[10] += 1
         for i, name in enumerate(TOKENS):
-            add = as_int(data.get(name), 0) or 0
+            raw = data.get(name)
+            add = as_int(raw, 0)
+            if add is None:
+                if raw is not None:
+                    self._odd(sid, seq, name, raw)
+                add = 0
             c[3 + i] += add
             u[3 + i] += add
         for i, name in enumerate(COSTS):
-            cost = as_number(data.get(name), 0.0, MAX_COST)
+            raw = data.get(name)
+            cost = as_number(raw, 0.0, MAX_COST)
+            if cost is None and raw is not None:
+                self._odd(sid, seq, name, raw)
             if cost is not None:
                 c[8 + i] = (c[8 + i] or 0.0) + cost
                 u[8 + i] = (u[8 + i] or 0.0) + cost
@@ -295,6 +329,8 @@ class Applier:
                 flags = self.db.execute(f"SELECT {', '.join(FLAGS)} FROM sessions WHERE id = ?",
                                         (self._root(parent),)).fetchone()
         started = as_time(data.get("started_at"), now)
+        if started is None and data.get("started_at") is not None:
+            self._odd(sid, seq, "started_at", data.get("started_at"))
         self.db.execute(_INSERT_SESSION, (
             sid, *(row[k] for k in CREATED_TEXT), json_text(data.get("model_config"), dict),
             started, started, *flags, self.profile_name, seq))
@@ -325,9 +361,12 @@ class Applier:
 
     def _session_ended(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if self._settled_live(sid):
+            ended = as_time(data.get("ended_at"), now)
+            if ended is None and data.get("ended_at") is not None:
+                self._odd(sid, seq, "ended_at", data.get("ended_at"))
             self.db.execute(
                 "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
-                (as_time(data.get("ended_at"), now), as_str(data.get("reason")), sid))
+                (ended, as_str(data.get("reason")), sid))
 
     def _reopened(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if self._settled_live(sid):

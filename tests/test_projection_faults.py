@@ -459,6 +459,47 @@ def test_odd_stored_values_never_break_a_read(setup: Any) -> None:
         r.close()
 
 
+def test_odd_values_in_the_log_are_shown_as_unknown_and_warned_naming_the_session(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Writers validate, but an import or an old log can hold values the read models cannot
+    show (invariant 8): they are projected as unknown and each is warned about, naming the
+    session, the field and the event; through the CLI that is a warning line on stderr."""
+    events = [
+        {"type": "session.created", "session": "odd", "data": {"started_at": "yesterday-ish"}},
+        {"type": "message.appended", "session": "odd",
+         "data": {"role": "user", "content": "hi", "timestamp": 1e30, "token_count": "many"}},
+        {"type": "usage.recorded", "session": "odd", "data": {"input_tokens": "9", "estimated_cost_usd": -1}},
+        {"type": "session.ended", "session": "odd", "data": {"ended_at": "noon"}},
+        {"type": "session.created", "session": "fine", "data": {"started_at": 1700000000.0}},
+        {"type": "message.appended", "session": "fine", "data": {"role": "user", "content": "ok", "timestamp": 5}},
+    ]
+    home = tmp_path / "home"
+    directory = home / "profiles" / "p"
+    with EventLog.open(directory / "log") as log:
+        log.append(events)  # the raw log: no session-level validation
+        with caplog.at_level("WARNING", logger="eventlog.projections"), Projector(directory, log, "p") as p:
+            r = p.reader()
+            session = r.get_session("odd")
+            assert session is not None and session["started_at"] is None and session["ended_at"] is None
+            (message,) = r.get_messages("odd")
+            assert message["timestamp"] is None and message["token_count"] is None
+            assert session["input_tokens"] == 0 and session["estimated_cost_usd"] is None
+            r.close()
+    warned = [rec.getMessage() for rec in caplog.records if "shown as unknown" in rec.getMessage()]
+    for field, seq in (("started_at", 1), ("timestamp", 2), ("token_count", 2), ("input_tokens", 3),
+                       ("estimated_cost_usd", 3), ("ended_at", 4)):
+        assert any(w.startswith(f"session 'odd': {field} ") and f"at seq {seq} " in w for w in warned), (field, warned)
+    assert not any("'fine'" in w for w in warned), warned
+    # a one-shot command that projects them says so on stderr
+    for name in os.listdir(directory):
+        if name.startswith(("state.", "fts.")):
+            os.unlink(directory / name)
+    exe = Path(os.sys.executable).with_name("eventlog")
+    done = subprocess.run([str(exe), "--home", str(home), "--profile", "p", "sessions", "show", "odd"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "warning: session 'odd': timestamp 1e+30" in done.stderr, done.stderr
+
+
 def test_search_accepts_any_text(setup: Any) -> None:
     log, directory, expected, mids = setup
     fold = Fold()
