@@ -139,6 +139,21 @@ class Log(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+def seq_arg(value: Any, field: str, *, optional: bool = False) -> Any:
+    """``value`` when it is an int seq (or None when ``optional``), else :class:`ValidationError`
+    naming ``field`` — a read given a string or a float fails as clearly as a bad append."""
+    if (value is None and optional) or (type(value) is int):
+        return value
+    raise ValidationError(field, f"must be an integer seq, got {type(value).__name__}")
+
+
+def str_arg(value: Any, field: str) -> str:
+    """``value`` when it is a string (a session or event id to look up), else :class:`ValidationError`."""
+    if isinstance(value, str):
+        return value
+    raise ValidationError(field, f"must be a string, got {type(value).__name__}")
+
+
 def prepare_batch(events: Iterable[Any], expected_version: int | None) -> list[codec.Prepared]:
     """Validate and encode one append call's input, before any transaction.
 
@@ -246,7 +261,7 @@ class LogBase(abc.ABC):
         noticed within ``poll`` seconds (a cheap head check, never a busy loop). Stops after
         ``timeout`` seconds without a new event (never, if ``None``) or when the log closes.
         """
-        nxt = max(1, from_seq)
+        nxt = max(1, seq_arg(from_seq, "from_seq"))
         idle_since = time.monotonic()
         while not self.closed:
             got = False

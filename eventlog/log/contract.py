@@ -207,6 +207,23 @@ class LogContract:
         assert log.get(11) is None and got is not None and got["data"] == {"i": 2}
         assert log.stream_version("even") == 5 and log.stream_version("missing") == 0
 
+    def test_reads_given_the_wrong_types_are_refused_naming_the_argument(self, log: Log) -> None:
+        log.append([ev("s1", i=0)])
+        calls: list[tuple[str, Callable[[], Any]]] = [
+            ("from_seq", lambda: list(log.read("1"))),  # type: ignore[arg-type]
+            ("to_seq", lambda: list(log.read(1, 2.0))),  # type: ignore[arg-type]
+            ("from_seq", lambda: next(iter(log.follow("x", timeout=0)))),  # type: ignore[arg-type]
+            ("seq", lambda: log.get("1")),  # type: ignore[arg-type]
+            ("session", lambda: list(log.read_session(5))),  # type: ignore[arg-type]
+            ("session", lambda: log.stream_version(None)),  # type: ignore[arg-type]
+            ("event_id", lambda: log.event_seq(5)),  # type: ignore[arg-type]
+        ]
+        for field, call in calls:
+            with pytest.raises(ValidationError) as info:
+                call()
+            assert info.value.field == field, (field, info.value)
+        assert log.head()[0] == 1 and [e["seq"] for e in log.read(1)] == [1]
+
     def test_stored_bytes_are_canonical_and_verify(self, log: Log) -> None:
         log.append([ev(n=i, text="ü" * i) for i in range(5)])
         for raw in stored(log):

@@ -62,6 +62,8 @@ from eventlog.log.base import (
     erasable,
     erase_event,
     prepare_batch,
+    seq_arg,
+    str_arg,
     verify_chain,
 )
 from eventlog.log.stored import FORMAT_1, FORMAT_2
@@ -1695,7 +1697,7 @@ class EventLog(LogBase):
         return self._live().head()
 
     def get(self, seq: int) -> dict[str, Any] | None:
-        return self._live().get(seq)
+        return self._live().get(seq_arg(seq, "seq"))
 
     def hash_at(self, seq: int) -> str | None:
         """The hash recorded by the event at ``seq`` (None when there is none), read from its
@@ -1704,7 +1706,7 @@ class EventLog(LogBase):
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         core = self._live()
-        for item in core.read(from_seq, to_seq, raw=raw):
+        for item in core.read(seq_arg(from_seq, "from_seq"), seq_arg(to_seq, "to_seq", optional=True), raw=raw):
             if self._closed:
                 raise ClosedError("this event log handle is closed", hint="open the log again")
             yield item
@@ -1720,13 +1722,13 @@ class EventLog(LogBase):
             yield item
 
     def read_session(self, session: str) -> Iterator[dict[str, Any]]:
-        return self._live().read_session(session)
+        return self._live().read_session(str_arg(session, "session"))
 
     def stream_version(self, session: str) -> int:
-        return self._live().stream_version(session)
+        return self._live().stream_version(str_arg(session, "session"))
 
     def event_seq(self, event_id: str) -> int | None:
-        return self._live().event_seq(event_id)
+        return self._live().event_seq(str_arg(event_id, "event_id"))
 
     def _wait_appended(self, seconds: float) -> None:
         self._live().wait_appended(seconds)

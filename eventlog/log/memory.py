@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from eventlog.log import codec
-from eventlog.log.base import LogBase, check_erase_seqs, erasable, erase_event, prepare_batch
+from eventlog.log.base import LogBase, check_erase_seqs, erasable, erase_event, prepare_batch, seq_arg, str_arg
 
 
 class MemoryStorage:
@@ -140,6 +140,7 @@ class MemoryLog(LogBase):
 
     def event_seq(self, event_id: str) -> int | None:
         self._check_open()
+        str_arg(event_id, "event_id")
         with self._lock:
             return self.storage.ids.get(event_id)
 
@@ -150,12 +151,15 @@ class MemoryLog(LogBase):
 
     def get(self, seq: int) -> dict[str, Any] | None:
         self._check_open()
+        seq_arg(seq, "seq")
         with self._lock:
             raw = self.storage.events.get(seq)
         return None if raw is None else codec.decode(raw)
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         self._check_open()
+        seq_arg(from_seq, "from_seq")
+        seq_arg(to_seq, "to_seq", optional=True)
         with self._lock:
             stored = self.storage.events
             chunk = sorted((s, v) for s, v in stored.items() if s >= from_seq and (to_seq is None or s <= to_seq))
@@ -164,11 +168,13 @@ class MemoryLog(LogBase):
 
     def stream_version(self, session: str) -> int:
         self._check_open()
+        str_arg(session, "session")
         with self._lock:
             return len(self.storage.streams.get(session, []))
 
     def read_session(self, session: str) -> Iterator[dict[str, Any]]:
         self._check_open()
+        str_arg(session, "session")
         with self._lock:
             stored = self.storage.events
             chunk = [stored[s] for s in self.storage.streams.get(session, []) if s in stored]

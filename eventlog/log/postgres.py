@@ -57,6 +57,8 @@ from eventlog.log.base import (
     erasable,
     erase_event,
     prepare_batch,
+    seq_arg,
+    str_arg,
     verify_chain,
 )
 from eventlog.log.pg_follow import Wakeups
@@ -793,9 +795,9 @@ class PostgresLog(LogBase):
         connection is down, re-reads every ``poll`` seconds. Rides out server restarts (reads
         reconnect). Stops after ``timeout`` seconds without a new event, or when the log closes.
         """
+        nxt = max(1, seq_arg(from_seq, "from_seq"))
         wk = self._wakeups
         wk.ensure_listener()
-        nxt = max(1, from_seq)
         idle_since = time.monotonic()
         while not self._closed:
             gen = wk.current()
@@ -833,6 +835,7 @@ class PostgresLog(LogBase):
 
     def get(self, seq: int) -> dict[str, Any] | None:
         """The envelope at ``seq``, or None."""
+        seq_arg(seq, "seq")
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.get, (seq,), binary=True).fetchone())
         return None if row is None else self._envelope(seq, row[0])
 
@@ -840,7 +843,8 @@ class PostgresLog(LogBase):
         """Envelopes with ``from_seq <= seq <= to_seq`` in seq order (``raw=True``: ``(seq, bytes)``),
         fetched :data:`READ_CHUNK` at a time (a connection is never held between chunks)."""
         self._check_open()
-        nxt = max(1, from_seq)
+        nxt = max(1, seq_arg(from_seq, "from_seq"))
+        seq_arg(to_seq, "to_seq", optional=True)
         args: tuple[int, ...]
         while True:
             if to_seq is not None and nxt > to_seq:
@@ -859,6 +863,7 @@ class PostgresLog(LogBase):
     def read_session(self, session: str) -> Iterator[dict[str, Any]]:
         """The envelopes of one session stream in seq order."""
         self._check_open()
+        str_arg(session, "session")
         after = 0
         while True:
             rows = self._retrying("cannot read the log", lambda c: c.execute(
@@ -871,11 +876,13 @@ class PostgresLog(LogBase):
 
     def stream_version(self, session: str) -> int:
         """How many events the session stream holds (0 when unknown)."""
+        str_arg(session, "session")
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.version, (session,)).fetchone())
         return 0 if row is None else int(row[0])
 
     def event_seq(self, event_id: str) -> int | None:
         """The seq of the event with this id, or None."""
+        str_arg(event_id, "event_id")
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.event_seq, (event_id,)).fetchone())
         return None if row is None else int(row[0])
 
