@@ -181,6 +181,15 @@ def test_bad_input_is_refused_before_anything_is_written(saver: EventlogSaver) -
     head = store.log.head()[0]
     with pytest.raises(ValidationError):
         saver.prune(["t"], strategy="everything")
+    with pytest.raises(ValidationError) as info:
+        saver.list(cfg("t"), limit="1")  # type: ignore[arg-type]
+    assert info.value.field == "limit"
+    # Malformed arguments fail as LangGraph's own savers fail (a config without a thread id is a
+    # KeyError; a value its serializer cannot encode, the serializer's TypeError), writing nothing.
+    with pytest.raises(KeyError):
+        saver.put({"configurable": {}}, checkpoint({}, {}), {}, {})
+    with pytest.raises(TypeError):
+        saver.put(cfg("t"), checkpoint({"x": object()}, {"x": 1}), {}, {"x": 1})
     with pytest.raises(ValidationError):
         _shared.append_events(store, [{"type": "langgraph.checkpoint_put", "session": "lg:t",
                                        "data": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": "c",

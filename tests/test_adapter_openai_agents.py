@@ -402,6 +402,20 @@ def test_items_over_the_size_limits_are_refused_whole(home: Path) -> None:
     run(go())
 
 
+def test_a_limit_that_is_not_an_integer_is_refused_naming_it(home: Path) -> None:
+    async def go() -> None:
+        s = make(home)
+        await s.add_items([user("a")])
+        for bad in ("2", 2.0, [2]):
+            with pytest.raises(ValidationError) as info:
+                await s.get_items(limit=bad)
+            assert info.value.field == "limit"
+        assert contents(await s.get_items(limit=1)) == ["a"]
+        s.close()
+
+    run(go())
+
+
 def test_closed_session_refuses_every_call(home: Path) -> None:
     s = make(home)
     s.close()

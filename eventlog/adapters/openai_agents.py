@@ -290,6 +290,8 @@ class EventlogSession:
     async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
         """The session's items, oldest first: the latest ``limit`` (else ``session_settings.limit``)
         or all. A limit of 0 gives none; a negative limit gives all."""
+        if limit is not None and (type(limit) is not int):
+            raise ValidationError("limit", f"must be an integer or None, got {type(limit).__name__}")
         effective = resolve_session_limit(limit, self.session_settings)
         if effective is not None and effective < 0:
             effective = None

@@ -341,6 +341,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY checkpoint_id DESC, thread_id, checkpoint_ns"
+        if limit is not None and type(limit) is not int:
+            raise ValidationError("limit", f"must be an integer or None, got {type(limit).__name__}")
         if limit is not None and not filter:
             sql += f" LIMIT {max(int(limit), 0)}"
         out: list[CheckpointTuple] = []
