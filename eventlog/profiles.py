@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from eventlog.errors import ProfileNameError, StorageError, ValidationError
+from eventlog.errors import IntegrityError, ProfileNameError, StorageError, ValidationError
 
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_PROFILE = "default"
@@ -99,6 +99,23 @@ def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bo
             raise StorageError(f"cannot create the profile directory {d}: {e.strerror or e}",
                                hint="check that the home directory (--home, $EVENTLOG_HOME) is a writable directory") from e
     return d
+
+
+def refuse_lost_log(d: Path) -> None:
+    """Refuse to open a profile whose log directory is gone while its projections remain: a new,
+    empty log would be created and the projections rebuilt from it — losing the only copy of
+    the profile's sessions left. :class:`IntegrityError` says what to restore instead."""
+    if (d / "log").is_dir():
+        return
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    if any(n in ("state.db", "fts.db") or (n.startswith(("state.", "fts.")) and n.endswith(".db")) for n in names):
+        raise IntegrityError(
+            f"profile {d.name!r} has lost its log ({d / 'log'} is missing) but its projections are still there",
+            hint=f"restore log/ from a backup; to start the profile anew, move {d} aside first "
+                 "(a new log would replace what the projections hold)")
 
 
 def make_dir(path: Path) -> None:

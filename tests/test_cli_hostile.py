@@ -301,6 +301,43 @@ def test_a_changed_export_is_refused_and_a_partial_one_is_imported_with_a_warnin
     assert "warning: the file is not one whole chain from seq 1" in r.stderr
 
 
+@pytest.mark.parametrize("size", [0, 100])
+def test_a_truncated_log_file_is_named_with_a_restore_hint(tmp_path: Path, size: int) -> None:
+    home = tmp_path / "h"
+    assert run(home, "init").returncode == 0
+    assert run(home, "sessions", "new").returncode == 0
+    data = next((home / "profiles" / PROFILE / "log").rglob("data.mdb"))
+    with open(data, "r+b") as f:
+        f.truncate(size)
+    for args in (["sessions", "list"], ["log", "verify"]):
+        err = one_line_error(run(home, *args))
+        assert f"data.mdb is truncated ({size} bytes)" in err and "restore the profile's log/" in err, err
+
+
+def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projections(tmp_path: Path) -> None:
+    """log/ gone, state.db still there: every command (init included) and SessionStore.open
+    refuse, naming the lost log, and touch nothing; with log/ back all is as before."""
+    from eventlog.errors import IntegrityError
+
+    home = tmp_path / "h"
+    assert run(home, "init").returncode == 0
+    assert run(home, "sessions", "new", "--title", "keep me").returncode == 0
+    assert run(home, "sessions", "list").returncode == 0
+    profile = home / "profiles" / PROFILE
+    (profile / "log").rename(tmp_path / "log-backup")
+    before = sorted(os.listdir(profile))
+    state = (profile / "state.db").resolve().read_bytes()
+    for args in (["sessions", "list"], ["init"], ["append"], ["search", "keep"]):
+        err = one_line_error(run(home, *args, input=""))
+        assert "lost its log" in err and "restore log/ from a backup" in err, (args, err)
+    with pytest.raises(IntegrityError, match="lost its log"):
+        SessionStore.open(home, PROFILE)
+    assert sorted(os.listdir(profile)) == before and (profile / "state.db").resolve().read_bytes() == state
+    (tmp_path / "log-backup").rename(profile / "log")
+    r = run(home, "sessions", "list", "--json")
+    assert r.returncode == 0 and [x["title"] for x in json.loads(r.stdout)] == ["keep me"], r.stderr
+
+
 def test_a_failed_import_leaves_no_profile_and_a_sqlite_file_names_the_right_format(profile_home: Path,
                                                                                     tmp_path: Path) -> None:
     home = tmp_path / "h"

@@ -36,6 +36,8 @@ class Ctx:
         """The profile's directory; :class:`NotFoundError` unless it has a log or ``create``.
         With a log URL it holds only this host's projections, and is made when missing."""
         d = profiles.profile_dir(self.home, self.profile, create=create or self.log_url is not None)
+        if self.log_url is None:
+            profiles.refuse_lost_log(d)
         if not create and self.log_url is None and not (d / "log").is_dir():
             raise NotFoundError("profile", self.profile)
         return d

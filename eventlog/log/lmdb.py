@@ -738,7 +738,15 @@ class _Environment:
         except lmdb.ReadersFullError:
             raise
         except lmdb.Error as e:
-            raise storage_error(e, f"cannot open log at {p}") from e
+            err = storage_error(e, f"cannot open log at {p}")
+            try:
+                size = os.path.getsize(p / "data.mdb")
+            except OSError:
+                size = -1
+            if 0 <= size < 2 * 4096 and not isinstance(err, DiskFullError):  # less than its two meta pages
+                err = StorageError(f"cannot open log at {p}: its data file data.mdb is truncated ({size} bytes)",
+                                   hint="restore the profile's log/ from a backup or an export")
+            raise err from e
 
     def _init_meta(self, profile: str | None) -> None:
         with self._env.begin(write=False) as txn:

@@ -32,7 +32,7 @@ from eventlog.errors import (
 from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
-from eventlog.profiles import DEFAULT_PROFILE, profile_dir, resolve_home
+from eventlog.profiles import DEFAULT_PROFILE, profile_dir, refuse_lost_log, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
@@ -397,6 +397,7 @@ class SessionStore:
             from eventlog.log.lmdb import EventLog
 
             lmdb_options: dict[str, Any] = {**map_size, **({"lock_timeout": float(timeout)} if timeout is not None else {})}
+            refuse_lost_log(d)
             log = EventLog.open(d / "log", durability=durability, profile=profile, **lmdb_options)
         elif not isinstance(log, Log):
             if timeout is not None and not is_log_url(log):
