@@ -30,6 +30,7 @@ from eventlog.sessions.rules import (
     MAX_COST,
     MAX_TIME,
     META_TEXT,
+    ODD_WARNINGS,
     TOKENS,
     as_int,
     as_number,
@@ -39,17 +40,13 @@ from eventlog.sessions.rules import (
     json_text,
     lineage,
     lineage_root,
+    odd_value,
     outranked,
     title_claim,
 )
 from eventlog.sessions.rules import descendants as _descendants
 
-
 log = logging.getLogger("eventlog.projections")
-
-ODD_WARNINGS = 100
-"""Odd values one applier names in warnings (one line each) before it only counts them."""
-
 
 def upcaster() -> Callable[[dict[str, Any]], dict[str, Any]]:
     """``eventlog.sessions.events.upcast``, skipped for envelopes already at the current version (it
@@ -195,8 +192,7 @@ class Applier:
     def _odd(self, sid: str, seq: int, field: str, value: Any) -> None:
         self.odd += 1
         if self.odd <= ODD_WARNINGS:
-            log.warning("session %r: %s %s of the event at seq %d is not valid; shown as unknown",
-                        sid, field, repr(value)[:80], seq)
+            log.warning(odd_value(sid, field, value, seq))
         elif self.odd == ODD_WARNINGS + 1:
             log.warning("more values shown as unknown; only the first %d are named", ODD_WARNINGS)
 

@@ -490,6 +490,17 @@ def test_odd_values_in_the_log_are_shown_as_unknown_and_warned_naming_the_sessio
                        ("estimated_cost_usd", 3), ("ended_at", 4)):
         assert any(w.startswith(f"session 'odd': {field} ") and f"at seq {seq} " in w for w in warned), (field, warned)
     assert not any("'fine'" in w for w in warned), warned
+    # a store reading through the reference fold (read_model="fold") says the same
+    caplog.clear()
+    from eventlog.sessions.store import SessionStore
+
+    with caplog.at_level("WARNING", logger="eventlog.sessions"), \
+            SessionStore.open(home, "p", read_model="fold", follower=False) as store:
+        session = store.get_session("odd")
+        assert session is not None and session["started_at"] is None and session["ended_at"] is None
+        assert store.get_messages("odd")[0]["timestamp"] is None
+    folded = [rec.getMessage() for rec in caplog.records if "shown as unknown" in rec.getMessage()]
+    assert sorted(folded) == sorted(warned), (folded, warned)
     # a one-shot command that projects them says so on stderr
     for name in os.listdir(directory):
         if name.startswith(("state.", "fts.")):

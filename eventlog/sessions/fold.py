@@ -6,6 +6,7 @@ on odd stored data: a value of the wrong type reads as unknown (null), see EVENT
 """
 from __future__ import annotations
 
+import logging
 from copy import deepcopy as _copy
 from typing import Any, Iterable
 
@@ -23,6 +24,7 @@ from eventlog.sessions.rules import (
     INHERITED,
     MAX_COST,
     META_TEXT,
+    ODD_WARNINGS,
     TOKENS,
     as_int,
     as_number,
@@ -31,12 +33,15 @@ from eventlog.sessions.rules import (
     event_time,
     json_text,
     normalize_title,
+    odd_value,
     outranked,
     title_claim,
 )
 from eventlog.sessions.rules import descendants as _descendants
 from eventlog.sessions.rules import lineage as _lineage
 from eventlog.sessions.rules import lineage_root as _lineage_root
+
+_log = logging.getLogger("eventlog.sessions")
 
 SESSION_KEYS = (
     "id", "source", "model", "model_config", "title", "title_source", "started_at", "ended_at",
@@ -115,8 +120,12 @@ class Fold:
     fresh dicts and lists that the caller may change.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, warn: bool = False) -> None:
         self.seq = 0
+        self.warn = warn
+        """Log a warning for each value a query will show as unknown (the first ODD_WARNINGS);
+        a store that reads through the fold asks for it, a comparison (doctor --deep) does not."""
+        self.odd = 0
         self._sessions: dict[str, dict[str, Any]] = {}  # live sessions only
         self._ever: set[str] = set()
         self._ended: set[str] = set()
@@ -176,6 +185,8 @@ class Fold:
         row.update(dict.fromkeys(("message_count", "tool_call_count", *TOKENS), 0))
         row.update(dict.fromkeys(FLAGS, False), id=sid, model_config=_json(data.get("model_config"), dict))
         row["started_at"] = row["last_activity_at"] = as_time(data.get("started_at"), now)
+        if self.warn and row["started_at"] is None and data.get("started_at") is not None:
+            self._odd(sid, seq, "started_at", data.get("started_at"))
         parent = row["parent_session_id"]
         if parent is not None and parent in self._sessions:
             for key in INHERITED:
@@ -217,6 +228,8 @@ class Fold:
             self._ended.add(sid)
             row["ended_at"] = as_time(data.get("ended_at"), now)
             row["end_reason"] = as_str(data.get("reason"))
+            if self.warn and row["ended_at"] is None and data.get("ended_at") is not None:
+                self._odd(sid, seq, "ended_at", data.get("ended_at"))
 
     def _reopened(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         row = self._sessions.get(sid)
@@ -260,6 +273,10 @@ class Fold:
             "display_kind": as_str(data.get("display_kind")),
             "display_metadata": _json(data.get("display_metadata"), dict), "active": True,
         }
+        if self.warn:
+            for name in ("timestamp", "token_count"):
+                if msg[name] is None and data.get(name) is not None:
+                    self._odd(sid, seq, name, data.get(name))
         self._messages[seq] = msg
         self._session_messages[sid].append(seq)
         row["message_count"] += 1
@@ -318,6 +335,13 @@ class Fold:
             usage.update(dict.fromkeys(TOKENS, 0), **dict.fromkeys(COSTS), records=0)
             self._usage[sid][key] = usage
         usage["records"] += 1
+        if self.warn:
+            for name in TOKENS:
+                if data.get(name) is not None and as_int(data.get(name), 0) is None:
+                    self._odd(sid, seq, name, data.get(name))
+            for name in COSTS:
+                if data.get(name) is not None and as_number(data.get(name), 0.0, MAX_COST) is None:
+                    self._odd(sid, seq, name, data.get(name))
         for target in (row, usage):
             for name in TOKENS:
                 target[name] += as_int(data.get(name), 0) or 0
@@ -325,6 +349,13 @@ class Fold:
                 cost = as_number(data.get(name), 0.0, MAX_COST)
                 if cost is not None:
                     target[name] = (target[name] or 0.0) + cost
+
+    def _odd(self, sid: str, seq: int, field: str, value: Any) -> None:
+        self.odd += 1
+        if self.odd <= ODD_WARNINGS:
+            _log.warning(odd_value(sid, field, value, seq))
+        elif self.odd == ODD_WARNINGS + 1:
+            _log.warning("more values shown as unknown; only the first %d are named", ODD_WARNINGS)
 
     def _forget(self, sid: str) -> None:
         row = self._sessions.pop(sid)

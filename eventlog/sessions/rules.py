@@ -99,6 +99,16 @@ def as_time(v: Any, default: float | None) -> float | None:
     return default if v is None else as_number(v, 0.0, MAX_TIME)
 
 
+ODD_WARNINGS = 100
+"""Values shown as unknown that one pass names in warnings (one line each) before it only counts them."""
+
+
+def odd_value(sid: str, field: str, value: Any, seq: int) -> str:
+    """The warning for a stored value a read model shows as unknown (invariant 8), naming the
+    session — one wording for the fold and the SQL applier."""
+    return f"session {sid!r}: {field} {repr(value)[:80]} of the event at seq {seq} is not valid; shown as unknown"
+
+
 def event_time(ts: Any) -> float | None:
     """An envelope's ``ts`` (int nanoseconds) as epoch seconds, or None when it is not valid."""
     ns = as_int(ts, 0)

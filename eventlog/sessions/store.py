@@ -49,7 +49,7 @@ class FoldReadModel:
 
     def __init__(self, log: Log) -> None:
         self._log = log
-        self._fold = Fold()
+        self._fold = Fold(warn=True)
         self._seq = 0
         self._lock = threading.RLock()
 
