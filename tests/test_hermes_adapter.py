@@ -842,3 +842,16 @@ def test_a_collected_handle_never_waits_for_the_engine_registry(tmp_path: Path) 
     assert again._engine is not the_engine
     assert again.get_session("s1") is not None
     again.close()
+
+
+@pytest.mark.parametrize("form", [
+    "from eventlog.adapters.hermes import install",
+    "import eventlog.adapters.hermes as h; h.install; install = h.install",
+    "import eventlog.adapters.hermes.installing; from eventlog.adapters.hermes import install",
+])
+def test_install_is_the_function_however_it_is_imported(form: str) -> None:
+    """docs/HERMES.md: call ``install()`` first thing in a launcher or sitecustomize — every
+    way of reaching it must give the function, not a module that shadows it."""
+    done = subprocess.run([sys.executable, "-c", f"{form}; assert callable(install), install; print('ok')"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
 
         return SessionDB
     if name == "install":
-        from eventlog.adapters.hermes.install import install
+        from eventlog.adapters.hermes.installing import install
 
-        return install
+        return install  # (its module is not called ``install``: importing it would shadow the function)
     raise AttributeError(f"module 'eventlog.adapters.hermes' has no attribute {name!r}")

@@ -11,7 +11,7 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    from eventlog.adapters.hermes.install import install
+    from eventlog.adapters.hermes.installing import install
 
     install()
     entry, name = "hermes_cli.main", "hermes"

@@ -45,7 +45,7 @@ def snapshot(source: Path, into: Path) -> sqlite3.Connection:
         dest.close()
     finally:
         src.close()
-    from eventlog.adapters.hermes.install import original_session_db
+    from eventlog.adapters.hermes.installing import original_session_db
 
     hermes_db = original_session_db()
     if hermes_db is not None:
