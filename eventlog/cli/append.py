@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 @pass_ctx
 @handled
 def init(c: Ctx) -> None:
-    """Create the profile (its directory and log) if it does not exist."""
+    """Create the profile (its directory and log) if it does not exist; prints where its log is."""
     with c.open_log(create=True) as log:
-        click.echo(str(log.path.parent))
+        if log.path is not None:
+            click.echo(str(log.path.parent))
+        else:  # a log on a server (--log-url): its address, without a password, and the profile
+            from eventlog.log.pg_schema import redact
+
+            click.echo(f"{redact(c.log_url or '')} profile {c.profile}")
 
 
 def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
