@@ -205,3 +205,90 @@ def test_erasing_a_child_leaves_the_lineage_flags_it_set_on_the_sessions_that_st
     types = [e["type"] for e in store.log.read(head + 1)]
     assert types == ["log.erased"]
     store.close()
+
+
+# ------------------------------------------------------------------ the log's compression dictionary
+
+def _dictionary_log(path: Path, secret_events: int = 2100) -> tuple[EventLog, list[int], list[int]]:
+    """A log whose zstd dictionary was trained on a secret session's text (and some ordinary
+    events before and after it); returns (log, secret seqs, ordinary seqs)."""
+    lg = EventLog.open(path, durability="nosync")
+    ordinary = lg.append([{"type": "note.added", "session": "plain", "data": {"text": f"weather report {i}, "
+                                                                                     "trains and tea " * 4}}
+                          for i in range(100)])
+    secret = lg.append([{"type": "note.added", "session": "secret", "data": {
+        "text": f"my pin for {MARKER} is {1000 + i}; " + "lorem ipsum dolor sit amet " * 6}} for i in range(secret_events)])
+    trainer = lg._core._trainer  # the log trains one by itself past 2,000 events; else train it here
+    if trainer is not None:
+        trainer.join(30)
+    if not lg._core.compression.current:
+        assert lg._core.train_dictionary()
+    ordinary += lg.append([{"type": "note.added", "session": "plain", "data": {"text": f"after {i} " * 30}}
+                           for i in range(50)])
+    return lg, secret, ordinary
+
+
+def test_erase_retires_a_dictionary_that_learnt_from_the_erased_text(tmp_path: Path) -> None:
+    """A zstd dictionary keeps fragments of the samples it was trained on: erasing events it
+    learnt from must re-encode every event that uses it under a new dictionary and drop it,
+    or the log's file keeps the erased words (found by an outside audit)."""
+    lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    before = {q: lg.get(q) for q in ordinary}
+    trained = lg._core.compression.current
+    assert traces(tmp_path), "the scan finds the marker before the erase (the check can fail)"
+    lg.erase(secret, {"reason": "forget"})
+    assert traces(tmp_path) == [], traces(tmp_path)
+    assert {q: lg.get(q) for q in ordinary} == before and lg.verify().ok
+    assert lg._core.compression.current > trained  # the replacement, trained on what is left
+    seq = lg.append([{"type": "note.added", "session": "plain", "data": {"text": "after the erase " * 20}}])[0]
+    lg.close()
+    with EventLog.open(tmp_path / "log") as again:  # another process reads it all back
+        assert {q: again.get(q) for q in ordinary} == before and again.get(seq)["data"]["text"].startswith("after")
+        assert again.verify().ok
+
+
+def test_an_erase_the_dictionary_never_saw_keeps_it(tmp_path: Path) -> None:
+    lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    trained = lg._core.compression.current
+    late = lg.append([{"type": "note.added", "session": "late", "data": {"text": "late words " * 20}}])
+    lg.erase(late, {"reason": "forget"})
+    assert lg._core.compression.current == trained and lg.verify().ok  # trained before those events: kept
+    assert lg.get(secret[0])["data"]["text"].startswith("my pin")
+    lg.close()
+
+
+WRITER = """
+import sys
+from eventlog.log.lmdb import EventLog
+lg = EventLog.open(sys.argv[1])
+lg.append([{"type": "note.added", "session": "plain", "data": {"text": "warm " * 40}}])
+print(lg._core.compression.current, flush=True)
+sys.stdin.readline()  # the other process erases meanwhile, retiring the dictionary this one uses
+print(lg.append([{"type": "note.added", "session": "plain", "data": {"text": "from the other process " * 20}}])[0],
+      flush=True)
+"""
+
+
+def test_a_process_holding_the_retired_dictionary_appends_readable_events(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "log")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdin is not None
+    assert int(child.stdout.readline()) == lg._core.compression.current  # the child uses the same one
+    lg.erase(secret, {"reason": "forget"})
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    seq = int(child.stdout.readline())
+    assert child.wait(30) == 0
+    assert lg.get(seq)["data"]["text"].startswith("from the other process") and lg.verify().ok
+    assert traces(tmp_path) == []
+    lg.close()
+    # A process that never held the retired dictionary reads it (this one still has it in memory).
+    fresh = subprocess.run([sys.executable, "-c", "import sys; from eventlog.log.lmdb import EventLog; "
+                            "lg = EventLog.open(sys.argv[1]); print(lg.get(int(sys.argv[2]))['data']['text'][:22]); "
+                            "print(lg.verify().ok)", str(tmp_path / "log"), str(seq)],
+                           capture_output=True, text=True, timeout=60)
+    assert fresh.stdout.split("\n")[:2] == ["from the other process", "True"], fresh.stderr

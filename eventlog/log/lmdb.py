@@ -30,6 +30,7 @@ import errno
 import fcntl
 import os
 import re
+import struct
 import sys
 import threading
 import time
@@ -88,6 +89,8 @@ DEFAULT_LOCK_TIMEOUT_S = 10.0
 """How long an append waits for another process's write to finish before WriterBusyError."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
+_DICT_RANGE = struct.Struct(">QQ")
+"""``zdict:<id>:range``: the first and last seq of the events a dictionary was trained on."""
 COMMIT_DELAY_S = 0.0004
 """How long a leader waits for concurrent callers to queue before it commits (see _gather)."""
 GROUP_MAX_EVENTS = 20_000
@@ -642,6 +645,20 @@ class _Environment:
             trained = self._train_on(txn)
             if trained is not None:
                 compression.use(1, trained)
+        retired = set() if upgrade else {d for d in self._dict_ids(txn)
+                                         if txn.get(b"zdict:%d:tainted" % d, db=self._meta) is not None}
+        recode: tuple[stored.Compression, stored.Compression] | None = None
+        new_dict: tuple[int, bytes, int, int] | None = None
+        if retired:
+            known = {d: bytes(txn.get(b"zdict:%d" % d, db=self._meta) or b"") for d in self._dict_ids(txn)}
+            old_codec = stored.Compression(lambda d: known.get(d))
+            new_codec = stored.Compression(lambda _id: None)
+            fresh = self._train_clean(txn, old_codec)
+            if fresh is not None:
+                new_id = max(known) + 1
+                new_codec.use(new_id, fresh[0])
+                new_dict = (new_id, *fresh)
+            recode = (old_codec, new_codec)
         size = max(self._env.info()["map_size"], DEFAULT_MAP_SIZE)
         dst = lmdb.open(str(target), map_size=size, max_dbs=8, subdir=True, sync=False, metasync=False, lock=False,
                         mode=FILE_MODE, readahead=False)
@@ -660,6 +677,8 @@ class _Environment:
                             key, value = cur.key(), cur.value()
                             if upgrade and src_db is self._events and value[:1] == b"{":
                                 value = stored.pack_envelope(codec.decode(value), compression)
+                            elif recode is not None and src_db is self._events:
+                                value = stored.recoded(bytes(value), *recode, retired) or value
                             # The source cursor walks keys (and duplicates) in order: append them.
                             if not put.put(key, value, append=True, dupdata=dup):
                                 raise StorageError("copying the log failed: a record out of order")
@@ -667,7 +686,17 @@ class _Environment:
                             more = cur.next()
             with dst.begin(write=True) as out:
                 for key, value in txn.cursor(db=self._meta):
+                    if retired and key[:6] == b"zdict:" and int(bytes(key)[6:].split(b":")[0]) in retired:
+                        continue  # a dictionary that learnt from erased events: not carried over
                     out.put(key, value, db=d_meta)
+                if retired:
+                    if new_dict is not None:
+                        new_id, raw_dict, lo, hi = new_dict
+                        out.put(b"zdict:%d" % new_id, raw_dict, db=d_meta)
+                        out.put(b"zdict:%d:range" % new_id, _DICT_RANGE.pack(lo, hi), db=d_meta)
+                        out.put(b"zdict", b"%d" % new_id, db=d_meta)
+                    else:  # too little left to learn from: new events go without a dictionary
+                        out.delete(b"zdict", db=d_meta)
                 if upgrade:
                     out.put(b"format", FORMAT_2, db=d_meta)
                     if compression.current:
@@ -676,6 +705,24 @@ class _Environment:
             dst.sync(True)
         finally:
             dst.close()
+
+    def _train_clean(self, txn: lmdb.Transaction, reader: stored.Compression) -> tuple[bytes, int, int] | None:
+        """A dictionary trained on the data of the last DICT_SAMPLES events ``txn`` sees that are
+        not erased (format 2, read with ``reader``), with the seq range of its samples; None when
+        there is too little to learn from."""
+        datas: list[bytes] = []
+        cur = txn.cursor(db=self._events)
+        more = cur.last()
+        lo = hi = 0
+        while more and len(datas) < DICT_SAMPLES:
+            value = bytes(cur.value())
+            if value[:1] == bytes((stored.KIND_EVENT,)):
+                data = stored.envelope(key_seq(cur.key()), value, reader).get("data")
+                datas.append(codec.canonical(data))
+                lo, hi = key_seq(cur.key()), hi or key_seq(cur.key())
+            more = cur.prev()
+        trained = stored.train(datas)
+        return None if trained is None else (trained, lo, hi)
 
     def _train_on(self, txn: lmdb.Transaction) -> bytes | None:
         """A dictionary trained on the data of the last DICT_SAMPLES events ``txn`` sees (format 1)."""
@@ -767,6 +814,8 @@ class _Environment:
         self.format = fmt or FORMAT_VERSION
         if current is not None:
             self._adopt_dict(int(current))
+        else:
+            self.compression.current = 0  # a compaction retired the one this process used
 
     # ---------------------------------------------------------------- stored values (formats 1 and 2)
 
@@ -802,14 +851,15 @@ class _Environment:
         log (``meta``), never changed once written: every process reads the same one."""
 
         head = self.head()[0]
-        trained = stored.train([codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))
-                                if "data" in env])
+        first = max(1, head - samples + 1)
+        trained = stored.train([codec.canonical(env["data"]) for env in self.read(first, head) if "data" in env])
         if trained is None:
             return 0
         with self._writing(), self._env.begin(write=True) as txn:
             current = txn.get(b"zdict", db=self._meta)
             dict_id = int(current) + 1 if current else 1
             txn.put(b"zdict:%d" % dict_id, trained, db=self._meta)
+            txn.put(b"zdict:%d:range" % dict_id, _DICT_RANGE.pack(first, head), db=self._meta)
             txn.put(b"zdict", b"%d" % dict_id, db=self._meta)
         self._adopt_dict(dict_id)
         return dict_id
@@ -1101,6 +1151,9 @@ class _Environment:
                 if current is not None and int(current) != self.compression.current:
                     newer = int(current)
             for r in group:
+                if r.payloads is not None and any(d and d != self.compression.current for _, d, _ in r.payloads):
+                    # compressed before a compaction retired that dictionary (this env is the new one)
+                    r.payloads = [self.compression.compress(it.data_bytes) for it in r.items]
                 fresh = self._plan(r, txn, ids_cur, stream_cur, pending, seq)
                 for i, it in fresh:
                     seq += 1
@@ -1302,6 +1355,7 @@ class _Environment:
                 for k, v in stubs:
                     txn.put(k, v, db=self._events)
                 txn.put(b"head", key + bytes.fromhex(digest), db=self._meta)
+                self._taint_dicts(txn, [q for q, _ in listed])
                 txn.commit()
             except lmdb.Error as e:
                 txn.abort()
@@ -1313,6 +1367,28 @@ class _Environment:
         with self._appended:
             self._appended.notify_all()
         return seq
+
+    def _dict_ids(self, txn: lmdb.Transaction) -> list[int]:
+        """The ids of the compression dictionaries stored in the log (``zdict:<id>`` rows)."""
+        ids, cur = [], txn.cursor(db=self._meta)
+        more = cur.set_range(b"zdict:")
+        while more and cur.key()[:6] == b"zdict:":
+            name = bytes(cur.key())[6:]
+            if name.isdigit():
+                ids.append(int(name))
+            more = cur.next()
+        return ids
+
+    def _taint_dicts(self, txn: lmdb.Transaction, erased: list[int]) -> None:
+        """Mark every dictionary that may have learnt from an erased event: its training samples'
+        seq range holds one (a dictionary keeps fragments of what it was trained on), or it
+        predates recording its range. The compaction an erase runs re-encodes the events that
+        use it with a new dictionary and drops it, so no file keeps the erased text."""
+        for dict_id in self._dict_ids(txn):
+            found = txn.get(b"zdict:%d:range" % dict_id, db=self._meta)
+            lo, hi = _DICT_RANGE.unpack(bytes(found)) if found is not None else (1, 2**63)
+            if any(lo <= q <= hi for q in erased):
+                txn.put(b"zdict:%d:tainted" % dict_id, b"1", db=self._meta)
 
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (an audit import); returns how many were written.

@@ -254,13 +254,37 @@ def id_of(value: bytes) -> str | None:
     if value[:1] not in (_EVENT_KIND, _ERASED_KIND):
         return None
     try:
-        at = _FIXED.size
-        at += 1 + value[at]  # past the type
-        at += 1 if value[at] == _NULL else 1 + value[at]  # past the session
+        at = _id_at(value)
         n = value[at]
         return value[at + 1:at + 17].hex() if n == 0 else value[at + 1:at + 1 + n].decode("ascii")
     except (IndexError, UnicodeDecodeError):
         return None
+
+
+def _id_at(value: bytes) -> int:
+    """Where the id's length byte sits in a format-2 value (past the fixed part, type and session)."""
+    at = _FIXED.size
+    at += 1 + value[at]  # past the type
+    return at + (1 if value[at] == _NULL else 1 + value[at])  # past the session
+
+
+def recoded(value: bytes, old: Compression, new: Compression, retired: set[int]) -> bytes | None:
+    """``value`` with its data compressed again by ``new`` when it was compressed with one of the
+    ``retired`` dictionaries (read by ``old``); None when it was not. The header — hash, prev and
+    everything the chain covers — is kept byte for byte: only how the data is stored changes."""
+    if value[:1] != _EVENT_KIND:
+        return None
+    try:
+        at = _id_at(value)
+        at += 17 if value[at] == 0 else 1 + value[at]
+        codec_id, dict_id = _TAIL.unpack_from(value, at)
+    except (struct.error, IndexError) as e:
+        raise StoredFormatError(f"stored event is truncated or malformed ({e})") from None
+    if codec_id != CODEC_ZSTD_DICT or dict_id not in retired:
+        return None
+    data = old.decompress(codec_id, dict_id, bytes(value[at + _TAIL.size:]))
+    c, d, payload = new.compress(data)
+    return bytes(value[:at]) + _TAIL.pack(c, d) + payload
 
 
 def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
