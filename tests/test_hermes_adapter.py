@@ -158,6 +158,9 @@ def test_rebuild_from_the_log_gives_the_same_rows(path: Path) -> None:
     assert db._engine is not None
     db._engine.rebuild()
     assert dump(path) == before
+    from projections.doctor import permission_problems  # every file of the profile 0600 (DESIGN, On disk)
+
+    assert permission_problems(Layout(path).profile) == []
     assert db.get_messages("s1", include_inactive=True)[1]["tool_calls"][0]["id"] == "1"
     db.close()
     # The pointer's target deleted: the next open rebuilds it.

@@ -34,7 +34,7 @@ from typing import Any, Iterable
 
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.apply import apply
-from eventlog.profiles import FILE_MODE, make_dir
+from eventlog.profiles import FILE_MODE, atomic_write, make_dir
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
@@ -318,9 +318,8 @@ def next_generation(layout: Layout) -> Path:
         if len(parts) >= 3 and parts[0] == "state" and parts[1].isdigit():
             issued = max(issued, int(parts[1]))
     gen = issued + 1
-    tmp = layout.dir / f".generation.{os.getpid()}.tmp"
-    tmp.write_text(f"{gen}\n")
-    os.replace(tmp, counter)
+    with atomic_write(counter) as fp:  # 0600, as every file of a profile
+        fp.write(f"{gen}\n".encode())
     return layout.generation_path(gen)
 
 
