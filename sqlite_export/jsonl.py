@@ -11,7 +11,9 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   an id present with different content refuses the whole import. A line that carries a hash
   must still match it (its own ``prev`` and content): a line changed after the export refuses
   the whole import (:class:`IntegrityError` naming the line), so tampering is never laundered
-  into fresh hashes. Lines without a hash are plain events and claim nothing.
+  into fresh hashes. Lines without a hash are plain events and claim nothing. Erased events
+  (stubs, no data) and the log's own records are not appended anew: they belong to the chain
+  they were written in (a verbatim import keeps them).
 """
 from __future__ import annotations
 
@@ -157,7 +159,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     if not items:
         return ImportResult("appended", 0, 0, 0)
     for n, _, env in items:
-        for key in ("type", "data", "id"):
+        for key in ("type", "id") if codec.is_stub(env) else ("type", "data", "id"):  # an erased event has no data
             if key not in env:
                 raise ValidationError(f"line {n}.{key}", "missing from the envelope")
     head, head_hash = log.head()
@@ -183,6 +185,8 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     present = 0
     seen: set[str] = set()
     for n, _, env in items:
+        if codec.is_stub(env) or str(env["type"]).startswith("log."):
+            continue  # an erased event (its content is gone) and the log's own records are not appended anew
         event = {"type": env["type"], "session": env.get("session"), "data": env["data"],
                  "id": env["id"], "v": env.get("v", 1)}
         try:

@@ -292,3 +292,25 @@ def test_a_process_holding_the_retired_dictionary_appends_readable_events(tmp_pa
                             "print(lg.verify().ok)", str(tmp_path / "log"), str(seq)],
                            capture_output=True, text=True, timeout=60)
     assert fresh.stdout.split("\n")[:2] == ["from the other process", "True"], fresh.stderr
+
+
+def test_an_export_taken_after_an_erase_imports_verbatim(tmp_path: Path) -> None:
+    """The stubs and the erase record travel with the export (found by an outside audit: the
+    import refused a stub for having no data)."""
+    from sqlite_export.jsonl import import_jsonl
+
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        secret, child, ordinary = fill(store)
+        store.erase_session(secret, "forget")
+        exported = io.BytesIO()
+        export_jsonl(store.log, exported)
+        head, erased = store.log.head(), store.log.verify().erased
+    lines = exported.getvalue().splitlines()
+    with EventLog.open(tmp_path / "copy") as lg:
+        res = import_jsonl(lg, lines)
+        assert (res.mode, res.imported) == ("verbatim", len(lines))
+        assert lg.head() == head and lg.verify().ok and lg.verify().erased == erased
+    with EventLog.open(tmp_path / "partial") as lg:  # not one whole chain: appended anew, stubs left out
+        res = import_jsonl(lg, lines[1:])
+        assert res.mode == "appended" and lg.verify().ok and lg.verify().erased == 0
+        assert not any(MARKER.encode() in raw for _, raw in lg.read(raw=True))
