@@ -611,6 +611,7 @@ def test_an_existing_hermes_database_is_imported_once_and_kept(tmp_path: Path) -
     path = tmp_path / "h" / "state.db"
     path.parent.mkdir()
     conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")  # as Hermes keeps it
     create(conn)
     conn.execute("DROP TABLE eventlog_projection")
     conn.execute("PRAGMA application_id = 0")
@@ -625,10 +626,15 @@ def test_an_existing_hermes_database_is_imported_once_and_kept(tmp_path: Path) -
     conn.commit()
     conn.close()
     original = path.read_bytes()
-    expected = dump(path)
+    sidecars = sorted(n[len("state.db"):] for n in os.listdir(path.parent) if n.startswith("state.db"))
+    (tmp_path / "copy.db").write_bytes(original)
+    expected = dump(tmp_path / "copy.db")  # (a read of the original itself would leave sidecars)
     db = SessionDB(path)
     assert path.is_symlink()
     assert (tmp_path / "h" / "state.db.pre-eventlog").read_bytes() == original
+    # moved aside with the sidecars it had, and no new ones (reading it created none)
+    assert sorted(n[len("state.db.pre-eventlog"):] for n in os.listdir(path.parent)
+                  if n.startswith("state.db.pre-eventlog")) == sidecars
     assert dump(path) == expected
     assert db.get_session("old")["system_prompt"] == "prompt kept"
     assert db.append_message("old", "assistant", "next") == 42

@@ -38,7 +38,11 @@ def snapshot(source: Path, into: Path) -> sqlite3.Connection:
     schema by Hermes itself when it is installed (its migrations, backfills and repairs run on
     the copy: the import holds what Hermes would show after opening the file), opened for
     reading."""
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    from sqlite_export.hermes import open_source
+
+    scratch = into.parent / "source"  # where open_source may copy a live file (not ``into``)
+    scratch.mkdir(exist_ok=True)
+    src = open_source(source, scratch)  # read-only, creating no -wal/-shm beside the original
     try:
         dest = sqlite3.connect(str(into))
         src.backup(dest)
