@@ -17,7 +17,9 @@ if TYPE_CHECKING:
 @pass_ctx
 @handled
 def init(c: Ctx) -> None:
-    """Create the profile (its directory and log) if it does not exist; prints where its log is."""
+    """Create the profile (its directory and log) if it does not exist.
+
+    Prints where its log is: the profile's directory, or the server (without a password)."""
     with c.open_log(create=True) as log:
         if log.path is not None:
             click.echo(str(log.path.parent))
