@@ -380,6 +380,23 @@ def test_log_tail_follow_limit_1_shows_the_last_event_then_every_new_one(profile
     assert code == 0 and "Traceback" not in (proc.stderr.read() if proc.stderr else "")
 
 
+def test_log_tail_follow_from_beyond_the_head_shows_nothing_before_that_seq(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    assert run(home, "append", input='{"type": "session.created", "session": "f1", "data": {}}').returncode == 0
+    proc = subprocess.Popen([EXE, "--home", str(home), "--profile", PROFILE, "log", "tail", "--follow", "--from", "4",
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for n in range(2, 6):  # seqs 2..5 appended one by one: only 4 and 5 are shown
+            assert run(home, "append", input='{"type": "message.appended", "session": "f1", '
+                                             f'"data": {{"role": "user", "content": "m{n}"}}}}').returncode == 0
+        assert [json.loads(proc.stdout.readline())["seq"] for _ in range(2)] == [4, 5]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(10)
+    assert code == 0 and "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
 def test_version() -> None:
     r = subprocess.run([EXE, "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("eventlog ") and r.stdout.split()[1][0].isdigit()

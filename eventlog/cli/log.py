@@ -67,9 +67,14 @@ def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_j
                     raise events.damage.error_reading()
             if not follow:
                 return
-            nxt, prev = head + 1, None  # None: the hash of event head is read (and checked) first
+            # None: the hash of event nxt - 1 is read (and checked) first. --from beyond the head:
+            # nothing before it is shown, not even what is appended meanwhile.
+            nxt, prev = max(head + 1, from_seq), None
             while True:
                 sys.stdout.flush()
+                if prev is None and lg.head()[0] < nxt:
+                    time.sleep(FOLLOW_POLL_S)
+                    continue
                 events = Verified(lg, nxt, None, prev, raw=False)
                 for seq, _raw, env in events:
                     show(env)
