@@ -29,7 +29,7 @@ from eventlog.errors import (
 )
 from eventlog.sessions import events
 from eventlog.sessions.fold import MESSAGE_KEYS, SESSION_KEYS, Fold
-from eventlog.sessions.store import SessionStore
+from eventlog.sessions.store import FoldReadModel, SessionStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -340,6 +340,79 @@ def test_take_unseen_reactions_exactly_once_across_processes(store: SessionStore
     per_proc = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
     together = [seq for t in per_proc for seq in t]
     assert sorted(together) == sorted(made)
+
+
+_RULED = r"""
+import json, sys
+from eventlog.errors import TitleConflictError
+from eventlog.sessions.store import SessionStore
+home, read_model = sys.argv[1], sys.argv[2]
+with SessionStore.open(home=home, profile="p", read_model=read_model, durability="nosync") as s:
+    print("ready", flush=True)
+    for line in sys.stdin:
+        op, sid, arg = json.loads(line)
+        try:
+            if op == "title":
+                out = s.set_title(sid, arg)
+            elif op == "llm-title":
+                out = s.set_title(sid, arg, source="llm")
+            elif op == "create":
+                out = s.create_session(title=arg)
+            else:
+                out = s.end_session(sid, arg)
+            print(json.dumps(["ok", out]), flush=True)
+        except TitleConflictError:
+            print(json.dumps(["conflict", None]), flush=True)
+"""
+
+
+def test_domain_rules_hold_between_processes_racing_for_them(store: SessionStore) -> None:
+    """A title held by one live session, the first end reason, title provenance: two processes
+    sent the same kind of call at the same moment never both get a seq where only one write can
+    take effect — the other is told (TitleConflictError, or None) — and a later caller in another
+    process sees the earlier one's write however fresh its own read model is."""
+    kind = "fold" if isinstance(store._reads, FoldReadModel) else "projection"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", _RULED, str(store.home), kind], cwd=REPO, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+
+    def both(calls: list[list[Any]]) -> list[list[Any]]:
+        for p, call in zip(procs, calls):
+            assert p.stdin is not None
+            p.stdin.write(json.dumps(call) + "\n")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.flush()
+        return [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", p.stderr
+        for r in range(8):
+            a, b = store.create_session(), store.create_session()
+            got = both([["title", a, f"Report {r}"], ["title", b, f"Report {r}"]])
+            assert sorted(k for k, _ in got) == ["conflict", "ok"], got
+            assert [store.get_session(x)["title"] for x in (a, b)].count(f"Report {r}") == 1
+            got = both([["create", None, f"New {r}"], ["create", None, f"New {r}"]])
+            assert sorted(k for k, _ in got) == ["conflict", "ok"], got
+            c = store.create_session()
+            got = both([["end", c, "first"], ["end", c, "second"]])
+            assert sorted(v is None for _, v in got) == [False, True], got  # one seq, one None
+            d = store.create_session()
+            (first,) = both([["title", d, f"Mine {r}"], ["end", d, "x"]])[:1]
+            assert first[0] == "ok"
+            # after that user title returned, an llm title from the other process is outranked
+            assert both([["end", d, "again"], ["llm-title", d, f"Llm {r}"]]) == [["ok", None], ["ok", None]]
+            assert store.get_session(d)["title"] == f"Mine {r}"
+    finally:
+        for p in procs:
+            if p.stdin is not None:
+                p.stdin.close()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
 
 
 # ---- rewind ----------------------------------------------------------------------------------

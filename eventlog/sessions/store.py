@@ -11,6 +11,8 @@ commits (group commit in :class:`eventlog.log.EventLog`).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import logging
 import os
 import sqlite3
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
     from eventlog.sessions.extensions import Registry
 
 _log = logging.getLogger("eventlog.sessions")
+
+RULES_LOCK = "rules.lock"
+"""The profile's lock file for check-then-append of the domain rules (see SessionStore._ruled)."""
 
 
 class FoldReadModel:
@@ -535,6 +540,23 @@ class SessionStore:
     def _event(self, etype: str, session: str, data: dict[str, Any]) -> dict[str, Any]:
         return ev.make_event(etype, session, data)
 
+    @contextmanager
+    def _ruled(self) -> Iterator[ReadModel]:
+        """Check a domain rule and append as one step across the processes of this host: a title
+        held by one live session, the first end reason, title provenance. A lock file of the
+        profile (:data:`RULES_LOCK`) serializes the writers that check such a rule, and the read
+        model is brought up to the log head inside it, so each check sees every write that came
+        before it — the loser of a race is told (``TitleConflictError``, ``None``) instead of
+        being acknowledged for a write the fold then ignores. Other writes never take it."""
+        self._check()
+        fd = os.open(os.path.join(self._core.key[0], RULES_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._reads.advance(self.log.head()[0])
+            yield self._reads
+        finally:
+            os.close(fd)  # drops the lock
+
     # ------------------------------------------------------------------ writes
 
     def create_session(self, id: str | None = None, **fields: Any) -> str:
@@ -551,19 +573,20 @@ class SessionStore:
         sid = new_id() if id is None else ev.validate_session_id(id)
         data = {k: v for k, v in fields.items() if v is not None}
         event = self._event("session.created", sid, data)
-        reads = self._fresh()
-        parent = event["data"].get("parent_session_id")
-        if parent is not None and not reads.is_live(parent):
-            raise NotFoundError("session", parent)
         title = event["data"].get("title")
-        if title is not None:
-            holder = reads.title_holder(title)
-            if holder is not None:
-                raise TitleConflictError(title, holder)
-        try:
-            self._append([event], expected_version=0)
-        except ConcurrencyError:
-            raise ConflictError("id", f"session id {sid!r} is already used", hint="omit id to get a fresh one") from None
+        with self._ruled() if title is not None else contextlib.nullcontext(self._fresh()) as reads:
+            parent = event["data"].get("parent_session_id")
+            if parent is not None and not reads.is_live(parent):
+                raise NotFoundError("session", parent)
+            if title is not None:
+                holder = reads.title_holder(title)
+                if holder is not None:
+                    raise TitleConflictError(title, holder)
+            try:
+                self._append([event], expected_version=0)
+            except ConcurrencyError:
+                raise ConflictError("id", f"session id {sid!r} is already used",
+                                    hint="omit id to get a fresh one") from None
         self._remember(sid)
         return sid
 
@@ -597,16 +620,16 @@ class SessionStore:
         Raises TitleConflictError if another live session holds the title.
         """
         event = self._event("session.titled", ev.validate_session_id(session_id), {"title": title, "source": source})
-        sid = self._need_live(session_id)
-        reads = self._reads
-        t = event["data"]["title"]
-        holder = reads.title_holder(t)
-        if holder is not None and holder != sid:
-            raise TitleConflictError(t, holder)
-        cur = reads.get_session(sid) or {}
-        if rules.outranked(cur.get("title_source"), event["data"]["source"]):
-            return None
-        return self._append([event])[0]
+        with self._ruled() as reads:
+            sid = self._need_live(session_id)
+            t = event["data"]["title"]
+            holder = reads.title_holder(t)
+            if holder is not None and holder != sid:
+                raise TitleConflictError(t, holder)
+            cur = reads.get_session(sid) or {}
+            if rules.outranked(cur.get("title_source"), event["data"]["source"]):
+                return None
+            return self._append([event])[0]
 
     def next_title(self, base: str) -> str:
         """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ..."""
@@ -690,11 +713,12 @@ class SessionStore:
     def end_session(self, session_id: str, reason: str) -> int | None:
         """End the session; the first reason wins (returns None if it was already ended)."""
         event = self._event("session.ended", ev.validate_session_id(session_id), {"reason": reason})
-        sid = self._need_live(session_id)
-        cur = self._reads.get_session(sid) or {}
-        if cur.get("end_reason") is not None:
-            return None
-        return self._append([event])[0]
+        with self._ruled() as reads:
+            sid = self._need_live(session_id)
+            cur = reads.get_session(sid) or {}
+            if cur.get("end_reason") is not None:
+                return None
+            return self._append([event])[0]
 
     def reopen(self, session_id: str) -> int:
         sid = self._need_live(session_id)
