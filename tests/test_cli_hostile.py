@@ -209,6 +209,9 @@ def test_a_read_only_home_answers_or_fails_in_one_line(read_only_home: Path) -> 
             one_line_error(r)
     r = run(read_only_home, "messages", "add", "s1", "--role", "user", "--content", "x")
     assert r.returncode == 1 and "read-only" in r.stderr.lower(), r.stderr
+    for args in (["sessions", "title", "s1", "New title"], ["sessions", "end", "s1"]):  # the rules lock
+        r = run(read_only_home, *args)
+        assert "read-only" in one_line_error(r).lower(), (args, r.stderr)
     r = run(read_only_home, "init", profile="new")
     assert "read-only" in one_line_error(r).lower()
 

@@ -27,6 +27,7 @@ from eventlog.errors import (
     ConcurrencyError,
     ConflictError,
     NotFoundError,
+    StorageError,
     TitleConflictError,
     ValidationError,
     process_state,
@@ -549,7 +550,12 @@ class SessionStore:
         before it — the loser of a race is told (``TitleConflictError``, ``None``) instead of
         being acknowledged for a write the fold then ignores. Other writes never take it."""
         self._check()
-        fd = os.open(os.path.join(self._core.key[0], RULES_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        path = os.path.join(self._core.key[0], RULES_LOCK)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:  # a read-only or full file system: nothing was written
+            raise StorageError(f"cannot take the profile's rules lock {path}: {e.strerror or e}",
+                               hint="check that the profile directory is writable and has room") from e
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._reads.advance(self.log.head()[0])
