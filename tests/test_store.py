@@ -415,6 +415,39 @@ def test_domain_rules_hold_between_processes_racing_for_them(store: SessionStore
                 p.kill()
 
 
+def test_a_stopped_process_holding_the_rules_lock_delays_a_rule_check_by_the_lock_timeout_only(
+        tmp_path: Path) -> None:
+    """The rules lock never waits forever: a holder that is stopped (SIGSTOP) costs another
+    process's set_title/end_session at most its lock timeout, then WriterBusyError names it."""
+    import signal
+
+    from eventlog.errors import WriterBusyError
+    from eventlog.sessions.store import RULES_LOCK
+
+    with SessionStore.open(tmp_path, "p", follower=False, lock_timeout=0.5) as store:
+        sid = store.create_session()
+        lock = tmp_path / "profiles" / "p" / RULES_LOCK
+        holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                                   f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+                                   "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            holder.send_signal(signal.SIGSTOP)
+            for call in (lambda: store.set_title(sid, "T"), lambda: store.end_session(sid, "r")):
+                t0 = time.monotonic()
+                with pytest.raises(WriterBusyError) as info:
+                    call()
+                assert time.monotonic() - t0 < 5 and info.value.pid == holder.pid
+                assert "kill -CONT" in (info.value.hint or "")
+            assert store.get_session(sid)["title"] is None and store.get_session(sid)["end_reason"] is None
+        finally:
+            holder.send_signal(signal.SIGCONT)
+            holder.kill()
+            holder.wait(10)
+        assert store.set_title(sid, "T") is not None  # free again
+
+
 # ---- rewind ----------------------------------------------------------------------------------
 
 

@@ -30,12 +30,13 @@ from eventlog.errors import (
     StorageError,
     TitleConflictError,
     ValidationError,
+    WriterBusyError,
     process_state,
 )
 from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
-from eventlog.profiles import DEFAULT_PROFILE, profile_dir, refuse_lost_log, resolve_home
+from eventlog.profiles import DEFAULT_PROFILE, flock_holder, profile_dir, refuse_lost_log, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
@@ -48,6 +49,8 @@ _log = logging.getLogger("eventlog.sessions")
 
 RULES_LOCK = "rules.lock"
 """The profile's lock file for check-then-append of the domain rules (see SessionStore._ruled)."""
+RULES_LOCK_TIMEOUT = 10.0
+"""How long a rule check waits for another process's, when the log has no lock timeout of its own."""
 
 
 class FoldReadModel:
@@ -557,7 +560,19 @@ class SessionStore:
             raise StorageError(f"cannot take the profile's rules lock {path}: {e.strerror or e}",
                                hint="check that the profile directory is writable and has room") from e
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            # Never waits forever: a holder that is stopped (SIGSTOP) or stuck costs the others at
+            # most the log's own lock timeout, then WriterBusyError names it (nothing written).
+            timeout = float(getattr(getattr(self.log, "_core", None), "lock_timeout", RULES_LOCK_TIMEOUT))
+            deadline, delay = time.monotonic() + timeout, 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise WriterBusyError(path, flock_holder(path), timeout) from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.01)
             self._reads.advance(self.log.head()[0])
             yield self._reads
         finally:
