@@ -573,7 +573,7 @@ class SessionStore:
                         raise WriterBusyError(path, flock_holder(path), timeout) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 0.01)
-            self._reads.advance(self.log.head()[0])
+            self._reads.advance(self.log.head()[0], wait=timeout)  # a stopped projector: as long, then says so
             yield self._reads
         finally:
             os.close(fd)  # drops the lock
