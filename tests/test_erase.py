@@ -314,3 +314,38 @@ def test_an_export_taken_after_an_erase_imports_verbatim(tmp_path: Path) -> None
         res = import_jsonl(lg, lines[1:])
         assert res.mode == "appended" and lg.verify().ok and lg.verify().erased == 0
         assert not any(MARKER.encode() in raw for _, raw in lg.read(raw=True))
+
+
+def test_a_dictionary_is_not_retired_while_a_process_of_an_earlier_version_has_the_log_open(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An earlier version could still append events compressed with the dictionary (it knows
+    nothing of retirements), which nothing could read once it is dropped: while such a process
+    has the log open — here a bare LMDB open, which holds no flock on dictionaries.lock — the
+    erase keeps the dictionary, marked, and says so; the next compaction after it is gone
+    retires it."""
+    import subprocess
+    import sys
+
+    from eventlog.log.lmdb import generation_dir
+
+    lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    trained = lg._core.compression.current
+    old = subprocess.Popen([sys.executable, "-c", "import lmdb, sys, time\n"
+                            "env = lmdb.open(sys.argv[1], max_dbs=8, readonly=True, subdir=True)\n"
+                            "print('open', flush=True); sys.stdin.readline()",
+                            str(generation_dir(tmp_path / "log"))], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert old.stdout is not None and old.stdout.readline().strip() == "open"
+        with caplog.at_level("WARNING"):
+            lg.erase(secret, {"reason": "forget"})
+        assert any("earlier eventlog" in r.getMessage() and str(old.pid) in r.getMessage() for r in caplog.records)
+        assert lg._core.compression.current == trained and lg.verify().ok  # kept, marked
+        assert traces(tmp_path) != []  # in the dictionary only, until it can be retired
+    finally:
+        assert old.stdin is not None
+        old.stdin.close()
+        old.wait(30)
+    lg.compact()
+    assert lg._core.compression.current > trained and traces(tmp_path) == [] and lg.verify().ok
+    lg.close()

@@ -89,6 +89,11 @@ DEFAULT_LOCK_TIMEOUT_S = 10.0
 """How long an append waits for another process's write to finish before WriterBusyError."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
+RETIRE_AWARE_LOCK = "dictionaries.lock"
+"""In the log directory: every process of this version with the log open holds a shared flock on
+it. A compression dictionary is only retired (dropped after re-encoding) when every process with
+the log open holds it: a process of an earlier version could still append events compressed with
+the retired dictionary, which nothing could then read."""
 _DICT_RANGE = struct.Struct(">QQ")
 """``zdict:<id>:range``: the first and last seq of the events a dictionary was trained on."""
 COMMIT_DELAY_S = 0.0004
@@ -355,6 +360,7 @@ class _Environment:
         self._sweep_lock = threading.Lock()
         self._writer_mu = threading.RLock()  # re-entrant: a writer may reopen (see _ensure_lock)
         self._writer_fd: int | None = None
+        self._aware_fd: int | None = None
         self.commits = 0
         """Write transactions committed in this environment by this process (group commit shares them)."""
         # Stream versions (event counts) as of the head in _versions_head, for the appends that
@@ -411,6 +417,7 @@ class _Environment:
         except BaseException:
             env.close()
             raise
+        self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK)
         _live_logs.add(self)
         self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self._sweeper.start()
@@ -647,6 +654,14 @@ class _Environment:
                 compression.use(1, trained)
         retired = set() if upgrade else {d for d in self._dict_ids(txn)
                                          if txn.get(b"zdict:%d:tainted" % d, db=self._meta) is not None}
+        if retired:
+            unaware = self._unaware_pids()
+            if unaware:  # they may still append with it: keep it (marked) for a later compaction
+                log_warn(f"the log's compression dictionary still holds fragments of erased events: "
+                         f"process(es) {', '.join(map(str, unaware)) if unaware != [-1] else '(unknown)'} "
+                         "of an earlier eventlog have the log open; run `eventlog compact` once they have "
+                         "closed it")
+                retired = set()
         recode: tuple[stored.Compression, stored.Compression] | None = None
         new_dict: tuple[int, bytes, int, int] | None = None
         if retired:
@@ -903,6 +918,9 @@ class _Environment:
             if self._writer_fd is not None:
                 os.close(self._writer_fd)  # our own flock file, never a database file
                 self._writer_fd = None
+            if self._aware_fd is not None:
+                os.close(self._aware_fd)
+                self._aware_fd = None
         with self._appended:
             self._appended.notify_all()
 
@@ -1379,6 +1397,33 @@ class _Environment:
             more = cur.next()
         return ids
 
+    def _unaware_pids(self) -> list[int]:
+        """Processes (pids) with this log open that do not hold the shared flock of
+        :data:`RETIRE_AWARE_LOCK` — an earlier version's — other than this one; ``[-1]`` when
+        that cannot be known (no /proc/locks). LMDB holds a POSIX lock on lock.mdb at the byte
+        of each process's pid for as long as it has the environment open."""
+        try:
+            env_ino = os.stat(self.env_dir / "lock.mdb").st_ino
+            aware_ino = os.stat(self.path / RETIRE_AWARE_LOCK).st_ino
+            with open("/proc/locks", encoding="ascii", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return [-1]
+        opened, aware = set(), set()
+        for line in lines:
+            parts = line.split()
+            if len(parts) < 6 or parts[1] == "->":
+                continue
+            try:
+                pid, ino = int(parts[4]), int(parts[5].rsplit(":", 1)[1])
+            except (ValueError, IndexError):
+                continue
+            if ino == env_ino and parts[1] == "POSIX":
+                opened.add(pid)
+            elif ino == aware_ino and parts[1] == "FLOCK":
+                aware.add(pid)
+        return sorted(opened - aware - {os.getpid()})
+
     def _taint_dicts(self, txn: lmdb.Transaction, erased: list[int]) -> None:
         """Mark every dictionary that may have learnt from an erased event: its training samples'
         seq range holds one (a dictionary keeps fragments of what it was trained on), or it
@@ -1616,6 +1661,22 @@ def _remove_tree(path: Path) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+def _hold_shared(path: Path) -> int | None:
+    """A shared flock on ``path`` (created 0600), held until the descriptor is closed; None when the
+    file cannot be made (a read-only log: this process then counts as unaware, which only delays
+    a dictionary's retirement)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def verify_environment(env_dir: Path) -> VerifyResult:
