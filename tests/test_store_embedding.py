@@ -12,10 +12,11 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from eventlog.errors import ClosedError
+from eventlog.errors import ClosedError, ValidationError
 from eventlog.sessions import store as store_module
 from eventlog.sessions.store import SessionStore
 
@@ -154,3 +155,27 @@ def test_sequential_cli_processes_read_each_others_writes(tmp_path: Path) -> Non
     finally:
         gateway.kill()
         gateway.wait()
+
+
+@pytest.mark.parametrize("option", [{"map_size": -5}, {"map_size": "1G"}, {"batch_size": "x"}, {"batch_size": 0},
+                                    {"check": "maybe"}, {"follower": "no"}])
+def test_bad_open_options_are_validation_errors_naming_the_option(tmp_path: Path, option: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(tmp_path, "p", **option)
+    assert info.value.field == next(iter(option))
+
+
+def test_bad_arguments_and_a_closed_handle_of_a_shared_profile_are_refused(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        for field, call in (("which", lambda: store.rebuild("bogus")), ("timeout", lambda: store.sync("x")),
+                            ("out", lambda: store.snapshot(tmp_path))):
+            with pytest.raises(ValidationError) as info:
+                call()
+            assert info.value.field == field
+        other = SessionStore.open(tmp_path, "p", follower=False)  # the profile stays open through `store`
+        other.close()
+        for call in (other.sync, other.health, other.projection_lag, other.rebuild, lambda: other.version("s"),
+                     lambda: other.snapshot(tmp_path / "x.db")):
+            with pytest.raises(ClosedError):
+                call()
+        assert not (tmp_path / "x.db").exists()

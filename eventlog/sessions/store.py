@@ -353,6 +353,8 @@ class SessionStore:
             raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
         extensions = options.pop("extensions", None)
         kind = options.get("read_model", "projection")
+        if type(options.get("follower", True)) is not bool:
+            raise ValidationError("follower", "must be True or False")
         follower = bool(options.get("follower", True)) if kind == "projection" else False
         key = (os.path.realpath(d), "lmdb" if log is None else (f"object:{id(log)}" if isinstance(log, Log)
                                                                else str(log)), str(kind))
@@ -402,6 +404,12 @@ class SessionStore:
             if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
                 raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
         options.pop("follower", None)  # the core starts no follower: handles ask for one
+        for name in ("map_size", "batch_size"):
+            value = options.get(name, map_size.get(name))
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValidationError(name, "must be a positive integer")
+        if "check" in options and type(options["check"]) is not bool:
+            raise ValidationError("check", "must be True or False")
         if log is None:
             from eventlog.log.lmdb import EventLog
 
@@ -960,11 +968,13 @@ class SessionStore:
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""
+        self._check()
         return self.log.stream_version(ev.validate_session_id(session_id))
 
     # ------------------------------------------------------------------ projections
 
     def _need_projector(self) -> Projections:
+        self._check()
         if self._projector is None:
             raise ValidationError("read_model", "this operation needs the projection read model")
         return self._projector
@@ -972,12 +982,16 @@ class SessionStore:
     def rebuild(self, which: str = "all", progress: Any = None) -> dict[str, Any]:
         """Rebuild state.db and/or the FTS index (``which``: all|state|fts) from the log into new
         files and swap them in. Returns ``{"events", "seconds", "events_per_s", ...}``."""
+        if which not in ("all", "state", "fts"):
+            raise ValidationError("which", f"must be 'all', 'state' or 'fts', got {str(which)[:40]!r}")
         return self._need_projector().rebuild(which, progress=progress)
 
     def snapshot(self, out: str | Path, *, until_seq: int | None = None, as_of_ns: int | None = None,
                  progress: Any = None) -> dict[str, Any]:
         """Write a standalone state.db (FTS tables inside) of the profile as of a log prefix:
         the whole log, up to ``until_seq``, or up to the last event appended at ``as_of_ns``."""
+        if not isinstance(out, (str, os.PathLike)) or os.path.isdir(out):
+            raise ValidationError("out", "must be the path of a file to write (not a directory)")
         return self._need_projector().rebuild("all", until_seq=until_seq, as_of_ns=as_of_ns, out_path=out,
                                               progress=progress)
 
@@ -993,6 +1007,10 @@ class SessionStore:
 
     def sync(self, timeout: float | None = 10.0) -> int:
         """Wait until the read model has reached the log head as of this call; returns that seq."""
+        self._check()
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < 1e9):
+            raise ValidationError("timeout", "must be a number of seconds, 0 or more, or None")
         head = self.log.head()[0]
         self._reads.advance(head, wait=timeout)
         return head
