@@ -10,10 +10,12 @@ This module sits below the log layer: everything that touches the disk may impor
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
@@ -211,6 +213,22 @@ def atomic_write(path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> Iter
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def flock_until(fd: int, deadline: float) -> bool:
+    """Take the exclusive flock on ``fd``, polling with a growing pause (0.5 to 10 ms) until
+    ``deadline`` (``time.monotonic()``); False when it was still held then. Never blocks past
+    it: a holder that is stopped (SIGSTOP) costs a waiter its deadline, not forever."""
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
 
 
 def flock_holder(path: str | os.PathLike[str]) -> int | None:

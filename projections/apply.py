@@ -30,8 +30,8 @@ from eventlog.sessions.rules import (
     MAX_COST,
     MAX_TIME,
     META_TEXT,
-    ODD_WARNINGS,
     TOKENS,
+    OddValues,
     as_int,
     as_number,
     as_str,
@@ -40,7 +40,6 @@ from eventlog.sessions.rules import (
     json_text,
     lineage,
     lineage_root,
-    odd_value,
     outranked,
     title_claim,
 )
@@ -112,10 +111,10 @@ class Applier:
         self._usage_dirty: set[tuple[str, str]] = set()
         self._messages: list[tuple[Any, ...]] = []
         self.skipped: dict[str, int] = {}
-        self.odd = 0
-        """Values of known fields this applier met that it shows as unknown (a time that is not
-        one, a count that is not an integer, ...): each of the first ODD_WARNINGS is warned
-        about, naming the session (writers validate; such values come from imports and old logs)."""
+        self.odd = OddValues(log)
+        """Values of known fields this applier shows as unknown (a time that is not one, a count
+        that is not an integer, ...), warned about naming the session (writers validate; such
+        values come from imports and old logs)."""
         """Events of types this program does not project (a newer program's, an extension's),
         by type; added to the ``skipped_types`` meta row at the next flush (shown by doctor)."""
 
@@ -189,13 +188,6 @@ class Applier:
             self._usage = {}
             self._counters = {}
 
-    def _odd(self, sid: str, seq: int, field: str, value: Any) -> None:
-        self.odd += 1
-        if self.odd <= ODD_WARNINGS:
-            log.warning(odd_value(sid, field, value, seq))
-        elif self.odd == ODD_WARNINGS + 1:
-            log.warning("more values shown as unknown; only the first %d are named", ODD_WARNINGS)
-
     # ---- hot path ---------------------------------------------------------------------------
 
     def _load(self, sid: str) -> list[Any] | None:
@@ -238,12 +230,12 @@ class Applier:
         elif type(stamp) is not float or not 0.0 <= stamp <= MAX_TIME:
             raw, stamp = stamp, as_number(stamp, 0.0, MAX_TIME)
             if stamp is None:
-                self._odd(sid, seq, "timestamp", raw)
+                self.odd.add(sid, seq, "timestamp", raw)
         tokens = g("token_count")
         if tokens is not None:
             raw, tokens = tokens, as_int(tokens, 0)
             if tokens is None:
-                self._odd(sid, seq, "token_count", raw)
+                self.odd.add(sid, seq, "token_count", raw)
         details = g("reasoning_details")
         if details is not None:
             details = json_text(details, list, dict)
@@ -280,7 +272,7 @@ class Applier:
             add = as_int(raw, 0)
             if add is None:
                 if raw is not None:
-                    self._odd(sid, seq, name, raw)
+                    self.odd.add(sid, seq, name, raw)
                 add = 0
             c[3 + i] += add
             u[3 + i] += add
@@ -288,7 +280,7 @@ class Applier:
             raw = data.get(name)
             cost = as_number(raw, 0.0, MAX_COST)
             if cost is None and raw is not None:
-                self._odd(sid, seq, name, raw)
+                self.odd.add(sid, seq, name, raw)
             if cost is not None:
                 c[8 + i] = (c[8 + i] or 0.0) + cost
                 u[8 + i] = (u[8 + i] or 0.0) + cost
@@ -326,7 +318,7 @@ class Applier:
                                         (self._root(parent),)).fetchone()
         started = as_time(data.get("started_at"), now)
         if started is None and data.get("started_at") is not None:
-            self._odd(sid, seq, "started_at", data.get("started_at"))
+            self.odd.add(sid, seq, "started_at", data.get("started_at"))
         self.db.execute(_INSERT_SESSION, (
             sid, *(row[k] for k in CREATED_TEXT), json_text(data.get("model_config"), dict),
             started, started, *flags, self.profile_name, seq))
@@ -359,7 +351,7 @@ class Applier:
         if self._settled_live(sid):
             ended = as_time(data.get("ended_at"), now)
             if ended is None and data.get("ended_at") is not None:
-                self._odd(sid, seq, "ended_at", data.get("ended_at"))
+                self.odd.add(sid, seq, "ended_at", data.get("ended_at"))
             self.db.execute(
                 "UPDATE sessions SET ended = 1, ended_at = ?, end_reason = ? WHERE id = ? AND ended = 0",
                 (ended, as_str(data.get("reason")), sid))

@@ -68,7 +68,7 @@ from eventlog.log.base import (
     verify_chain,
 )
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import FILE_MODE, flock_holder, fsync_dir, fsync_file, make_dir, restrict_file
+from eventlog.profiles import FILE_MODE, flock_holder, flock_until, fsync_dir, fsync_file, make_dir, restrict_file
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -503,16 +503,8 @@ class _Environment:
     def _flock_until(self, fd: int, deadline: float) -> None:
         """Take the exclusive flock on ``fd``, polling with a growing pause (0.5 to 10 ms) until
         ``deadline``; then raise :class:`WriterBusyError` naming the holder."""
-        delay = 0.0005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise self._busy() from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
+        if not flock_until(fd, deadline):
+            raise self._busy()
 
     def _sweep(self) -> None:
         """Clear reader slots of dead processes every READER_SWEEP_S, even while idle, so a
@@ -652,8 +644,8 @@ class _Environment:
             trained = self._train_on(txn)
             if trained is not None:
                 compression.use(1, trained)
-        retired = set() if upgrade else {d for d in self._dict_ids(txn)
-                                         if txn.get(b"zdict:%d:tainted" % d, db=self._meta) is not None}
+        ids = [] if upgrade else self._dict_ids(txn)
+        retired = {d for d in ids if txn.get(b"zdict:%d:tainted" % d, db=self._meta) is not None}
         if retired:
             unaware = self._unaware_pids()
             if unaware:  # they may still append with it: keep it (marked) for a later compaction
@@ -665,7 +657,7 @@ class _Environment:
         recode: tuple[stored.Compression, stored.Compression] | None = None
         new_dict: tuple[int, bytes, int, int] | None = None
         if retired:
-            known = {d: bytes(txn.get(b"zdict:%d" % d, db=self._meta) or b"") for d in self._dict_ids(txn)}
+            known = {d: bytes(txn.get(b"zdict:%d" % d, db=self._meta) or b"") for d in ids}
             old_codec = stored.Compression(lambda d: known.get(d))
             new_codec = stored.Compression(lambda _id: None)
             fresh = self._train_clean(txn, old_codec)
@@ -1906,6 +1898,11 @@ class EventLog(LogBase):
         core = self._live()
         self._check_writable()
         return core.compact()
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds an append waits for another process's writer lock before WriterBusyError."""
+        return float(self._core.lock_timeout)
 
     @property
     def commits(self) -> int:

@@ -24,8 +24,8 @@ from eventlog.sessions.rules import (
     INHERITED,
     MAX_COST,
     META_TEXT,
-    ODD_WARNINGS,
     TOKENS,
+    OddValues,
     as_int,
     as_number,
     as_str,
@@ -33,7 +33,6 @@ from eventlog.sessions.rules import (
     event_time,
     json_text,
     normalize_title,
-    odd_value,
     outranked,
     title_claim,
 )
@@ -123,9 +122,9 @@ class Fold:
     def __init__(self, *, warn: bool = False) -> None:
         self.seq = 0
         self.warn = warn
-        """Log a warning for each value a query will show as unknown (the first ODD_WARNINGS);
-        a store that reads through the fold asks for it, a comparison (doctor --deep) does not."""
-        self.odd = 0
+        """Warn about each value a query will show as unknown (:class:`OddValues`); a store that
+        reads through the fold asks for it, a comparison (doctor --deep) does not."""
+        self.odd = OddValues(_log)
         self._sessions: dict[str, dict[str, Any]] = {}  # live sessions only
         self._ever: set[str] = set()
         self._ended: set[str] = set()
@@ -186,7 +185,7 @@ class Fold:
         row.update(dict.fromkeys(FLAGS, False), id=sid, model_config=_json(data.get("model_config"), dict))
         row["started_at"] = row["last_activity_at"] = as_time(data.get("started_at"), now)
         if self.warn and row["started_at"] is None and data.get("started_at") is not None:
-            self._odd(sid, seq, "started_at", data.get("started_at"))
+            self.odd.add(sid, seq, "started_at", data.get("started_at"))
         parent = row["parent_session_id"]
         if parent is not None and parent in self._sessions:
             for key in INHERITED:
@@ -229,7 +228,7 @@ class Fold:
             row["ended_at"] = as_time(data.get("ended_at"), now)
             row["end_reason"] = as_str(data.get("reason"))
             if self.warn and row["ended_at"] is None and data.get("ended_at") is not None:
-                self._odd(sid, seq, "ended_at", data.get("ended_at"))
+                self.odd.add(sid, seq, "ended_at", data.get("ended_at"))
 
     def _reopened(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         row = self._sessions.get(sid)
@@ -276,7 +275,7 @@ class Fold:
         if self.warn:
             for name in ("timestamp", "token_count"):
                 if msg[name] is None and data.get(name) is not None:
-                    self._odd(sid, seq, name, data.get(name))
+                    self.odd.add(sid, seq, name, data.get(name))
         self._messages[seq] = msg
         self._session_messages[sid].append(seq)
         row["message_count"] += 1
@@ -338,10 +337,10 @@ class Fold:
         if self.warn:
             for name in TOKENS:
                 if data.get(name) is not None and as_int(data.get(name), 0) is None:
-                    self._odd(sid, seq, name, data.get(name))
+                    self.odd.add(sid, seq, name, data.get(name))
             for name in COSTS:
                 if data.get(name) is not None and as_number(data.get(name), 0.0, MAX_COST) is None:
-                    self._odd(sid, seq, name, data.get(name))
+                    self.odd.add(sid, seq, name, data.get(name))
         for target in (row, usage):
             for name in TOKENS:
                 target[name] += as_int(data.get(name), 0) or 0
@@ -349,13 +348,6 @@ class Fold:
                 cost = as_number(data.get(name), 0.0, MAX_COST)
                 if cost is not None:
                     target[name] = (target[name] or 0.0) + cost
-
-    def _odd(self, sid: str, seq: int, field: str, value: Any) -> None:
-        self.odd += 1
-        if self.odd <= ODD_WARNINGS:
-            _log.warning(odd_value(sid, field, value, seq))
-        elif self.odd == ODD_WARNINGS + 1:
-            _log.warning("more values shown as unknown; only the first %d are named", ODD_WARNINGS)
 
     def _forget(self, sid: str) -> None:
         row = self._sessions.pop(sid)

@@ -10,6 +10,7 @@ The envelope's own limits (ids, 64-bit integers, event size, nesting) belong to 
 """
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Callable, Iterable
 
@@ -99,14 +100,24 @@ def as_time(v: Any, default: float | None) -> float | None:
     return default if v is None else as_number(v, 0.0, MAX_TIME)
 
 
-ODD_WARNINGS = 100
-"""Values shown as unknown that one pass names in warnings (one line each) before it only counts them."""
+class OddValues:
+    """Warnings for stored values a read model shows as unknown (invariant 8), naming the
+    session, field and seq — one wording and one bound for the fold and the SQL applier: the
+    first :attr:`LIMIT` of a pass are named, the rest only counted (:attr:`count`)."""
 
+    LIMIT = 100
 
-def odd_value(sid: str, field: str, value: Any, seq: int) -> str:
-    """The warning for a stored value a read model shows as unknown (invariant 8), naming the
-    session — one wording for the fold and the SQL applier."""
-    return f"session {sid!r}: {field} {repr(value)[:80]} of the event at seq {seq} is not valid; shown as unknown"
+    def __init__(self, log: logging.Logger) -> None:
+        self.log = log
+        self.count = 0
+
+    def add(self, sid: str, seq: int, field: str, value: Any) -> None:
+        self.count += 1
+        if self.count <= self.LIMIT:
+            self.log.warning(f"session {sid!r}: {field} {repr(value)[:80]} of the event at seq {seq} is not valid; "
+                             "shown as unknown")
+        elif self.count == self.LIMIT + 1:
+            self.log.warning("more values shown as unknown; only the first %d are named", self.LIMIT)
 
 
 def event_time(ts: Any) -> float | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import logging
 import os
 import sqlite3
@@ -36,7 +35,7 @@ from eventlog.errors import (
 from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
-from eventlog.profiles import DEFAULT_PROFILE, flock_holder, profile_dir, refuse_lost_log, resolve_home
+from eventlog.profiles import DEFAULT_PROFILE, flock_holder, flock_until, profile_dir, refuse_lost_log, resolve_home
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
@@ -570,17 +569,9 @@ class SessionStore:
         try:
             # Never waits forever: a holder that is stopped (SIGSTOP) or stuck costs the others at
             # most the log's own lock timeout, then WriterBusyError names it (nothing written).
-            timeout = float(getattr(getattr(self.log, "_core", None), "lock_timeout", RULES_LOCK_TIMEOUT))
-            deadline, delay = time.monotonic() + timeout, 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise WriterBusyError(path, flock_holder(path), timeout) from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.01)
+            timeout = float(getattr(self.log, "lock_timeout", RULES_LOCK_TIMEOUT))
+            if not flock_until(fd, time.monotonic() + timeout):
+                raise WriterBusyError(path, flock_holder(path), timeout)
             self._reads.advance(self.log.head()[0], wait=timeout)  # a stopped projector: as long, then says so
             yield self._reads
         finally:
