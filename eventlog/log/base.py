@@ -175,7 +175,12 @@ def prepare_batch(events: Iterable[Any], expected_version: int | None) -> list[c
     return items
 
 
-def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[int, str]]) -> VerifyResult:
+VERIFY_CATCH_UP_ROUNDS = 64
+"""How many times a verify reads on when the head moved past what it read (live appends)."""
+
+
+def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[int, str]],
+                 more: Callable[[int], Iterable[tuple[int, bytes]]] | None = None) -> VerifyResult:
     """Check a log's stored events (``(seq, bytes)`` in seq order) and its recorded head.
 
     Seqs gapless from 1, each ``prev`` the previous ``hash``, each hash recomputed from the
@@ -183,6 +188,12 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
     first failure is reported with its seq: a missing event by the seq that should be there; a
     head that records more events than are stored, by the first missing one; a head that
     records fewer, or another hash, by the last event it fails to name.
+
+    ``more(seq)``: the stored events from ``seq`` on, read anew. A log written while it is
+    verified has a head beyond the events the pass read (they were appended after their
+    chunk was read); the pass then reads on from there until it reaches the head, so live
+    appends are verified too rather than reported missing. Without ``more`` (a snapshot) a
+    head beyond the events is a missing event.
     """
     expect, prev, events, erased = 1, codec.ZERO_HASH, 0, 0
     pending: dict[int, str] = {}  # erased events not yet named by a log.erased event: seq -> hash
@@ -191,27 +202,44 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
         hseq, hhash = head()
         return VerifyResult(False, events, hseq, hhash, seq, reason, erased)
 
-    for seq, raw in stored:
-        if seq != expect:
-            return bad(expect, f"event {expect} is missing (next stored seq is {seq})")
-        env, reason = codec.check_stored(raw, seq, prev)
-        if reason is not None or env is None:
-            return bad(seq, reason or "unreadable event")
-        if codec.is_stub(env):
-            pending[seq] = env["hash"]
-            erased += 1
-        elif env.get("type") == codec.ERASED_TYPE:
-            listed = env["data"].get("erased") if isinstance(env.get("data"), dict) else None
-            for item in listed if isinstance(listed, list) else []:
-                if isinstance(item, list) and len(item) == 2 and pending.get(item[0]) == item[1]:
-                    del pending[item[0]]
-        prev = env["hash"]
-        events += 1
-        expect += 1
+    def check(batch: Iterable[tuple[int, bytes]]) -> VerifyResult | None:
+        nonlocal expect, prev, events, erased
+        for seq, raw in batch:
+            if seq != expect:
+                return bad(expect, f"event {expect} is missing (next stored seq is {seq})")
+            env, reason = codec.check_stored(raw, seq, prev)
+            if reason is not None or env is None:
+                return bad(seq, reason or "unreadable event")
+            if codec.is_stub(env):
+                pending[seq] = env["hash"]
+                erased += 1
+            elif env.get("type") == codec.ERASED_TYPE:
+                listed = env["data"].get("erased") if isinstance(env.get("data"), dict) else None
+                for item in listed if isinstance(listed, list) else []:
+                    if isinstance(item, list) and len(item) == 2 and pending.get(item[0]) == item[1]:
+                        del pending[item[0]]
+            prev = env["hash"]
+            events += 1
+            expect += 1
+        return None
+
+    failed = check(stored)
+    if failed is not None:
+        return failed
+    hseq, hhash = head()
+    rounds = 0
+    while more is not None and hseq > events and rounds < VERIFY_CATCH_UP_ROUNDS:
+        rounds += 1
+        before = events
+        failed = check(more(events + 1))
+        if failed is not None:
+            return failed
+        if events == before:
+            break  # nothing more is stored: the head names events that are missing
+        hseq, hhash = head()
     if pending:
         first = min(pending)
         return bad(first, f"event {first} is erased but no log.erased event names it with its hash")
-    hseq, hhash = head()
     if hseq > events:
         return VerifyResult(False, events, hseq, hhash, events + 1,
                             f"event {events + 1} is missing (head records seq {hseq})", erased)
@@ -251,7 +279,7 @@ class LogBase(abc.ABC):
     def verify(self) -> VerifyResult:
         """Recompute the whole chain in one streaming pass (constant memory); see :func:`verify_chain`."""
         self._check_open()
-        return verify_chain(self.read(1, raw=True), self.head)
+        return verify_chain(self.read(1, raw=True), self.head, lambda seq: self.read(seq, raw=True))
 
     def follow(self, from_seq: int = 1, timeout: float | None = None, *,
                poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:

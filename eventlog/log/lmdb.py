@@ -1684,8 +1684,7 @@ def verify_environment(env_dir: Path) -> VerifyResult:
 
         compression = stored.Compression(load)
 
-        def canonical() -> Iterator[tuple[int, bytes]]:
-            nxt = 1
+        def canonical(nxt: int = 1) -> Iterator[tuple[int, bytes]]:
             while True:
                 chunk: list[tuple[int, bytes]] = []
                 with env.begin() as txn:
@@ -1709,7 +1708,7 @@ def verify_environment(env_dir: Path) -> VerifyResult:
                 raw = txn.get(b"head", db=meta)
             return (key_seq(raw[:_SEQ]), bytes(raw[_SEQ:]).hex()) if raw else (0, codec.ZERO_HASH)
 
-        return verify_chain(canonical(), head)
+        return verify_chain(canonical(), head, canonical)
     finally:
         env.close()
 
