@@ -29,6 +29,7 @@ from typing import Any, Callable, TypeVar
 
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply
+from eventlog.errors import ValidationError
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir
 
@@ -290,6 +291,17 @@ class Engine:
         return req.result  # type: ignore[no-any-return]
 
     def _commit(self, group: list[_Request]) -> None:
+        if self._commit_group(group):
+            # The log refused the group's batch as invalid (nothing was appended): one caller's
+            # bad write (an event over the size limit) must not fail the others, so each runs
+            # again on its own and gets its own answer.
+            for r in group:
+                if r.error is None:
+                    self._commit_group([r])
+
+    def _commit_group(self, group: list[_Request]) -> bool:
+        """Commit ``group``; True when the log refused its batch as invalid and the group had
+        several writers (then nothing is written and their results are unset)."""
         with self.mutex, self.lease:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -317,19 +329,29 @@ class Engine:
                         events += tx.events
                 if not events:
                     conn.execute("ROLLBACK")
-                    return
+                    return False
                 seqs = self.log.append(events)
+            except ValidationError as e:
+                conn.execute("ROLLBACK")
+                writers = [r for r in group if r.error is None]
+                if len(writers) > 1:
+                    for r in writers:
+                        r.result = None
+                    return True
+                for r in writers:
+                    r.error = e
+                return False
             except BaseException as e:
                 conn.execute("ROLLBACK")
                 for r in group:
                     r.error = r.error or e
-                return
+                return False
             if seqs[0] != cursor + 1:
                 # The log holds events this projection has not applied (a writer died between its
                 # append and its commit, or one wrote without the lease): replay in log order.
                 conn.execute("ROLLBACK")
                 self._sync(conn)
-                return
+                return False
             last = seqs[-1]
             known_hash = None
             if last - self._hash_seq >= HASH_EVERY or self._hash_seq == 0:
@@ -344,11 +366,12 @@ class Engine:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-                return
+                return False
             self._cursor = last
             if known_hash is not None:
                 self._hash_seq = last
             self._touch()
+        return False
 
     def _touch(self) -> None:
         # Hermes' mcp_serve polls the mtime of state.db; in WAL mode a commit leaves the main file
