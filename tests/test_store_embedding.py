@@ -179,3 +179,53 @@ def test_bad_arguments_and_a_closed_handle_of_a_shared_profile_are_refused(tmp_p
             with pytest.raises(ClosedError):
                 call()
         assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("follower", [False, True])
+def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Path, follower: bool) -> None:
+    """A handle that already appended to a session (its fast path trusts what it saw) must not
+    keep appending after another process deleted it: the appends would be acknowledged and
+    never readable (found by an outside audit through EventlogSession)."""
+    from eventlog.errors import NotFoundError
+
+    s = SessionStore.open(tmp_path, follower=follower)
+    try:
+        s.create_session("chat-1")
+        s.append_message("chat-1", "user", "a")
+        s.record_usage("chat-1", model="m", input_tokens=1)
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
+                            "sessions", "delete", "chat-1"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        head = s.log.head()[0]
+        with pytest.raises(NotFoundError):
+            s.append_message("chat-1", "user", "written after the delete")
+        with pytest.raises(NotFoundError):
+            s.record_usage("chat-1", model="m", input_tokens=1)
+        assert s.log.head()[0] == head  # nothing appended
+    finally:
+        s.close()
+
+
+def test_two_handles_appending_to_one_session_lose_nothing(tmp_path: Path) -> None:
+    """The version-checked fast path under a second writer of the same stream: every append
+    lands once, in each writer's order."""
+    a = SessionStore.open(tmp_path, follower=False)
+    try:
+        a.create_session("shared")
+        child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import sys
+            from eventlog.sessions.store import SessionStore
+            s = SessionStore.open(sys.argv[1], follower=False)
+            for i in range(150):
+                s.append_message("shared", "user", f"b{i}")
+            s.close()
+        """), str(tmp_path)])
+        for i in range(150):
+            a.append_message("shared", "user", f"a{i}")
+        assert child.wait(timeout=120) == 0
+        texts = [m["content"] for m in a.get_messages("shared")]
+        assert sorted(texts) == sorted([f"a{i}" for i in range(150)] + [f"b{i}" for i in range(150)])
+        assert [t for t in texts if t[0] == "a"] == [f"a{i}" for i in range(150)]
+        assert [t for t in texts if t[0] == "b"] == [f"b{i}" for i in range(150)]
+    finally:
+        a.close()

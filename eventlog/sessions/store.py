@@ -319,7 +319,7 @@ class SessionStore:
         self._reads = core.reads
         self._projector = core.projector
         self._follower = follower
-        self._live: set[str] = set()
+        self._live: dict[str, int | None] = {}  # session -> its stream version when last known live
         self._deleted: set[str] = set()
         self._closed = False
 
@@ -503,24 +503,39 @@ class SessionStore:
         self._reads.advance(self._core.last_seq)
         return self._reads
 
-    def _need_live_cached(self, sid: str) -> None:
-        """The append hot path: a session this store already saw live is not looked up again, and
-        an established session is checked on the read model as it stands (no catch-up wait).
-        Only an unknown session pays for read-your-writes."""
-        if sid in self._live:
-            return
-        if sid not in self._deleted:
-            peek = getattr(self._reads, "peek", None)
-            if peek is not None and peek().is_live(sid):
-                self._remember(sid)
-                return
-        self._need_live(sid)
-        self._remember(sid)
+    def _append_live(self, sid: str, batch: list[dict[str, Any]]) -> list[int]:
+        """The append hot path: ``batch`` (all in stream ``sid``) appended to a live session.
 
-    def _remember(self, sid: str) -> None:
+        A session this store saw live is not looked up again: the append is made at the stream
+        version it knew then, so anything another handle or process appended to the stream
+        since — a deletion — makes the log refuse it (nothing written), and the session is then
+        checked again on the caught-up read model. An established session this store has not
+        seen is checked on the read model as it stands (no catch-up wait); only an unknown
+        session pays for read-your-writes."""
+        recheck = False
+        for _ in range(100):
+            version = self._live.get(sid)
+            if version is None:
+                version = self.log.stream_version(sid)  # before the check: a later change is refused
+                peek = getattr(self._reads, "peek", None)
+                if recheck or sid in self._deleted or peek is None or not peek().is_live(sid):
+                    self._need_live(sid)
+            try:
+                seqs = self._append(batch, expected_version=version)
+            except ConcurrencyError:
+                self._live.pop(sid, None)  # the stream changed since: look again, caught up
+                recheck = True
+                continue
+            self._remember(sid, version + len(batch))
+            return seqs
+        self._need_live(sid)
+        return self._append(batch)
+
+    def _remember(self, sid: str, version: int | None = None) -> None:
+        """``sid`` is live, its stream at ``version`` events (None: not known)."""
         if len(self._live) >= 10_000:
             self._live.clear()
-        self._live.add(sid)
+        self._live[sid] = version
 
     def _need_live(self, session_id: Any) -> str:
         sid = ev.validate_session_id(session_id)
@@ -607,7 +622,7 @@ class SessionStore:
             except ConcurrencyError:
                 raise ConflictError("id", f"session id {sid!r} is already used",
                                     hint="omit id to get a fresh one") from None
-        self._remember(sid)
+        self._remember(sid, 1)  # its stream holds the creation alone
         return sid
 
     def append_message(self, session_id: str, role: str, content: Any = None, **fields: Any) -> int:
@@ -631,8 +646,7 @@ class SessionStore:
                 raise ValidationError(f"messages[{i}].{field}", e.problem) from None
         if not batch:
             return []
-        self._need_live_cached(sid)
-        return self._append(batch)
+        return self._append_live(sid, batch)
 
     def set_title(self, session_id: str, title: str, source: str = "user") -> int | None:
         """Set the title. Returns the seq, or None when a higher-provenance title is kept.
@@ -720,8 +734,7 @@ class SessionStore:
         """Record token usage and cost (model, provider, task, *_tokens, estimated/actual_cost_usd, message_id)."""
         sid = ev.validate_session_id(session_id)
         event = self._event("usage.recorded", sid, {k: v for k, v in fields.items() if v is not None or k.endswith("cost_usd")})
-        self._need_live_cached(sid)
-        return self._append([event])[0]
+        return self._append_live(sid, [event])[0]
 
     def update_meta(self, session_id: str, **fields: Any) -> int:
         """Update model, model_config, cwd, git_repo_root, git_branch, tool_names or source."""
@@ -760,7 +773,8 @@ class SessionStore:
         doomed = [sid, *self._reads.lineage(sid)]
         seq = self._append([self._event("session.deleted", sid, {})], expected_version=expected_version)[0]
         self._deleted.update(doomed)
-        self._live.difference_update(doomed)
+        for gone in doomed:
+            self._live.pop(gone, None)
         return seq
 
     def check_events(self, events: Iterable[dict[str, Any]]) -> None:
@@ -843,7 +857,8 @@ class SessionStore:
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
         erase = getattr(self.log, "erase")
         seq = int(erase(seqs, data))
-        self._live.difference_update(members)
+        for gone in members:
+            self._live.pop(gone, None)
         self._deleted.update(members)
         if seq:
             self._core.appended(seq)
@@ -919,7 +934,8 @@ class SessionStore:
         seqs = [env["seq"] for m in members for env in self.log.read_session(m)]
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
         seq = int(getattr(self.log, "erase")(seqs, data))
-        self._live.difference_update(members)
+        for gone in members:
+            self._live.pop(gone, None)
         self._deleted.update(members)
         if seq:
             self._core.appended(seq)
