@@ -176,6 +176,23 @@ def test_thread_ids_of_any_shape_are_kept_exactly(saver: EventlogSaver) -> None:
     assert lg_model.thread_session("with space").startswith("lg:h-")
 
 
+def test_prune_and_delete_for_runs_reach_ids_with_nul(saver: EventlogSaver) -> None:
+    """Ids are bound as parameters, not passed through a JSON array that SQLite cuts at a NUL
+    (prune and delete_for_runs silently did nothing for such ids, found by an outside audit)."""
+    for tid in ("nul\x00a", "nul\x00b", "plain"):
+        c = cfg(tid)
+        for step in range(2):
+            c = saver.put(c, checkpoint({"v": step}, {"v": step + 1}), {"step": step, "run_id": f"run\x00{tid[-1]}"},
+                          {"v": step + 1})
+    saver.prune(["nul\x00a"], strategy="keep_latest")
+    saver.prune(["nul\x00b"], strategy="delete")
+    assert len(list(saver.list(cfg("nul\x00a")))) == 1
+    assert list(saver.list(cfg("nul\x00b"))) == []
+    saver.delete_for_runs(["run\x00n"])  # LangGraph stores the run as "runn": matched the same way
+    assert list(saver.list(cfg("plain"))) == []
+    assert len(list(saver.list(cfg("nul\x00a")))) == 1
+
+
 def test_bad_input_is_refused_before_anything_is_written(saver: EventlogSaver) -> None:
     store = saver._open()
     head = store.log.head()[0]
@@ -238,6 +255,24 @@ def _chat_graph(saver: EventlogSaver) -> Any:
     builder.add_node("bot", bot)
     builder.add_edge(START, "bot")
     return builder.compile(checkpointer=saver)
+
+
+def test_two_savers_taking_turns_on_a_thread_mirror_each_message_once(tmp_path: Path) -> None:
+    """Each saver remembered what it had mirrored and missed what the other one mirrored, so the
+    transcript held 12 messages for a checkpoint of 8 (found by an outside audit)."""
+    config = {"configurable": {"thread_id": "support-7"}}
+    a, b = EventlogSaver(home=tmp_path), EventlogSaver(home=tmp_path)
+    try:
+        graphs = [_chat_graph(a), _chat_graph(b)]
+        for turn in range(4):
+            graphs[turn % 2].invoke({"messages": [("user", f"turn {turn}")]}, config)
+        state = [m.content for m in graphs[0].get_state(config).values["messages"]]
+    finally:
+        a.close()
+        b.close()
+    with SessionStore.open(tmp_path) as store:
+        transcript = [m["content"] for m in store.get_messages(lg_model.thread_session("support-7"))]
+    assert len(state) == 8 and transcript == state
 
 
 def test_a_real_graph_resumes_its_thread_and_its_messages_are_searchable(tmp_path: Path) -> None:

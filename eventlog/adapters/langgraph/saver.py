@@ -316,6 +316,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if (sid is not None and version is not None and reached is not None and int(reached[0]) >= head
                 and store.version(sid) == version):
             self._copies.establish(sid, version, ns, found, written)
+            # A copy is (re)established from the read model when this saver's writes are not
+            # all the stream holds (first read, or another saver or process wrote since): the
+            # messages mirrored meanwhile are read again too, or two savers taking turns on one
+            # thread would each mirror the same messages (found by an outside audit).
+            self._mirrored.pop(sid, None)
         return None if found is None else self._tuple(found)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -473,6 +478,19 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         with self._reads(store) as conn:
             return [r[0] for r in conn.execute(sql, params)]
 
+    def _threads_where_in(self, store: SessionStore, column: str, values: builtins.list[str]) -> set[str]:
+        """The threads with a checkpoint whose ``column`` is one of ``values``. Bound one by one
+        (in chunks), not as a JSON array: SQLite's JSON functions cut a text at a NUL, and an id
+        with one would silently match nothing."""
+        found: set[str] = set()
+        with self._reads(store) as conn:
+            for i in range(0, len(values), 500):
+                chunk = values[i:i + 500]
+                found.update(r[0] for r in conn.execute(
+                    f"SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE {column} IN "
+                    f"({', '.join('?' for _ in chunk)})", chunk))
+        return found
+
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's checkpoints and writes from the read model (the log keeps them) and
         rewind its mirrored messages."""
@@ -507,13 +525,13 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata ``run_id`` is one of ``run_ids``."""
-        runs = sorted({_text(r) for r in run_ids})
+        # LangGraph drops NUL from metadata before a saver sees it (a run "a\x00b" is stored as
+        # "ab"), so the ids asked for are matched the same way.
+        runs = sorted({_text(r).replace("\x00", "") for r in run_ids})
         if not runs:
             return
         store = self._open()
-        threads = self._threads_with(
-            store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE run_id IN (SELECT value FROM json_each(?))",
-            (orjson.dumps(runs).decode(),))
+        threads = self._threads_where_in(store, "run_id", runs)
         events: builtins.list[dict[str, Any]] = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
                    "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
         if events:
@@ -549,9 +567,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if not tids:
             return
         store = self._open()
-        known = self._threads_with(
-            store, "SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE thread_id IN (SELECT value FROM json_each(?))",
-            (orjson.dumps(tids).decode(),))
+        known = self._threads_where_in(store, "thread_id", tids)
         events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
                    "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
         if events:
