@@ -911,3 +911,29 @@ def test_one_callers_oversized_write_does_not_fail_anothers_in_its_group(tmp_pat
     finally:
         a.close()
         b.close()
+
+
+def test_nan_usage_is_refused_like_hermes_and_writes_nothing(tmp_path: Path) -> None:
+    """Hermes' per-model usage counters are NOT NULL: a NaN fails the call with IntegrityError
+    naming the column. The facade stored NULL and lost every later increment (outside audit)."""
+    nan = float("nan")
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("s", "cli")
+        db.update_token_counts("s", input_tokens=100, output_tokens=10, model="gpt", api_call_count=1)
+        before = head(db)
+        for kwargs, column in ((dict(input_tokens=nan, model="gpt"), "input_tokens"),
+                               (dict(api_call_count=nan), "api_call_count"),
+                               (dict(output_tokens=nan, input_tokens=5), "output_tokens"),
+                               (dict(estimated_cost_usd=nan), "estimated_cost_usd")):
+            with pytest.raises(sqlite3.IntegrityError, match=f"session_model_usage.{column}"):
+                db.update_token_counts("s", **kwargs)
+        with pytest.raises(sqlite3.IntegrityError, match="session_model_usage.input_tokens"):
+            db.record_auxiliary_usage("s", "title", input_tokens=nan)
+        assert head(db) == before
+        db.update_token_counts("s", input_tokens=50, output_tokens=5, model="gpt", api_call_count=1)
+        row = db.get_session("s")
+        assert (row["input_tokens"], row["output_tokens"], row["api_call_count"]) == (150, 15, 2)
+        db.update_token_counts("s", actual_cost_usd=nan, model="gpt")  # a session column: Hermes takes it
+    finally:
+        db.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sqlite3
 import threading
@@ -85,6 +86,20 @@ def _tool_call_count(tool_calls: Any) -> int:
         return 0
     return len(tool_calls) if isinstance(tool_calls, list) else 1
 
+
+
+_USAGE_COLUMNS = ("api_call_count", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
+                  "reasoning_tokens", "estimated_cost_usd")
+
+
+def _refuse_nan_usage(*values: Any) -> None:
+    """Hermes adds a call's usage to its ``session_model_usage`` row, whose counters are NOT NULL:
+    a NaN (bound as NULL) fails the whole call with IntegrityError, naming the first such column
+    in table order, and nothing is written. The facade refuses it the same way, before any event
+    (it used to store NULL and lose every later increment; found by an outside audit)."""
+    for column, value in zip(_USAGE_COLUMNS, values):
+        if isinstance(value, float) and math.isnan(value):
+            raise sqlite3.IntegrityError(f"NOT NULL constraint failed: session_model_usage.{column}")
 
 class SessionDB(Reads, RuntimeReads, ImportSessions):
     """Hermes' ``SessionDB`` on an eventlog log. Thread-safe; any number of instances per path
@@ -510,6 +525,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         tokens = (input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens)
         accounted = bool(any(tokens) or api_call_count or estimated_cost_usd or actual_cost_usd)
         per_model = (not absolute) and bool(any(tokens) or api_call_count or estimated_cost_usd)
+        if per_model:
+            _refuse_nan_usage(api_call_count, *tokens, estimated_cost_usd)
         data: dict[str, Any] = {}
         for name, value in zip(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
                                 "reasoning_tokens"), tokens):
@@ -546,6 +563,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         the session's totals, which the gateway overwrites with main-loop totals, stay apart."""
         if not session_id or not task:
             return
+        _refuse_nan_usage(1, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+                          estimated_cost_usd)
         data: dict[str, Any] = {"task": sql_value(task, "task"), "api_call_count": 1, "now": time.time()}
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
                             ("cache_read_tokens", cache_read_tokens), ("cache_write_tokens", cache_write_tokens),
