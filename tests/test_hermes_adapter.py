@@ -937,3 +937,38 @@ def test_nan_usage_is_refused_like_hermes_and_writes_nothing(tmp_path: Path) -> 
         db.update_token_counts("s", actual_cost_usd=nan, model="gpt")  # a session column: Hermes takes it
     finally:
         db.close()
+
+
+def test_deleting_an_imported_session_keeps_the_other_sessions_imported_rows(tmp_path: Path) -> None:
+    """An imported side table is one event; after an erase its replay meets rows whose session
+    is gone. Only those rows are left out: every other session's binding and usage stays
+    (deleting s2 dropped s3's topic binding, found by an outside audit)."""
+    from eventlog.adapters.hermes.schema import create_topic_tables
+
+    path = tmp_path / "h" / "state.db"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path)
+    create(conn)
+    create_topic_tables(conn)
+    conn.execute("DROP TABLE eventlog_projection")
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO telegram_dm_topic_mode (chat_id, user_id, activated_at, updated_at) VALUES ('c1', 'u1', 1, 1)")
+    for sid in ("s2", "s3"):
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'telegram', 1.0)", (sid,))
+        conn.execute("INSERT INTO telegram_dm_topic_bindings (chat_id, thread_id, user_id, session_key, session_id,"
+                     " linked_at, updated_at) VALUES ('c1', ?, 'u1', ?, ?, 1, 1)", ("t" + sid, "k" + sid, sid))
+        conn.execute("INSERT INTO session_model_usage (session_id, model, api_call_count) VALUES (?, 'm', 1)", (sid,))
+    conn.commit()
+    conn.close()
+    db = SessionDB(path)
+    try:
+        db.delete_session("s2")
+        for handle in (db, SessionDB(path)):
+            assert handle.get_telegram_topic_binding_by_session(session_id="s2") is None
+            got = handle.get_telegram_topic_binding_by_session(session_id="s3")
+            assert got is not None and got["thread_id"] == "ts3"
+            if handle is not db:
+                handle.close()
+        assert sqlite3.connect(path).execute("SELECT session_id FROM session_model_usage").fetchall() == [("s3",)]
+    finally:
+        db.close()
