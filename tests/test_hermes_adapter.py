@@ -972,3 +972,53 @@ def test_deleting_an_imported_session_keeps_the_other_sessions_imported_rows(tmp
         assert sqlite3.connect(path).execute("SELECT session_id FROM session_model_usage").fetchall() == [("s3",)]
     finally:
         db.close()
+
+
+SWITCH_KILLED = """
+import os, sys
+from pathlib import Path
+import eventlog.adapters.hermes.importer as imp
+real_rename = os.rename
+class Os:
+    def __getattr__(self, name):
+        return getattr(os, name)
+    def rename(self, src, dst):
+        if str(src) == sys.argv[1]:  # the original is about to be moved aside: the process dies here
+            os._exit(137)
+        return real_rename(src, dst)
+imp.os = Os()
+from eventlog.adapters.hermes import SessionDB
+SessionDB(Path(sys.argv[1]))
+"""
+
+
+def test_a_switch_killed_between_its_two_moves_is_finished_by_the_next_open(tmp_path: Path) -> None:
+    """The imported log was in place but the original not yet moved aside: every later open
+    refused the profile ("an eventlog log already exists"; found by an outside audit). The
+    next open now finishes the move, and the log holds the import once."""
+    path = tmp_path / "h" / "state.db"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path)
+    create(conn)
+    conn.execute("DROP TABLE eventlog_projection")
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
+    conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'hello', 2.0)")
+    conn.commit()
+    conn.close()
+    original = path.read_bytes()
+    r = subprocess.run([sys.executable, "-c", SWITCH_KILLED, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 137, r.stderr
+    assert not path.is_symlink() and path.read_bytes() == original  # killed between the two moves
+    db = SessionDB(path)
+    try:
+        assert [m["content"] for m in db.get_messages("a")] == ["hello"]
+        assert (tmp_path / "h" / "state.db.pre-eventlog").read_bytes() == original
+        n = head(db)
+    finally:
+        db.close()
+    db = SessionDB(path)
+    try:
+        assert head(db) == n and [m["content"] for m in db.get_messages("a")] == ["hello"]
+    finally:
+        db.close()

@@ -7,7 +7,9 @@ of every Hermes table into ``hermes.rows_imported`` events — values, ids and t
 counter verbatim, so the projection rebuilt from them equals the original row for row — writes
 them into a new log beside it, and only when the log is complete moves it into place and moves
 the original file (with its ``-wal``/``-shm``) aside to ``<db_path>.pre-eventlog``. A crash
-before that leaves the original where it was and the next open starts again.
+before the log is in place leaves the original where it was and the next open starts again; a
+crash between the two moves is finished by the next open, which finds ``import.pending``
+naming the very file (device and inode) the log was imported from.
 
 Stop Hermes processes that use the file before the first open with eventlog: a process that
 still has the old file open would keep writing into the file that was moved aside.
@@ -71,6 +73,12 @@ def adopt(layout: projection.Layout) -> int:
             existing.close()
     else:
         head = 0
+    pending = layout.profile / PENDING
+    if head > 0 and _pending_names(pending, layout.pointer):
+        _move_aside(layout)  # a crash between the two moves of the last switch: finish it
+        pending.unlink()
+        fsync_dir(layout.profile)
+        return 0
     if head > 0:
         raise StorageError(
             f"{layout.pointer} is a Hermes database, but an eventlog log already exists at {layout.log_dir}",
@@ -97,9 +105,38 @@ def adopt(layout: projection.Layout) -> int:
                 target.close()
         finally:
             conn.close()
+    st = os.stat(source)
+    with open(pending, "w", encoding="utf-8") as f:  # the log that is about to appear came from this file
+        f.write(f"{st.st_dev} {st.st_ino}\n")
+        f.flush()
+        os.fsync(f.fileno())
     shutil.rmtree(layout.log_dir, ignore_errors=True)
     os.rename(staging, layout.log_dir)
     fsync_dir(layout.log_dir.parent)
+    aside = _move_aside(layout)
+    pending.unlink()
+    fsync_dir(layout.profile)
+    log.warning("imported %s into eventlog (%d events); the original is kept as %s", source, written, aside)
+    return written
+
+
+PENDING = "import.pending"
+"""Written (device and inode of the imported file) before the new log is moved into place and
+removed once the original is moved aside."""
+
+
+def _pending_names(pending: Path, pointer: Path) -> bool:
+    """True when ``pending`` records the file now at ``pointer`` as the one the log came from."""
+    try:
+        dev, ino = (int(x) for x in pending.read_text(encoding="utf-8").split())
+        st = os.stat(os.path.realpath(pointer))
+    except (OSError, ValueError):
+        return False
+    return (st.st_dev, st.st_ino) == (dev, ino)
+
+
+def _move_aside(layout: projection.Layout) -> Path:
+    """Move the original database (and its sidecars) to the first free ``.pre-eventlog`` name."""
     aside = layout.original
     n = 1
     while os.path.lexists(aside):
@@ -110,5 +147,4 @@ def adopt(layout: projection.Layout) -> int:
         if os.path.lexists(f"{layout.pointer}{suffix}"):
             os.rename(f"{layout.pointer}{suffix}", f"{aside}{suffix}")
     fsync_dir(layout.pointer.parent)
-    log.warning("imported %s into eventlog (%d events); the original is kept as %s", source, written, aside)
-    return written
+    return aside
