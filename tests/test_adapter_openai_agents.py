@@ -619,3 +619,13 @@ def test_clear_session_can_erase_the_items_from_every_file(home: Path) -> None:
         run(s.add_items([user("again")]))  # an erased session id stays taken
     s.close()
     other.close()
+
+
+def test_erasing_a_session_never_written_does_nothing(home: Path) -> None:
+    """"Start from a clean slate" on a new id: the erase of nothing left the object refusing every
+    later add_items (NotFoundError) although the id was free (found by an outside audit)."""
+    s = make(home, "fresh-chat")
+    run(s.clear_session(erase=True))
+    run(s.add_items([user("hello")]))
+    assert contents(run(s.get_items())) == ["hello"]
+    s.close()

@@ -371,14 +371,16 @@ class EventlogSession:
         """Remove every item from the history: a rewind from the first one (the log keeps them
         for audit), or with ``erase=True`` an erase (:meth:`SessionStore.erase_session`): the
         items are gone from every file, an audit record stays, and this session id cannot be
-        used again (an erased id stays taken: later calls raise ConflictError)."""
+        used again (an erased id stays taken: later writes raise NotFoundError). On a session that was
+never written it does nothing."""
         await _settled(self._call(self._erase if erase else self._clear))
 
     def _erase(self) -> None:
         store = self._open()
         with self._history_lock:
-            if store.get_session(self.key) is not None or store.version(self.key):
-                store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
+            if store.get_session(self.key) is None and not store.version(self.key):
+                return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
+            store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
             self._history = _History(store.version(self.key), [], [])
             self._created = True
 
