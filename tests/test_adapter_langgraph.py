@@ -21,7 +21,7 @@ from eventlog import SessionStore
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import EventlogSaver
 from eventlog.adapters.langgraph import model as lg_model
-from eventlog.errors import ClosedError, EventTooLargeError, ValidationError
+from eventlog.errors import ClosedError, EventTooLargeError, NotFoundError, ValidationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -374,6 +374,16 @@ def test_delete_thread_can_erase_the_thread_from_every_file(tmp_path: Path) -> N
         saver.delete_thread("secret-thread")
         assert saver.get_tuple(config) is None and traces() == []
         assert saver.get_tuple({"configurable": {"thread_id": "kept"}}) is not None
+        # The id is taken for good: a new run on it is refused before anything is written (a
+        # refused run used to leave its first checkpoint and writes behind; outside audit).
+        head = saver._open().log.head()[0]
+        for mirror in (True, False):
+            with EventlogSaver(home=tmp_path, mirror_messages=mirror) as other:
+                with pytest.raises(NotFoundError):
+                    _chat_graph(other).invoke({"messages": [("user", "after reset")]}, config)
+        with pytest.raises(NotFoundError):
+            graph.invoke({"messages": [("user", "after reset")]}, config)
+        assert saver._open().log.head()[0] == head and saver.get_tuple(config) is None
     with SessionStore.open(tmp_path, follower=False) as store:
         assert store.log.verify().ok and store.log.verify().erased > 0
         assert store.get_session("lg:secret-thread") is None

@@ -25,7 +25,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import combine, latest, model
-from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, ValidationError
+from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, NotFoundError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.events import make_event
 from eventlog.sessions.rules import clean_text
@@ -90,7 +90,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     message id), so eventlog's search, transcripts and stats cover LangGraph conversations;
     ``delete_thread`` also rewinds them (the log keeps them) — or, with ``erase_deleted=True``,
     erases the thread's whole stream (:meth:`SessionStore.erase_session`: checkpoints, writes and
-    messages gone from every file, an audit record kept; the thread id cannot be used again).
+    messages gone from every file, an audit record kept; the thread id cannot be used again: a
+    later write to it raises NotFoundError and writes nothing).
 
     Savers of one (home, profile) share one store in the process. ``follower``: whether the
     saver's handle asks for the store's background follower. Off by default: a graph's turn is
@@ -190,7 +191,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                         else:
                             self._copies.drop(sid)
             except ConflictError:
-                pass  # another saver or process created it meanwhile
+                # Another saver or process created it meanwhile -- or the id is taken for good:
+                # a thread deleted with erase_deleted=True. Then nothing may be written to it.
+                store.sync(timeout=30)
+                if store.get_session(sid) is None:
+                    raise NotFoundError("thread", thread_id) from None
         self._sessions.add(sid)
         return sid
 
