@@ -507,17 +507,20 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
                     report.messages += kind == "message.appended"
                     report.usage += kind == "usage.recorded"
                     if len(batch) >= EVENTS_PER_APPEND:
-                        report.events += _append(log, batch, report)
+                        report.events += append_batch(log, batch, report)
                         batch = []
             except sqlite3.DatabaseError as e:
                 raise StorageError(f"cannot read {path}: {e}") from e
-            report.events += _append(log, batch, report)
+            report.events += append_batch(log, batch, report)
             if progress is not None:
                 progress(total, total)
     return report
 
 
-def _append(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:
+def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:
+    """Append an import batch; an event the log refuses as a duplicate or as too large is then
+    appended alone (a message too large keeps the part of its content that fits, warned), so one
+    row never costs the others."""
     if not batch:
         return 0
     try:
@@ -538,19 +541,35 @@ def _append(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:
                     continue
                 log.append([smaller])
                 n += 1
-                report.warn(f"{_label(ev)}: content larger than one event holds; its first 8 MiB were kept")
+                report.warn(f"{_label(ev)}: content larger than one event holds; its first "
+                            f"{len(smaller['data']['content'].encode('utf-8')):,} bytes were kept")
         return n
 
 
 def _cut(ev: dict[str, Any]) -> dict[str, Any] | None:
-    """A message event whose content was cut to its first 8 MiB (None when that is not the problem)."""
+    """A message event whose content was cut to its first 8 MiB -- less when its JSON is longer
+    than its text (a control character is six bytes encoded) so that the event fits -- or None
+    when the content is not the problem."""
+    from eventlog.log.codec import MAX_EVENT_BYTES
+
     if ev["type"] != "message.appended":
         return None
     data = {k: v for k, v in ev["data"].items() if k not in ("content", "content_json")}
     text = ev["data"].get("content_json", ev["data"].get("content"))
     if not isinstance(text, str):
         return None
-    data["content"] = text.encode("utf-8")[: 8 << 20].decode("utf-8", "ignore")
+    budget = MAX_EVENT_BYTES - 4096 - len(orjson.dumps(data, default=str))
+    text = text.encode("utf-8")[: 8 << 20].decode("utf-8", "ignore")
+    if len(orjson.dumps(text)) > budget:  # the longest prefix whose encoding fits (binary search)
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if len(orjson.dumps(text[:mid])) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        text = text[:lo]
+    data["content"] = text
     return {**ev, "data": data}
 
 

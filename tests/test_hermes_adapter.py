@@ -1022,3 +1022,31 @@ def test_a_switch_killed_between_its_two_moves_is_finished_by_the_next_open(tmp_
         assert head(db) == n and [m["content"] for m in db.get_messages("a")] == ["hello"]
     finally:
         db.close()
+
+
+def test_a_message_too_large_for_one_event_does_not_stop_the_switch(tmp_path: Path) -> None:
+    """A tool output of control characters is six bytes a character encoded: 3.7 MB of them is
+    over an event's 16 MiB. The switch failed on every open, so Hermes could not start on the
+    profile (found by an outside audit); it now keeps the part of the content that fits, warns,
+    and imports everything else."""
+    blob = "".join(chr(c) for c in range(1, 32)) * 120_000
+    path = tmp_path / "h" / "state.db"
+    path.parent.mkdir()
+    conn = sqlite3.connect(path)
+    create(conn)
+    conn.execute("DROP TABLE eventlog_projection")
+    conn.execute("PRAGMA application_id = 0")
+    conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s', 'cli', 1.0)")
+    for i, (role, content) in enumerate((("user", "cat firmware.bin"), ("tool", blob), ("assistant", "done"))):
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('s', ?, ?, ?)",
+                     (role, content, 2.0 + i))
+    conn.commit()
+    conn.close()
+    db = SessionDB(path)
+    try:
+        got = db.get_messages("s")
+        assert [m["role"] for m in got] == ["user", "tool", "assistant"]
+        assert got[0]["content"] == "cat firmware.bin" and got[2]["content"] == "done"
+        assert 1_000_000 < len(got[1]["content"]) < len(blob) and blob.startswith(got[1]["content"])
+    finally:
+        db.close()

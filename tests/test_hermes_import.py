@@ -304,7 +304,7 @@ def test_content_larger_than_an_event_is_cut_not_lost(tmp_path: Path) -> None:
     conn.close()
     log = MemoryLog()
     report = import_hermes(log, path)
-    assert report.messages == 2 and any("first 8 MiB were kept" in w for w in report.warnings)
+    assert report.messages == 2 and any("its first 8,388,608 bytes were kept" in w for w in report.warnings)
     texts = [r[0] for r in project(log).execute("SELECT content FROM messages ORDER BY id")]
     assert len(texts[0]) == 8 * 1024 * 1024 and texts[1] == "small"
 

@@ -27,7 +27,7 @@ from typing import Any
 from eventlog.adapters.hermes import projection
 from eventlog.adapters.hermes.projection import fsync_dir
 from eventlog.errors import StorageError
-from sqlite_export.hermes import hermes_events
+from sqlite_export.hermes import ImportReport, append_batch, hermes_events
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
@@ -92,17 +92,20 @@ def adopt(layout: projection.Layout) -> int:
         conn = snapshot(source, Path(tmp) / "snapshot.db")
         try:
             target = EventLog.open(staging, profile=projection.PROFILE)
+            report = ImportReport()  # a message too large for one event keeps what fits, with a warning
             try:
                 batch: list[dict[str, Any]] = []
                 for ev in hermes_events(conn):
                     batch.append(ev)
                     if len(batch) >= EVENTS_PER_APPEND:
-                        written += len(target.append(batch))
+                        written += append_batch(target, batch, report)
                         batch = []
                 if batch:
-                    written += len(target.append(batch))
+                    written += append_batch(target, batch, report)
             finally:
                 target.close()
+            for warning in report.warnings:
+                log.warning("importing %s: %s", source, warning)
         finally:
             conn.close()
     st = os.stat(source)
