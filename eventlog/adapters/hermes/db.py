@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from eventlog.adapters.hermes import text
 from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, next_message_id, numbered
-from eventlog.adapters.hermes.engine import Engine, Tx, finalizer
+from eventlog.adapters.hermes.engine import Engine, Tx, finalizer, is_corrupt
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
 from eventlog.adapters.hermes.raw import RawConnection, UnsupportedRawWrite, capture
@@ -224,7 +224,14 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                     self._connect_reader()
                 if engine is not None:
                     engine.refresh(self._reader)  # type: ignore[arg-type]
-            yield self._reader  # type: ignore[misc]
+            try:
+                yield self._reader  # type: ignore[misc]
+            except sqlite3.DatabaseError as e:
+                # A damaged projection page: the query fails as it would on Hermes' own file, but
+                # the projection is rebuilt from the log at once, so the next call is served.
+                if engine is not None and not self.read_only and is_corrupt(e):
+                    engine.heal(e)
+                raise
 
     def close(self) -> None:
         """Close this handle (others on the same path keep working); idempotent."""

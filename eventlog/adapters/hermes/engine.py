@@ -254,7 +254,7 @@ class Engine:
             self._hash_seq = cursor
         self._cursor = cursor
 
-    def write(self, fn: Callable[[Tx], T]) -> T:
+    def write(self, fn: Callable[[Tx], T], *, healed: bool = False) -> T:
         """Run ``fn`` as one atomic write (see the module docstring); returns its result.
 
         Concurrent calls of this process are committed in groups: the first caller leads, runs
@@ -287,6 +287,11 @@ class Engine:
                     self._leading = False
                     turn.notify_all()
         if req.error is not None:
+            if not healed and is_corrupt(req.error):
+                # The projection file is damaged (a torn page, a disk fault): nothing of this
+                # write reached the log, so it is rebuilt from the log and the write runs again.
+                self.heal(req.error)
+                return self.write(fn, healed=True)
             raise req.error
         return req.result  # type: ignore[no-any-return]
 
@@ -442,12 +447,24 @@ class Engine:
             self._sync(self._connection())
             return seq
 
+    def heal(self, error: BaseException) -> None:
+        """Rebuild a projection a query found damaged (:func:`is_corrupt`); the log is the data."""
+        log.warning("hermes projection %s is damaged (%s); rebuilding it from the log", self.layout.pointer, error)
+        self.rebuild()
+
     def rebuild(self) -> Path:
         """Rebuild the projection from the log now (``eventlog``-side repair)."""
         with self.mutex, self.lease:
             path = projection.rebuild(self.layout, self.log)
             self._sync(self._connection())
             return path
+
+
+def is_corrupt(error: BaseException) -> bool:
+    """True for SQLite's "database disk image is malformed" and "file is not a database" (the
+    primary result codes SQLITE_CORRUPT and SQLITE_NOTADB, whatever the extended code)."""
+    code = getattr(error, "sqlite_errorcode", None)
+    return isinstance(error, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in (11, 26)
 
 
 KEPT_BY_DELETE = frozenset({"hermes.compression_lock_acquired", "hermes.compression_lock_refreshed",
