@@ -1085,3 +1085,41 @@ def test_a_damaged_page_of_the_projection_is_rebuilt_from_the_log(tmp_path: Path
         assert len(db.search_messages("damage")) == 1
     finally:
         db.close()
+
+
+READER_AFTER_SWAP = """
+import sys
+from pathlib import Path
+from eventlog.adapters.hermes import SessionDB
+db = SessionDB(Path(sys.argv[1]), read_only=sys.argv[2] == "1")
+db.get_messages("live")
+print("ready", flush=True)
+sys.stdin.readline()  # the writer's calls have returned
+print(len(db.get_messages("live")), flush=True)
+"""
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_writes_after_an_erase_are_visible_to_another_process_at_once(tmp_path: Path, read_only: bool) -> None:
+    """An erase rebuilds the projection into a new generation; a long-lived handle of another
+    process kept reading the old file until its next periodic check (it saw 1 of 3 acknowledged
+    messages; found by an outside audit). Every read now follows the swap."""
+    path = tmp_path / "state.db"
+    w = SessionDB(path)
+    try:
+        w.create_session("old", "cli")
+        w.create_session("live", "cli")
+        w.append_message("live", "user", "m1")
+        child = subprocess.Popen([sys.executable, "-c", READER_AFTER_SWAP, str(path), "1" if read_only else "0"],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "ready"
+        w.delete_session("old")
+        w.append_message("live", "user", "m2")
+        w.append_message("live", "user", "m3")
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "3"
+        assert child.wait(timeout=60) == 0
+    finally:
+        w.close()

@@ -203,7 +203,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
         """The read connection, current: it follows a swap this process's writer made at once,
-        and every :data:`CHECK_EVERY_S` looks for a swap another process made and lets the
+        and a swap another process made at the next read; every :data:`CHECK_EVERY_S` it lets the
         engine catch up a tail a crashed writer left (writes of live processes are applied
         before they return, so they are always visible)."""
         with self._lock:
@@ -213,15 +213,17 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             engine = self._engine
             if engine is not None and engine.generation != self._generation:
                 self._connect_reader()
+            # Every read follows a swap another process made (one readlink): the writes acknowledged
+            # since went into the new file, and the old one is only what it was at the swap.
+            try:
+                target: str | None = os.readlink(self.db_path)
+            except OSError:
+                target = None
+            if target != self._target:
+                self._connect_reader()
             now = time.monotonic()
             if now >= self._next_check:
                 self._next_check = now + CHECK_EVERY_S
-                try:
-                    target: str | None = os.readlink(self.db_path)
-                except OSError:
-                    target = None
-                if target != self._target:
-                    self._connect_reader()
                 if engine is not None:
                     engine.refresh(self._reader)  # type: ignore[arg-type]
             try:
