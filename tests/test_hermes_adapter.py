@@ -265,6 +265,12 @@ def test_read_only_handles_never_take_the_writer(path: Path) -> None:
         assert ro.search_messages("hello")
         with pytest.raises(sqlite3.OperationalError):
             ro.create_session("nope", "cli")
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.append_message("s1", "user", "nope")
+        # Maintenance with nothing to do answers as on Hermes' read-only connection (it raised).
+        assert ro.prune_sessions(older_than_days=90) == 0 and ro.delete_empty_sessions() == 0
+        assert ro.prune_empty_ghost_sessions() == 0 and ro.optimize_fts() == 0 and ro.rebuild_fts() == 0
+        assert ro.import_sessions([])["imported"] == 0
         ro.close()
         assert time.monotonic() - started < 2
     finally:

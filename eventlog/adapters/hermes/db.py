@@ -253,7 +253,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def _write(self, fn: Callable[[Tx], Any]) -> Any:
         if self.read_only:
-            raise sqlite3.OperationalError("attempt to write a readonly database")
+            return self._read_only_write(fn)
         engine = self._engine
         if engine is None or self._reader is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
@@ -268,6 +268,23 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             finally:
                 self._cadence.on = False
         return result
+
+    def _read_only_write(self, fn: Callable[[Tx], Any]) -> Any:
+        """A write call on a read_only handle: run on its read-only connection, as Hermes' own
+        read-only connection would run it -- a call with nothing to do (a prune that matches no
+        session) returns its empty answer, one that would change a row raises OperationalError
+        ('attempt to write a readonly database'). Nothing reaches the log either way."""
+        with self._reading() as conn:
+            conn.execute("SAVEPOINT read_only_write")
+            try:
+                tx = Tx(conn)
+                result = fn(tx)
+                if tx.events:
+                    raise sqlite3.OperationalError("attempt to write a readonly database")
+                return result
+            finally:
+                conn.execute("ROLLBACK TO read_only_write")
+                conn.execute("RELEASE read_only_write")
 
     def _raw(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         return self._write(lambda tx: capture(tx, fn))
@@ -1005,9 +1022,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     # ---- maintenance of the projection file ----------------------------------------------
 
     def _on_writer(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn`` on the projection writer under the lease (layout-only work, no events)."""
+        """Run ``fn`` on the projection writer under the lease (layout-only work, no events); on a
+        read_only handle, on its read-only connection, where what would write fails as in Hermes."""
         if self.read_only:
-            raise sqlite3.OperationalError("attempt to write a readonly database")
+            with self._reading() as conn:
+                return fn(conn)
         engine = self._engine
         if engine is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
