@@ -36,6 +36,10 @@ def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
         conn.close()
 
 
+def path_of(db: SessionDB) -> str:
+    return os.path.realpath(db.db_path)
+
+
 def head(db: SessionDB) -> int:
     assert db._engine is not None
     return int(db._engine.log.head()[0])
@@ -941,6 +945,9 @@ def test_nan_usage_is_refused_like_hermes_and_writes_nothing(tmp_path: Path) -> 
         row = db.get_session("s")
         assert (row["input_tokens"], row["output_tokens"], row["api_call_count"]) == (150, 15, 2)
         db.update_token_counts("s", actual_cost_usd=nan, model="gpt")  # a session column: Hermes takes it
+        db.record_auxiliary_usage("s", "vision", model="m", estimated_cost_usd=2**63)  # Hermes binds float(cost)
+        assert sqlite3.connect(path_of(db)).execute(
+            "SELECT estimated_cost_usd FROM session_model_usage WHERE task = 'vision'").fetchone() == (float(2**63),)
     finally:
         db.close()
 

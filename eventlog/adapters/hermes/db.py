@@ -591,6 +591,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return
         _refuse_nan_usage(1, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
                           estimated_cost_usd)
+        if isinstance(estimated_cost_usd, int) and not isinstance(estimated_cost_usd, bool):
+            estimated_cost_usd = float(estimated_cost_usd)  # Hermes binds float(cost): 2**63 is a REAL, not an overflow
         data: dict[str, Any] = {"task": sql_value(task, "task"), "api_call_count": 1, "now": time.time()}
         for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
                             ("cache_read_tokens", cache_read_tokens), ("cache_write_tokens", cache_write_tokens),
