@@ -387,3 +387,23 @@ def test_delete_thread_can_erase_the_thread_from_every_file(tmp_path: Path) -> N
     with SessionStore.open(tmp_path, follower=False) as store:
         assert store.log.verify().ok and store.log.verify().erased > 0
         assert store.get_session("lg:secret-thread") is None
+
+
+def test_a_thread_erased_by_another_process_is_gone_for_an_open_saver(tmp_path: Path) -> None:
+    """An erase changes no stream version, so the saver's copy of the thread kept answering
+    get_tuple with the erased checkpoint and its writes kept landing in the erased stream. The
+    log's erase mark now makes it forget what it knew."""
+    config = {"configurable": {"thread_id": "t"}}
+    with EventlogSaver(home=tmp_path) as saver:
+        graph = _chat_graph(saver)
+        graph.invoke({"messages": [("user", "secret")]}, config)
+        assert saver.get_tuple(config) is not None
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
+                            "sessions", "erase", lg_model.thread_session("t"), "--reason", "gdpr"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert saver.get_tuple(config) is None
+        head = saver._open().log.head()[0]
+        with pytest.raises(NotFoundError):
+            graph.invoke({"messages": [("user", "again")]}, config)
+        assert saver._open().log.head()[0] == head

@@ -629,3 +629,20 @@ def test_erasing_a_session_never_written_does_nothing(home: Path) -> None:
     run(s.add_items([user("hello")]))
     assert contents(run(s.get_items())) == ["hello"]
     s.close()
+
+
+def test_an_open_session_serves_nothing_another_process_erased(home: Path) -> None:
+    """The object's history is keyed on the stream version, which an erase does not change: after
+    `eventlog sessions erase` in another process an open session kept serving (and would send
+    to the model) the erased items (found by an outside audit). The log's erase mark says so."""
+    import subprocess
+    import sys
+
+    s = make(home, "chat-9")
+    run(s.add_items([user("my card number is 4111 1111 1111 1111")]))
+    assert len(run(s.get_items())) == 1
+    r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                        "sessions", "erase", "chat-9", "--reason", "user request"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert run(s.get_items()) == [] and run(s.pop_item()) is None
+    s.close()

@@ -349,3 +349,33 @@ def test_a_dictionary_is_not_retired_while_a_process_of_an_earlier_version_has_t
     lg.compact()
     assert lg._core.compression.current > trained and traces(tmp_path) == [] and lg.verify().ok
     lg.close()
+
+
+def test_the_erase_mark_moves_and_an_erased_stream_refuses_a_counted_append(tmp_path: Path) -> None:
+    """Caches keyed on a stream version need it: an erase rewrites events without changing any
+    stream's version."""
+    from eventlog.log.memory import MemoryLog
+
+    for lg in (EventLog.open(tmp_path / "log"), MemoryLog()):
+        try:
+            seqs = lg.append([{"type": "t.x", "session": "s", "data": {"n": i}} for i in range(3)])
+            assert lg.erase_mark() == 0
+            first = lg.erase(seqs[:1], {"reason": "one"})
+            assert lg.erase_mark() == first
+            second = lg.erase(seqs[1:2], {"reason": "two"})
+            assert lg.erase_mark() == second > first and lg.stream_version("s") == 3
+            if isinstance(lg, EventLog):
+                lg.compact()
+                assert lg.erase_mark() == second
+            # An append at the count a caller saw before the stream was erased is refused: the
+            # count is the same, the stream is not (a cached handle would write past the erase).
+            other = lg.append([{"type": "t.x", "session": "e", "data": {"n": 0}}])
+            lg.erase(other, {"reason": "all of e"})
+            from eventlog.errors import ConcurrencyError
+
+            with pytest.raises(ConcurrencyError):
+                lg.append([{"type": "t.x", "session": "e", "data": {"n": 1}}], expected_version=1)
+            assert lg.stream_version("e") == 1
+            assert lg.append([{"type": "t.x", "session": "s", "data": {"n": 9}}], expected_version=3)
+        finally:
+            lg.close()

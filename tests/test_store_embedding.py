@@ -181,11 +181,13 @@ def test_bad_arguments_and_a_closed_handle_of_a_shared_profile_are_refused(tmp_p
         assert not (tmp_path / "x.db").exists()
 
 
+@pytest.mark.parametrize("how", ["delete", "erase"])
 @pytest.mark.parametrize("follower", [False, True])
-def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Path, follower: bool) -> None:
+def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Path, follower: bool, how: str) -> None:
     """A handle that already appended to a session (its fast path trusts what it saw) must not
     keep appending after another process deleted it: the appends would be acknowledged and
-    never readable (found by an outside audit through EventlogSession)."""
+    never readable (found by an outside audit through EventlogSession). An erase changes no
+    stream version: the log's erase mark says that one happened."""
     from eventlog.errors import NotFoundError
 
     s = SessionStore.open(tmp_path, follower=follower)
@@ -193,8 +195,9 @@ def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Pa
         s.create_session("chat-1")
         s.append_message("chat-1", "user", "a")
         s.record_usage("chat-1", model="m", input_tokens=1)
+        args = ["sessions", "delete", "chat-1"] if how == "delete" else ["sessions", "erase", "chat-1", "--reason", "t"]
         r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
-                            "sessions", "delete", "chat-1"], capture_output=True, text=True, timeout=120)
+                            *args], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr
         head = s.log.head()[0]
         with pytest.raises(NotFoundError):

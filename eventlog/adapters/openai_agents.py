@@ -171,12 +171,13 @@ class _History:
     """This object's copy of the session's active messages as of a stream version: (message id,
     the item as JSON bytes or None for a message this adapter did not write)."""
 
-    __slots__ = ("version", "ids", "items")
+    __slots__ = ("version", "ids", "items", "mark")
 
-    def __init__(self, version: int, ids: list[int], items: list[bytes | None]) -> None:
+    def __init__(self, version: int, ids: list[int], items: list[bytes | None], mark: int | None = None) -> None:
         self.version = version
         self.ids = ids
         self.items = items
+        self.mark = mark  # the store's erase mark it was read at (an erase changes no version)
 
 
 def _encoded(message: dict[str, Any]) -> bytes | None:
@@ -249,24 +250,25 @@ class EventlogSession:
         rewound meanwhile (else everything is read again). Caller holds ``_history_lock``.
         """
         version = store.version(self.key)
+        mark = store.erase_mark()
         h = self._history
-        if h is not None and h.version == version:
+        if h is not None and h.version == version and h.mark == mark:
             return h
         if version == 0:
-            h = _History(0, [], [])
+            h = _History(0, [], [], mark)
         else:
             store.sync()  # the projections hold at least what the version counted, other writers' included
             h = None
-            if self._history is not None:
+            if self._history is not None and self._history.mark == mark:
                 known = self._history
                 fresh = store.get_messages(self.key, after=known.ids[-1]) if known.ids else store.get_messages(self.key)
                 info = store.get_session(self.key)
                 if info is not None and info.get("message_count") == len(known.ids) + len(fresh):
                     h = _History(version, known.ids + [m["id"] for m in fresh],
-                                 known.items + [_encoded(m) for m in fresh])
+                                 known.items + [_encoded(m) for m in fresh], mark)
             if h is None:
                 msgs = store.get_messages(self.key)
-                h = _History(version, [m["id"] for m in msgs], [_encoded(m) for m in msgs])
+                h = _History(version, [m["id"] for m in msgs], [_encoded(m) for m in msgs], mark)
         self._history = h
         return h
 
@@ -279,7 +281,7 @@ class EventlogSession:
             if h is None or h is not before:
                 return
             if store.version(self.key) == h.version + len(ids):
-                self._history = _History(h.version + len(ids), h.ids + ids, h.items + items)
+                self._history = _History(h.version + len(ids), h.ids + ids, h.items + items, h.mark)
             # else someone else wrote too: the next read refreshes from the store
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
@@ -364,7 +366,7 @@ class EventlogSession:
                     store.rewind(self.key, h.ids[at], expected_version=h.version)
                 except ConcurrencyError:
                     continue  # the session moved on (an add or another pop): look again
-                self._history = _History(h.version + 1, h.ids[:at], h.items[:at])
+                self._history = _History(h.version + 1, h.ids[:at], h.items[:at], h.mark)
                 return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
     async def clear_session(self, *, wrapper: Any = None, erase: bool = False) -> None:
@@ -381,7 +383,7 @@ never written it does nothing."""
             if store.get_session(self.key) is None and not store.version(self.key):
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
-            self._history = _History(store.version(self.key), [], [])
+            self._history = _History(store.version(self.key), [], [], store.erase_mark())
             self._created = True
 
     def _clear(self) -> None:
@@ -395,7 +397,7 @@ never written it does nothing."""
                     store.rewind(self.key, h.ids[0], expected_version=h.version)
                 except ConcurrencyError:
                     continue
-                self._history = _History(h.version + 1, [], [])
+                self._history = _History(h.version + 1, [], [], h.mark)
                 return
 
     # ------------------------------------------------------------------ lifecycle

@@ -78,7 +78,9 @@ class Log(Protocol):
         durable; return their seqs. A caller id already stored with the same content returns its
         original seq and writes nothing; with other content raises ``DuplicateEventError``.
         ``expected_version`` (events the single session stream of the batch holds) raises
-        ``ConcurrencyError`` on a mismatch. Bad input raises ``ValidationError`` naming the field."""
+        ``ConcurrencyError`` on a mismatch, and on a stream that was erased (its first and last
+        events are stubs: an erase changes no count, and the stream is not the one the caller
+        counted; the LMDB and memory logs). Bad input raises ``ValidationError`` naming the field."""
         ...
 
     def append_sealed(self, raws: Sequence[bytes]) -> int:

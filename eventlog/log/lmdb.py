@@ -1302,12 +1302,36 @@ class _Environment:
             # own rows are not in the table yet), plus what earlier requests of the group add.
             base = self._versions.get(stream)
             if base is None:
-                base = self._versions[stream] = stream_cur.count() if stream_cur.set_key(stream.encode()) else 0
+                if stream_cur.set_key(stream.encode()):
+                    first = bytes(stream_cur.value())
+                    base = stream_cur.count()
+                    last = bytes(stream_cur.value()) if stream_cur.last_dup() else first
+                    if self._is_erased(txn, first) and self._is_erased(txn, last):
+                        # An erased stream (its first and last events are stubs) is not the stream
+                        # the caller counted, though an erase changes no count: refused (not
+                        # cached: the next append asks again).
+                        r.seqs, r.error = [], ConcurrencyError(stream, r.expected, base)
+                        return []
+                else:
+                    base = 0
+                self._versions[stream] = base
             actual = base + pending.added.get(stream, 0)
             if actual != r.expected:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
         return fresh
+
+    def _is_erased(self, txn: lmdb.Transaction, key: bytes) -> bool:
+        """Whether the event at ``key`` is an erased one (a stub)."""
+        value = txn.get(key, db=self._events)
+        if value is None:
+            return False
+        if self.format == FORMAT_2:
+            return bytes(value[:1]) == bytes((stored.KIND_ERASED,))
+        try:
+            return codec.is_stub(codec.decode(bytes(value)))
+        except ValueError:
+            return False
 
     def _derive(self, it: codec.Prepared, seq: int, ts: int, ids_cur: lmdb.Cursor,
                 pending: _Pending) -> tuple[codec.Prepared, int]:
@@ -1365,6 +1389,7 @@ class _Environment:
                 for k, v in stubs:
                     txn.put(k, v, db=self._events)
                 txn.put(b"head", key + bytes.fromhex(digest), db=self._meta)
+                txn.put(b"erased", b"%d" % seq, db=self._meta)  # the erase mark (see erase_mark)
                 self._taint_dicts(txn, [q for q, _ in listed])
                 txn.commit()
             except lmdb.Error as e:
@@ -1581,6 +1606,12 @@ class _Environment:
     def _get_raw(self, txn: lmdb.Transaction, key: bytes) -> bytes | None:
         raw = txn.get(key, db=self._events)
         return None if raw is None else bytes(raw)
+
+    def erase_mark(self) -> int:
+        """The seq of the last ``log.erased`` record this release wrote (0: none)."""
+        with self._read() as txn:
+            raw = txn.get(b"erased", db=self._meta)
+        return int(raw) if raw else 0
 
     def stream_version(self, session: str) -> int:
         """The number of events in ``session``'s stream (0 for an unknown session)."""
@@ -1862,6 +1893,12 @@ class EventLog(LogBase):
 
     def stream_version(self, session: str) -> int:
         return self._live().stream_version(str_arg(session, "session"))
+
+    def erase_mark(self) -> int:
+        """The seq of the last ``log.erased`` record (0: none; a record written by a release
+        before this one is not counted). An erase rewrites events without changing any stream's
+        version, so a cache that trusts a stream version also compares this mark."""
+        return self._live().erase_mark()
 
     def event_seq(self, event_id: str) -> int | None:
         return self._live().event_seq(str_arg(event_id, "event_id"))

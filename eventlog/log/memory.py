@@ -26,6 +26,7 @@ class MemoryStorage:
         self.streams: dict[str, list[int]] = {}
         self.head_seq = 0
         self.head = codec.ZERO_HASH
+        self.erased_at = 0  # seq of the last log.erased record
         self.lock = threading.Condition()
 
 
@@ -76,9 +77,11 @@ class MemoryLog(LogBase):
                     seqs[i] = old
             if fresh and expected_version is not None:
                 session = items[0].session
-                actual = len(s.streams.get(session or "", []))
-                if actual != expected_version:
-                    raise ConcurrencyError(session, expected_version, actual)
+                stream = s.streams.get(session or "", [])
+                actual = len(stream)
+                erased = bool(stream) and all(codec.is_stub(codec.decode(s.events[q])) for q in (stream[0], stream[-1]))
+                if actual != expected_version or erased:
+                    raise ConcurrencyError(session, expected_version, actual)  # an erased stream is not the one counted
             for i in fresh:
                 it = items[i]
                 seq = s.head_seq = s.head_seq + 1
@@ -135,8 +138,15 @@ class MemoryLog(LogBase):
             s.ids[p.id] = seq
             s.head_seq, s.head = seq, digest
             s.events.update(stubs)
+            s.erased_at = seq
             self._lock.notify_all()
             return seq
+
+    def erase_mark(self) -> int:
+        """See :meth:`eventlog.log.lmdb.EventLog.erase_mark`."""
+        self._check_open()
+        with self._lock:
+            return self.storage.erased_at
 
     def event_seq(self, event_id: str) -> int | None:
         self._check_open()

@@ -508,12 +508,12 @@ class SessionStore:
 
         A session this store saw live is not looked up again: the append is made at the stream
         version it knew then, so anything another handle or process appended to the stream
-        since — a deletion — makes the log refuse it (nothing written), and the session is then
-        checked again on the caught-up read model. An established session this store has not
+        since — a deletion — or an erase of it makes the log refuse it (nothing written), and
+        the session is then checked again on the caught-up read model. An established session this store has not
         seen is checked on the read model as it stands (no catch-up wait); only an unknown
         session pays for read-your-writes."""
         recheck = False
-        for _ in range(100):
+        for _ in range(3):  # at most twice at a freshly read version after the first refusal
             version = self._live.get(sid)
             if version is None:
                 version = self.log.stream_version(sid)  # before the check: a later change is refused
@@ -528,6 +528,9 @@ class SessionStore:
                 continue
             self._remember(sid, version + len(batch))
             return seqs
+        # Refused again at versions read just before: other writers keep appending to the stream,
+        # or its first and last events were erased while the session lives on. Checked live just
+        # now: appended without a version.
         self._need_live(sid)
         return self._append(batch)
 
@@ -972,6 +975,13 @@ class SessionStore:
             raise ValidationError("log", "this log backend does not compact (only the LMDB log does)")
         result: dict[str, Any] = compact()
         return result
+
+    def erase_mark(self) -> int | None:
+        """The log's erase mark (:meth:`eventlog.log.lmdb.EventLog.erase_mark`), or None when the
+        log's backend does not keep one. It changes with every erase, which changes no stream
+        version: a cache keyed on :meth:`version` compares it too."""
+        mark = getattr(self.log, "erase_mark", None)
+        return None if mark is None else int(mark())
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""

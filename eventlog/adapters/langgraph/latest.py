@@ -25,8 +25,8 @@ each read deserializes them anew (callers may mutate what they get).
 
 Events of a thread are always in the thread's stream (the event types refuse any other, see
 :mod:`model`), so the stream version covers every event that changes the thread's rows. An
-erase by another process rewrites a stream without changing its version: this process's copy of
-that thread is dropped by its next write there (which the erase makes fail), not before.
+erase rewrites a stream without changing its version: the saver compares the log's erase mark
+(:meth:`SessionStore.erase_mark`) on every call and drops every copy when it moved.
 """
 from __future__ import annotations
 
@@ -217,6 +217,11 @@ class Copies:
             self._copies[sid] = copy
             if len(self._copies) > self._limit:
                 del self._copies[next(iter(self._copies))]
+
+    def clear(self) -> None:
+        """Drop every copy (an erase happened: it changes no stream version)."""
+        with self._mu:
+            self._copies.clear()
 
     def drop(self, sid: str) -> None:
         with self._mu:

@@ -121,6 +121,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._mirrored: dict[str, set[str]] = {}
         self._one_batch = True
         self._copies = latest.Copies()
+        self._erase_mark: int | None = None
         self._combiner = combine.Combiner(self._append_batch)
 
     def get_next_version(self, current: Any, channel: Any) -> str:
@@ -146,6 +147,20 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if self._store is None:
                 self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
             return self._store
+
+    def _check_erases(self, store: SessionStore) -> None:
+        """An erase (this process or another) rewrites streams without changing their versions:
+        when the log's erase mark moved, nothing this saver knows of a thread is trusted any
+        more -- its copies, the sessions it saw live (a write to an erased thread is then
+        refused) and what it mirrored. Asked by the reads (a graph's run starts with one), not
+        by each write: a read of the mark is a few system calls, and on the write path every
+        GIL release spreads a step's concurrent writes apart, which costs their shared commit."""
+        mark = store.erase_mark()
+        if mark != self._erase_mark:
+            self._copies.clear()
+            self._sessions.clear()
+            self._mirrored.clear()
+            self._erase_mark = mark
 
     def close(self) -> None:
         """Give back this saver's share of the store (idempotent)."""
@@ -287,6 +302,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         cid = get_checkpoint_id(config)
         cid = _text(cid) if cid else None
         store = self._open()
+        self._check_erases(store)
         try:
             sid: str | None = model.thread_session(tid)
         except ValidationError:
@@ -357,6 +373,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             sql += f" LIMIT {max(int(limit), 0)}"
         out: list[CheckpointTuple] = []
         store = self._open()
+        self._check_erases(store)
         with self._reads(store) as conn:
             for row in conn.execute(sql, params).fetchall():
                 if limit is not None and len(out) >= limit:
