@@ -97,17 +97,18 @@ def item_to_message(item: Any, index: int = 0) -> dict[str, Any]:
         "display_kind": (KIND_PREFIX + kind_name)[:1024],
         "display_metadata": {"item": rest, "content_key": key},
     }
-    try:
-        size = len(orjson.dumps(message))
-    except (TypeError, orjson.JSONEncodeError):
-        size = 0  # not JSON: the validator names the field
-    if size + _ENVELOPE_ROOM > MAX_EVENT_BYTES:
-        raise EventTooLargeError(f"items[{index}]", "the item's event would exceed 16 MiB")
     call_id = _short(item.get("call_id"))
     if call_id is not None:
         message["tool_call_id"] = call_id
     if kind_name == "function_call" and _short(item.get("name")) is not None:
         message["tool_name"] = item["name"]
+    try:  # measured whole, the copied call id and name included (an outside audit found an item
+        # that passed without them and then failed as ValidationError('items[0].data'))
+        size = len(orjson.dumps(message))
+    except (TypeError, orjson.JSONEncodeError):
+        size = 0  # not JSON: the validator names the field
+    if size + _ENVELOPE_ROOM > MAX_EVENT_BYTES:
+        raise EventTooLargeError(f"items[{index}]", "the item's event would exceed 16 MiB")
     return message
 
 
