@@ -176,6 +176,19 @@ def test_thread_ids_of_any_shape_are_kept_exactly(saver: EventlogSaver) -> None:
     assert lg_model.thread_session("with space").startswith("lg:h-")
 
 
+def test_ids_with_surrogates_are_refused_not_merged(saver: EventlogSaver) -> None:
+    """Replacing a lone surrogate made "user-\\ud800" and "user-\\udfff" one thread (each read the
+    other's checkpoint; found by an outside audit): such ids cannot be stored, so they are refused."""
+    for tid in ("user-\ud800", "user-\udfff", "pair-\ud83d\ude00"):
+        with pytest.raises(ValidationError) as info:
+            saver.put(cfg(tid), checkpoint({"v": 1}, {"v": 1}), {"step": 0}, {"v": 1})
+        assert info.value.field == "thread_id"
+        with pytest.raises(ValidationError):
+            saver.get_tuple(cfg(tid))
+    saver.put(cfg("user-\U0001f600"), checkpoint({"v": 1}, {"v": 1}), {"step": 0}, {"v": 1})  # the character itself is fine
+    assert saver.get_tuple(cfg("user-\U0001f600")) is not None
+
+
 def test_prune_and_delete_for_runs_reach_ids_with_nul(saver: EventlogSaver) -> None:
     """Ids are bound as parameters, not passed through a JSON array that SQLite cuts at a NUL
     (prune and delete_for_runs silently did nothing for such ids, found by an outside audit)."""

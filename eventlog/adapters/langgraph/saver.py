@@ -28,7 +28,6 @@ from eventlog.adapters.langgraph import combine, latest, model
 from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, NotFoundError, ValidationError
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.events import make_event
-from eventlog.sessions.rules import clean_text
 from eventlog.sessions.store import SessionStore
 
 SOURCE = "langgraph"
@@ -38,9 +37,17 @@ _COLUMNS = ("thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, chec
             "metadata_type, metadata, channel_versions")
 
 
-def _text(value: Any) -> str:
-    """Ids as the saver keys them: strings (a UUID or int id becomes its text), surrogates replaced."""
-    return clean_text(value if isinstance(value, str) else str(value))
+def _text(value: Any, field: str = "id") -> str:
+    """Ids as the saver keys them: strings (a UUID or int id becomes its text). An id with a
+    surrogate code point cannot be stored as it is (neither JSON nor SQLite text holds one), and
+    any replacement would make two ids one thread (an outside audit read one thread's checkpoint
+    through another id): refused, ValidationError naming ``field``."""
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "must not contain surrogate code points (they cannot be stored)") from None
+    return str.__str__(text)
 
 
 def _jsonable(value: Any) -> Any:
@@ -298,9 +305,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
         cid = get_checkpoint_id(config)
-        cid = _text(cid) if cid else None
+        cid = _text(cid, "checkpoint_id") if cid else None
         store = self._open()
         self._check_erases(store)
         try:
@@ -353,16 +360,16 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         conf = (config or {}).get("configurable") or {}
         if conf.get("thread_id") is not None:
             where.append("thread_id = ?")
-            params.append(_text(conf["thread_id"]))
+            params.append(_text(conf["thread_id"], "thread_id"))
         if conf.get("checkpoint_ns") is not None:
             where.append("checkpoint_ns = ?")
-            params.append(_text(conf["checkpoint_ns"]))
+            params.append(_text(conf["checkpoint_ns"], "checkpoint_ns"))
         if config is not None and get_checkpoint_id(config):
             where.append("checkpoint_id = ?")
-            params.append(_text(get_checkpoint_id(config)))
+            params.append(_text(get_checkpoint_id(config), "checkpoint_id"))
         if before is not None and get_checkpoint_id(before):
             where.append("checkpoint_id < ?")
-            params.append(_text(get_checkpoint_id(before)))
+            params.append(_text(get_checkpoint_id(before), "before"))
         sql = f"SELECT {_COLUMNS} FROM langgraph_checkpoints"
         if where:
             sql += " WHERE " + " AND ".join(where)
@@ -390,7 +397,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
         parent = conf.get("checkpoint_id")
         dumps = self.serde.dumps_typed
         stripped = dict(checkpoint)
@@ -408,8 +415,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         meta = get_checkpoint_metadata(config, metadata)
         ctype, craw = dumps(stripped)
         mtype, mraw = dumps(meta)
-        cid = _text(checkpoint["id"])
-        parent_id = _text(parent) if parent else None
+        cid = _text(checkpoint["id"], "checkpoint.id")
+        parent_id = _text(parent, "checkpoint_id") if parent else None
         versions = dict(checkpoint.get("channel_versions", {}))
         data: dict[str, Any] = {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent_id,
@@ -478,7 +485,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"]), _text(conf.get("checkpoint_ns", ""))
+        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
         rows, raws = [], []
         for idx, (channel, value) in enumerate(writes):
             kind, raw = self.serde.dumps_typed(value)
@@ -489,7 +496,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         store = self._open()
         sid = model.thread_session(tid)
-        cid, task, path = _text(conf["checkpoint_id"]), _text(task_id), _text(task_path)
+        cid, task, path = _text(conf["checkpoint_id"], "checkpoint_id"), _text(task_id, "task_id"), _text(task_path, "task_path")
         events = [{"type": "langgraph.writes_put", "session": sid, "data": {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path,
             "writes": rows}}]
@@ -516,7 +523,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's checkpoints and writes from the read model (the log keeps them) and
         rewind its mirrored messages."""
-        tid = _text(thread_id)
+        tid = _text(thread_id, "thread_id")
         store = self._open()
         sid = model.thread_session(tid)
         known = self._threads_with(store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (tid,))
@@ -549,7 +556,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         """Remove every checkpoint (and its writes) whose metadata ``run_id`` is one of ``run_ids``."""
         # LangGraph drops NUL from metadata before a saver sees it (a run "a\x00b" is stored as
         # "ab"), so the ids asked for are matched the same way.
-        runs = sorted({_text(r).replace("\x00", "") for r in run_ids})
+        runs = sorted({_text(r, "run_ids").replace("\x00", "") for r in run_ids})
         if not runs:
             return
         store = self._open()
@@ -562,7 +569,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, blob and write of one thread to another (and the mirrored messages)."""
-        src, dst = _text(source_thread_id), _text(target_thread_id)
+        src, dst = _text(source_thread_id, "source_thread_id"), _text(target_thread_id, "target_thread_id")
         store = self._open()
         if src == dst or not self._threads_with(
                 store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (src,)):
@@ -585,7 +592,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         it uses); ``delete``: remove every checkpoint. The log keeps everything either way."""
         if strategy not in ("keep_latest", "delete"):
             raise ValidationError("strategy", "must be 'keep_latest' or 'delete'")
-        tids = sorted({_text(t) for t in thread_ids})
+        tids = sorted({_text(t, "thread_ids") for t in thread_ids})
         if not tids:
             return
         store = self._open()
