@@ -420,3 +420,20 @@ def test_a_thread_erased_by_another_process_is_gone_for_an_open_saver(tmp_path: 
         with pytest.raises(NotFoundError):
             graph.invoke({"messages": [("user", "again")]}, config)
         assert saver._open().log.head()[0] == head
+
+
+def test_closing_the_saver_closes_the_copies_langgraph_makes(tmp_path: Path) -> None:
+    """compile() with a msgpack allowlist (LANGGRAPH_STRICT_MSGPACK) hands the graph a shallow copy
+    of the saver; the copy kept its own store share open and kept writing after the saver was
+    closed (found by an outside audit)."""
+    import copy
+
+    saver = EventlogSaver(home=tmp_path)
+    clone = copy.copy(saver)  # what BaseCheckpointSaver.with_allowlist does when the allowlist applies
+    clone.put(cfg("t"), checkpoint({"v": 1}, {"v": 1}), {"step": 0}, {"v": 1})
+    store = clone._open()
+    assert saver.get_tuple(cfg("t")) is not None  # one share for both
+    saver.close()
+    with pytest.raises(ClosedError):
+        clone.put(cfg("t"), checkpoint({"v": 2}, {"v": 2}), {"step": 1}, {"v": 2})
+    assert _shared.references(store) == 0

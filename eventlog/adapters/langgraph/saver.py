@@ -87,6 +87,19 @@ def message_fields(message: Any) -> dict[str, Any] | None:
     return fields
 
 
+class _Handle:
+    """A saver's share of its profile's store and whether it is closed: one object for the saver
+    and the shallow copies LangGraph makes of it (``compile()`` with a msgpack allowlist), so that
+    closing the saver closes what the graph writes through (an outside audit found a copy still
+    writing, and holding the store, after the saver's ``with`` block)."""
+
+    __slots__ = ("store", "closed")
+
+    def __init__(self) -> None:
+        self.store: SessionStore | None = None
+        self.closed = False
+
+
 class EventlogSaver(BaseCheckpointSaver[Any]):
     """LangGraph checkpointer on an eventlog profile (sync and async; ``with``/``async with``).
 
@@ -121,8 +134,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._mirror = mirror_messages
         self._erase_deleted = erase_deleted
         self._follower = follower
-        self._store: SessionStore | None = None
-        self._closed = False
+        self._handle = _Handle()  # shared with the shallow copies LangGraph makes (with_allowlist)
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
         self._mirrored: dict[str, set[str]] = {}
@@ -148,12 +160,13 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     # ------------------------------------------------------------------ lifecycle
 
     def _open(self) -> SessionStore:
+        h = self._handle
         with self._lock:
-            if self._closed:
+            if h.closed:
                 raise ClosedError("EventlogSaver is closed")
-            if self._store is None:
-                self._store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
-            return self._store
+            if h.store is None:
+                h.store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
+            return h.store
 
     def _check_erases(self, store: SessionStore) -> None:
         """An erase (this process or another) rewrites streams without changing their versions:
@@ -171,11 +184,12 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def close(self) -> None:
         """Give back this saver's share of the store (idempotent)."""
+        h = self._handle
         with self._lock:
-            if self._closed:
+            if h.closed:
                 return
-            self._closed = True
-            store, self._store = self._store, None
+            h.closed = True
+            store, h.store = h.store, None
         if store is not None:
             _shared.release(store)
 
