@@ -1136,3 +1136,30 @@ def test_writes_after_an_erase_are_visible_to_another_process_at_once(tmp_path: 
         assert child.wait(timeout=60) == 0
     finally:
         w.close()
+
+
+def test_a_copy_of_the_projection_put_back_at_db_path_leaves_the_profile_openable(tmp_path: Path) -> None:
+    """Hermes' `/snapshot restore` replaces the state.db link by a regular-file copy of the
+    projection; every later open refused the profile ('is a Hermes database, but an eventlog log
+    already exists'; found by an outside audit). The copy is recognised by its cursor table,
+    kept aside, and the projection rebuilt from the log (a restore itself is not supported)."""
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    db.create_session("before", "cli")
+    snapshot = tmp_path / "snap.db"
+    src = sqlite3.connect(os.path.realpath(path))
+    dst = sqlite3.connect(snapshot)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    db.create_session("after", "cli")
+    db.close()
+    path.unlink()
+    os.replace(snapshot, path)
+    db = SessionDB(path)
+    try:
+        assert path.is_symlink()
+        assert sorted(s["id"] for s in db.list_sessions_rich()) == ["after", "before"]
+        assert (tmp_path / "state.db.pre-eventlog.restored").is_file()
+    finally:
+        db.close()

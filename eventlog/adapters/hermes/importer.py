@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eventlog.adapters.hermes import projection
+from eventlog.adapters.hermes import projection, schema
 from eventlog.adapters.hermes.projection import fsync_dir
 from eventlog.errors import StorageError
 from sqlite_export.hermes import ImportReport, append_batch, hermes_events
@@ -78,6 +78,15 @@ def adopt(layout: projection.Layout) -> int:
         _move_aside(layout)  # a crash between the two moves of the last switch: finish it
         pending.unlink()
         fsync_dir(layout.profile)
+        return 0
+    if head > 0 and _is_projection_copy(layout.pointer):
+        # A copy of this profile's own projection put back in the link's place (Hermes'
+        # `/snapshot restore` does that): the log is the profile's data and already holds more
+        # than the copy, so the copy is kept aside and the projection rebuilt from the log.
+        aside = _move_aside(layout, ".restored")
+        log.warning("%s is a copy of the eventlog projection (a snapshot restore?): the log holds the profile's"
+                    " history, so the file is kept as %s and the projection is rebuilt from the log"
+                    " (restoring a snapshot is not supported)", layout.pointer, aside)
         return 0
     if head > 0:
         raise StorageError(
@@ -138,13 +147,28 @@ def _pending_names(pending: Path, pointer: Path) -> bool:
     return (st.st_dev, st.st_ino) == (dev, ino)
 
 
-def _move_aside(layout: projection.Layout) -> Path:
-    """Move the original database (and its sidecars) to the first free ``.pre-eventlog`` name."""
-    aside = layout.original
+def _is_projection_copy(path: Path) -> bool:
+    """True when the file at ``path`` is a copy of a facade projection (its cursor table)."""
+    try:
+        conn = sqlite3.connect(f"file:{os.path.realpath(path)}?mode=ro&immutable=1", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                (schema.CURSOR_TABLE,)).fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def _move_aside(layout: projection.Layout, suffix: str = "") -> Path:
+    """Move the database at ``db_path`` (and its sidecars) to the first free
+    ``.pre-eventlog`` name (``suffix``: after it, e.g. ``.restored``)."""
+    first = layout.original.with_name(layout.original.name + suffix)
+    aside = first
     n = 1
     while os.path.lexists(aside):
         n += 1
-        aside = layout.original.with_name(f"{layout.original.name}.{n}")
+        aside = first.with_name(f"{first.name}.{n}")
     os.rename(layout.pointer, aside)
     for suffix in SIDECARS:
         if os.path.lexists(f"{layout.pointer}{suffix}"):
