@@ -818,7 +818,11 @@ class SessionStore:
                 except NotFoundError:
                     raise NotFoundError("session", sid) from None
                 self._remember(sid)
-        return self._append(batch, expected_version=expected_version)
+        seqs = self._append(batch, expected_version=expected_version)
+        for sid in {e["session"] for e in batch}:
+            if self._live.get(sid) is not None:
+                self._live[sid] = None  # its stream grew here: the fast path reads the version again
+        return seqs
 
     @contextmanager
     def read_model(self, name: str, *, wait: float = 30.0) -> Iterator[sqlite3.Connection]:
