@@ -1163,3 +1163,32 @@ def test_a_copy_of_the_projection_put_back_at_db_path_leaves_the_profile_openabl
         assert (tmp_path / "state.db.pre-eventlog.restored").is_file()
     finally:
         db.close()
+
+
+def test_raw_writes_survive_the_rebuild_an_erase_of_another_session_makes(tmp_path: Path) -> None:
+    """Raw row images were replayed by rowid; the rebuild after deleting an earlier session
+    renumbers the sessions' rowids, the image met another row and was skipped: the row of
+    Hermes' own --resume (`UPDATE sessions SET ended_at = NULL, end_reason = NULL`) came back
+    ended (found by an outside audit). Images are replayed by the table's key now, and a raw
+    delete by the key the row had."""
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    try:
+        for sid in ("old", "resumed", "gone"):
+            db.create_session(sid, "cli")
+        db.end_session("resumed", "user_exit")
+        db._conn.execute("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", ("resumed",))
+        db._conn.execute("DELETE FROM sessions WHERE id = ?", ("gone",))
+        db._conn.commit()
+        db.delete_session("old")
+        for handle in (db, SessionDB(path)):
+            row = handle.get_session("resumed")
+            assert row is not None and row["end_reason"] is None and row["ended_at"] is None
+            assert handle.get_session("gone") is None and handle.get_session("old") is None
+            if handle is not db:
+                handle.close()
+        assert db._engine is not None
+        db._engine.rebuild()
+        assert db.get_session("resumed")["end_reason"] is None and db.get_session("gone") is None
+    finally:
+        db.close()

@@ -20,6 +20,7 @@ is not atomic as a whole; ``_execute_write`` is).
 """
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from typing import Any, Callable, Iterable, Iterator
@@ -30,6 +31,16 @@ from eventlog.adapters.hermes.events import from_json, sql_value
 CAPTURED = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_routing", "compression_locks",
             "async_delegations", "telegram_dm_topic_mode", "telegram_dm_topic_bindings")
 """Hermes' tables, parents first (row images are replayed in this order, deletions in reverse)."""
+
+KEYS: dict[str, tuple[str, ...]] = {
+    "sessions": ("id",), "messages": ("id",), "session_model_usage": schema.USAGE_KEY, "state_meta": ("key",),
+    "gateway_routing": ("scope", "session_key"), "compression_locks": ("session_id",),
+    "async_delegations": ("delegation_id",), "telegram_dm_topic_mode": ("chat_id",),
+    "telegram_dm_topic_bindings": ("chat_id", "thread_id"),
+}
+"""Each table's primary key. Row images are replayed by it, not by rowid: a rebuild after an erase
+renumbers the rowids of tables without an integer key (an image of session s2 at rowid 3 then met
+another session there and was skipped, so a raw write was lost; found by an outside audit)."""
 
 
 class UnsupportedRawWrite(sqlite3.OperationalError):
@@ -128,12 +139,15 @@ def _capture(tx: Any, conn: sqlite3.Connection, run: Callable[[sqlite3.Connectio
     tables = [t for t in CAPTURED if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                                   (t,)).fetchone()]
     before = conn.execute("SELECT group_concat(name || ':' || COALESCE(sql, ''), ';') FROM sqlite_master").fetchone()
-    conn.execute("CREATE TEMP TABLE IF NOT EXISTS eventlog_touched (n INTEGER PRIMARY KEY, tbl TEXT, rid INTEGER)")
+    conn.execute("DROP TABLE IF EXISTS temp.eventlog_touched")  # an earlier release's had no key column
+    conn.execute("CREATE TEMP TABLE eventlog_touched (n INTEGER PRIMARY KEY, tbl TEXT, rid INTEGER, k TEXT)")
     triggers = []
     for t in tables:
         for op, refs in (("INSERT", ("NEW",)), ("UPDATE", ("OLD", "NEW")), ("DELETE", ("OLD",))):
             name = f"eventlog_touch_{t}_{op.lower()}"
-            body = " ".join(f"INSERT INTO eventlog_touched (tbl, rid) VALUES ('{t}', {r}.rowid);" for r in refs)
+            key = "json_array(" + ", ".join(f"{{r}}.{c}" for c in KEYS[t]) + ")"
+            body = " ".join(f"INSERT INTO eventlog_touched (tbl, rid, k) VALUES ('{t}', {r}.rowid, "
+                            f"{key.format(r=r)});" for r in refs)
             conn.execute(f"CREATE TEMP TRIGGER {name} AFTER {op} ON main.{t} BEGIN {body} END")
             triggers.append(name)
     try:
@@ -142,27 +156,36 @@ def _capture(tx: Any, conn: sqlite3.Connection, run: Callable[[sqlite3.Connectio
         for name in triggers:
             conn.execute(f"DROP TRIGGER IF EXISTS temp.{name}")
     after = conn.execute("SELECT group_concat(name || ':' || COALESCE(sql, ''), ';') FROM sqlite_master").fetchone()
-    touched = conn.execute("SELECT tbl, rid FROM temp.eventlog_touched ORDER BY n").fetchall()
+    touched = conn.execute("SELECT tbl, rid, k FROM temp.eventlog_touched ORDER BY n").fetchall()
     conn.execute("DELETE FROM temp.eventlog_touched")
     if before != after:
         raise UnsupportedRawWrite("raw schema changes are not supported by eventlog's SessionDB (the schema is "
                                   "Hermes' own, derived from the log); see docs/HERMES.md")
-    seen: dict[tuple[str, int], None] = {}
-    for t, rid in touched:
-        seen.setdefault((t, rid), None)
+    seen: dict[tuple[str, int], str] = {}
+    for t, rid, k in touched:
+        seen.setdefault((t, rid), k)  # the key the row had first (a deleted row's, for its image)
     if seen:
         columns = {t: [r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')] for t in {t for t, _ in seen}}
         images = []
-        for t, rid in seen:
+        for (t, rid), k in seen.items():
             row = conn.execute(f"SELECT {', '.join(columns[t])} FROM {t} WHERE rowid = ?", (rid,)).fetchone()
-            images.append([t, rid, None if row is None else [sql_value(v) for v in row]])
+            first_key = [sql_value(v) for v in json.loads(k)]
+            if row is None:  # gone: its key says which row to delete on replay
+                images.append([t, rid, None, first_key])
+                continue
+            values = [sql_value(v) for v in row]
+            images.append([t, rid, values])
+            if [values[columns[t].index(c)] for c in KEYS[t]] != first_key:
+                images.append([t, rid, None, first_key])  # its key changed: the old one goes
         tx.record("hermes.rows_written", None, {"columns": columns, "rows": images})
     return result
 
 
 def apply_rows_written(conn: sqlite3.Connection, d: dict[str, Any]) -> int:
-    """Replay row images: rows that exist (parents' tables first) by rowid, updated in place or
-    inserted; rows that are gone, deleted (children's tables first)."""
+    """Replay row images: rows that exist (parents' tables first) by their key (:data:`KEYS`; by
+    rowid for an image without it), updated in place or inserted; rows that are gone, deleted
+    by their key (children's tables first). A row that no longer fits (its session was erased
+    since) is left out, not the whole image."""
     columns: dict[str, list[str]] = d.get("columns") or {}
     rows = d.get("rows") or []
     allowed = {t: {c for c, _ in spec} | {"rowid"} for t, spec in _SPECS.items()}
@@ -171,18 +194,41 @@ def apply_rows_written(conn: sqlite3.Connection, d: dict[str, Any]) -> int:
         cols = [c for c in columns.get(table, []) if c in allowed[table]]
         if not cols:
             continue
-        for t, rid, values in rows:
+        key = KEYS[table] if set(KEYS[table]) <= set(cols) else ()
+        for t, rid, values, *_ in rows:
             if t != table or values is None:
                 continue
             vals = [from_json(v) for c, v in zip(columns[table], values) if c in allowed[table]]
             sets = ", ".join(f"{c} = ?" for c in cols)
-            if conn.execute(f"UPDATE {table} SET {sets} WHERE rowid = ?", (*vals, rid)).rowcount == 0:
-                conn.execute(f"INSERT INTO {table} (rowid, {', '.join(cols)}) VALUES (?, {', '.join('?' * len(cols))})",
-                             (rid, *vals))
+            try:
+                if key:  # by its key: the rowid it had may be another row's after an erase's rebuild
+                    at = [vals[cols.index(c)] for c in key]
+                    where = " AND ".join(f"{c} IS ?" for c in key)
+                    if conn.execute(f"UPDATE {table} SET {sets} WHERE {where}", (*vals, *at)).rowcount:
+                        n += 1
+                        continue
+                    free = conn.execute(f"SELECT 1 FROM {table} WHERE rowid = ?", (rid,)).fetchone() is None
+                    if free:
+                        conn.execute(f"INSERT INTO {table} (rowid, {', '.join(cols)}) VALUES "
+                                     f"(?, {', '.join('?' * len(cols))})", (rid, *vals))
+                    else:
+                        conn.execute(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                                     vals)
+                elif conn.execute(f"UPDATE {table} SET {sets} WHERE rowid = ?", (*vals, rid)).rowcount == 0:
+                    conn.execute(f"INSERT INTO {table} (rowid, {', '.join(cols)}) VALUES "
+                                 f"(?, {', '.join('?' * len(cols))})", (rid, *vals))
+            except sqlite3.IntegrityError:
+                continue  # a row of a session erased since (a rebuild meets it): left out, the others kept
             n += 1
     for table in reversed(CAPTURED):
-        for t, rid, values in rows:
-            if t == table and values is None:
+        for t, rid, values, *rest in rows:
+            if t != table or values is not None:
+                continue
+            gone = rest[0] if rest and isinstance(rest[0], list) and len(rest[0]) == len(KEYS[table]) else None
+            if gone is not None:
+                where = " AND ".join(f"{c} IS ?" for c in KEYS[table])
+                n += conn.execute(f"DELETE FROM {table} WHERE {where}", [from_json(v) for v in gone]).rowcount
+            else:  # an image from before keys were recorded
                 n += conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rid,)).rowcount
     return n
 
