@@ -148,11 +148,16 @@ def process_state(pid: int | None) -> str | None:
 class ForkedEnvironmentError(StorageError):
     """An LMDB environment was used in a child process after ``fork()``."""
 
-    def __init__(self) -> None:
-        super().__init__(
-            "this EventLog was opened before fork() and cannot be used in the child process",
-            hint="open a new EventLog/SessionStore in the child after forking",
-        )
+    def __init__(self, path: object = None) -> None:
+        hint = ("open logs in the child only: fork before opening, or start the child with "
+                "multiprocessing's 'spawn' or 'forkserver' method (py-lmdb cannot open an "
+                "environment again in a process that inherited it open)")
+        if path is None:
+            super().__init__("this EventLog was opened before fork() and cannot be used in the child process",
+                             hint=hint)
+        else:
+            super().__init__(f"the log at {path} was open in the parent when this process was forked, "
+                             "and cannot be opened again in it", hint=hint)
 
 
 class ClosedError(StorageError):

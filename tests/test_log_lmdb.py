@@ -87,6 +87,70 @@ def test_use_after_fork_is_a_clear_error(tmp_path: Path) -> None:
         assert lg.append([ev(n=3)]) == [2]
 
 
+def _in_child(fn: Any) -> int:
+    """Run ``fn`` in a forked child; its return value is the child's exit status."""
+    pid = os.fork()
+    if pid == 0:
+        code = 4
+        try:
+            code = fn()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WEXITSTATUS(status)
+
+
+def test_opening_again_in_a_forked_child_is_a_clear_error_and_writes_nothing(tmp_path: Path) -> None:
+    """py-lmdb cannot open an environment again in a child that inherited it open: the child's
+    open says so (ForkedEnvironmentError, with what to do), rather than a generic failure, and
+    a store opened in the child fails at open, not at its first write."""
+    from eventlog import SessionStore
+
+    with EventLog.open(tmp_path / "log") as lg:
+        lg.append([ev(n=1)])
+
+        def reopen_log() -> int:
+            try:
+                EventLog.open(tmp_path / "log")
+            except ForkedEnvironmentError as e:
+                return 0 if "spawn" in (e.hint or "") and str(tmp_path / "log") in e.message else 5
+            return 3
+
+        assert _in_child(reopen_log) == 0
+        assert lg.append([ev(n=2)]) == [2]
+        assert lg.head()[0] == 2
+
+    with SessionStore.open(tmp_path, "p") as store:
+        sid = store.create_session(source="cli")
+
+        def reopen_store() -> int:
+            try:
+                SessionStore.open(tmp_path, "p")
+            except ForkedEnvironmentError:
+                return 0
+            return 3
+
+        assert _in_child(reopen_store) == 0
+        store.append_message(sid, "user", "parent")
+        assert [m["content"] for m in store.get_messages(sid)] == ["parent"]
+
+
+def test_a_child_forked_after_the_stores_closed_opens_its_own(tmp_path: Path) -> None:
+    from eventlog import SessionStore
+
+    with SessionStore.open(tmp_path, "p") as store:
+        sid = store.create_session(source="cli")
+
+    def write() -> int:
+        with SessionStore.open(tmp_path, "p") as child:
+            child.append_message(sid, "user", "from the child")
+        return 0
+
+    assert _in_child(write) == 0
+    with SessionStore.open(tmp_path, "p") as store:
+        assert [m["content"] for m in store.get_messages(sid)] == ["from the child"]
+
+
 def test_generated_ids_of_a_forked_child_do_not_collide_with_the_parent() -> None:
     # A forked child inherits the id counter; its salt is re-rolled at fork, so two processes
     # generating ids in the same nanosecond with the same counter still differ.

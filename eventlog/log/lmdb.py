@@ -1805,6 +1805,8 @@ class EventLog(LogBase):
         key = os.path.realpath(p)
         with _open_envs_lock:
             core = _open_envs.get(key)
+            if core is not None and core._pid != os.getpid() and not core._closed:
+                raise ForkedEnvironmentError(p)
             if core is not None and core.usable:
                 if durability == "sync" and core.durability != "sync":
                     raise ValidationError("durability", "this log is already open in this process with durability "

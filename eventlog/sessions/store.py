@@ -303,6 +303,20 @@ def _close_all_at_exit() -> None:
 atexit.register(_close_all_at_exit)
 
 
+def _forget_after_fork() -> None:
+    """In a forked child the parent's shared stores are the parent's (their LMDB environment
+    and SQLite connections must not be used, or closed, here): the next open in the child opens
+    its own. The locks are new too — another thread of the parent may have held them."""
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    _shared.clear()
+    _opening.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 class SessionStore:
     """Sessions of one profile. Open with :meth:`open`; use as a context manager.
 
