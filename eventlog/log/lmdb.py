@@ -1303,10 +1303,10 @@ class _Environment:
             base = self._versions.get(stream)
             if base is None:
                 if stream_cur.set_key(stream.encode()):
-                    first = bytes(stream_cur.value())
+                    first_key = bytes(stream_cur.value())
                     base = stream_cur.count()
-                    last = bytes(stream_cur.value()) if stream_cur.last_dup() else first
-                    if self._is_erased(txn, first) and self._is_erased(txn, last):
+                    last_key = bytes(stream_cur.value()) if stream_cur.last_dup() else first_key
+                    if self._is_erased(txn, first_key) and self._is_erased(txn, last_key):
                         # An erased stream (its first and last events are stubs) is not the stream
                         # the caller counted, though an erase changes no count: refused (not
                         # cached: the next append asks again).
