@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,6 +214,23 @@ def test_concurrent_writes_to_one_thread_share_appends_and_each_gets_its_own_ans
         errors: list[BaseException] = []
         done: list[int] = []
         start = threading.Barrier(17)
+        # The first append is held until the other writers are queued behind it (at most 30 s),
+        # so that their sharing a commit does not depend on the machine's scheduling.
+        combiner = s._combiner
+        real_append, held = combiner._append, threading.Event()
+
+        def held_append(sid: str, batch: list[Any]) -> None:
+            if not held.is_set():
+                held.set()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    with combiner._mu:
+                        if len(combiner._queues.get(sid, ())) >= 15:
+                            break
+                    time.sleep(0.005)
+            real_append(sid, batch)
+
+        combiner._append = held_append
 
         def write(k: int) -> None:
             start.wait()
