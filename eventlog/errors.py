@@ -36,6 +36,8 @@ class EventLogError(Exception):
 class ValidationError(EventLogError, ValueError):
     """Input was rejected before anything was appended. ``field`` names the offending field."""
 
+    hint: str | None = "correct the field named and call again: nothing was appended"
+
     def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
         super().__init__(f"invalid {printable(field)}: {problem}", hint=hint)
         self.field = field
@@ -66,14 +68,23 @@ class ConcurrencyError(EventLogError):
 class NotFoundError(EventLogError, LookupError):
     """An operation named a session or message that does not exist (or was deleted)."""
 
+    HINTS = {
+        "session": "list the live sessions with list_sessions() (`eventlog sessions list`); a deleted session is gone",
+        "message": "a message's id is the seq of its event: list a session's messages with get_messages()",
+        "profile": "create it by opening a store on it (`eventlog init`), or choose another profile or home",
+    }
+
     def __init__(self, kind: str, ident: Any) -> None:
-        super().__init__(f"{kind} {ident!r} not found")
+        super().__init__(f"{kind} {ident!r} not found",
+                         hint=self.HINTS.get(kind, f"check the {kind} named: nothing was changed"))
         self.kind = kind
         self.ident = ident
 
 
 class ConflictError(EventLogError):
     """A domain rule refused the operation (e.g. a title another session holds)."""
+
+    hint: str | None = "re-read the session: another write got there first; nothing was appended"
 
     def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
         super().__init__(f"{field}: {problem}", hint=hint)
@@ -96,6 +107,8 @@ class TitleConflictError(ConflictError):
 class IntegrityError(EventLogError):
     """Stored data does not match what it must be (broken chain, id reused with other content)."""
 
+    hint: str | None = "`eventlog log verify` names the first bad seq; docs/RELIABILITY.md says how to recover"
+
 
 class DuplicateEventError(IntegrityError):
     """An event id already in the log was given again with different content."""
@@ -112,9 +125,13 @@ class DuplicateEventError(IntegrityError):
 class StorageError(EventLogError):
     """The storage layer failed (LMDB, SQLite, file system)."""
 
+    hint: str | None = "check the profile directory's disk and permissions; `eventlog doctor` says what is wrong"
+
 
 class DiskFullError(StorageError):
     """The disk (or the LMDB map) has no room; nothing of the failed batch was written."""
+
+    hint: str | None = "free disk space, then retry: nothing of the failed write was kept"
 
 
 class WriterBusyError(StorageError):
@@ -163,6 +180,8 @@ class ForkedEnvironmentError(StorageError):
 class ClosedError(StorageError):
     """The log or store was used after close()."""
 
+    hint: str | None = "open a new store (or log) for further calls"
+
 
 class LeaseError(StorageError):
     """A flock lease could not be taken or its lock file is unusable."""
@@ -170,6 +189,8 @@ class LeaseError(StorageError):
 
 class ProjectionError(StorageError):
     """A projection (state.db or the FTS index) could not be read or rebuilt."""
+
+    hint: str | None = "`eventlog rebuild` rebuilds the projections from the log (the log is not touched)"
 
 
 class SearchDegradedError(ProjectionError):

@@ -59,7 +59,7 @@ def test_projection_errors_map_as_a_table(error: BaseException, cls: type, hint:
     (OSError(errno.ENOSPC, "No space left on device"), DiskFullError, "free some disk space"),
     (sqlite3.OperationalError("unable to open database file"), StorageError, "permissions"),
     (FileNotFoundError(errno.ENOENT, "No such file or directory", "/x"), StorageError, "accessible"),
-    (ValueError("I/O operation on closed file."), StorageError, None),
+    (ValueError("I/O operation on closed file."), StorageError, "eventlog doctor"),  # the class default
     (MAPPED, ValidationError, None),
 ])
 def test_export_errors_map_as_a_table(error: BaseException, cls: type, hint: str | None) -> None:
@@ -135,3 +135,37 @@ def test_an_import_keeps_its_own_validation_errors() -> None:
         import_jsonl(log, ["\ud800"])
     assert surrogate.value.field == "line 1" and "surrogate" in surrogate.value.problem
     assert log.head()[0] == 0
+
+
+def test_every_error_class_has_a_hint(tmp_path: Path) -> None:
+    """The README's promise: every error derives from EventLogError and has a hint — the ones a
+    store raises for everyday mistakes included (they had none: found by an outside audit)."""
+    import inspect
+
+    from eventlog import SessionStore, errors
+    from eventlog.errors import NotFoundError
+
+    args: dict[str, tuple[Any, ...]] = {
+        "ValidationError": ("field", "problem"), "ProfileNameError": ("profile", "bad"),
+        "EventTooLargeError": ("data", "too big"), "ConcurrencyError": ("s", 1, 2),
+        "NotFoundError": ("widget", "w1"), "ConflictError": ("field", "problem"),
+        "TitleConflictError": ("t", "s1"), "DuplicateEventError": ("id", 3),
+        "WriterBusyError": ("/x", None, 1.0), "ForkedEnvironmentError": (),
+    }
+    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
+               if issubclass(c, EventLogError) and c is not EventLogError]
+    assert len(classes) >= 15
+    for cls in classes:
+        e = cls(*args.get(cls.__name__, ("something failed",)))
+        assert e.hint, f"{cls.__name__} has no hint"
+        assert str(e).endswith(f"(hint: {e.hint})")
+    with SessionStore.open(tmp_path, "p") as store:
+        sid = store.create_session(source="cli")
+        for call in (lambda: store.append_message("nope", "user", "x"), lambda: store.react(999, author="a", emoji="👍"),
+                     lambda: store.append_message(sid, "wizard", "x")):
+            with pytest.raises(EventLogError) as info:
+                call()
+            assert info.value.hint
+        with pytest.raises(NotFoundError) as nf:
+            store.set_title("nope", "a title")
+        assert "list_sessions" in (nf.value.hint or "")

@@ -94,8 +94,8 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except NotFoundError as e:
-            if not e.hint and e.kind in NOT_FOUND_HINTS:
-                e.hint = NOT_FOUND_HINTS[e.kind]
+            if e.kind in NOT_FOUND_HINTS and e.hint == NotFoundError.HINTS.get(e.kind):
+                e.hint = NOT_FOUND_HINTS[e.kind]  # the command-line words for it
             fail(str(e))
         except EventLogError as e:
             fail(str(e))
