@@ -28,6 +28,7 @@ Nothing here opens a database file with plain file I/O except :func:`create_empt
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from eventlog.profiles import fsync_file as fsync_file
 from eventlog.profiles import make_dir as make_dir
 from eventlog.profiles import publish as publish
 from eventlog.profiles import temp_path as temp_path
+
+_log = logging.getLogger("eventlog.projections")
 
 KINDS = ("state", "fts")
 _GEN_RE = re.compile(r"(state|fts)\.([0-9]+)\.v([0-9]+)\.db")
@@ -284,6 +287,9 @@ def collect_generation(g: Generation) -> bool:
         return True
     except FileNotFoundError:
         return True
+    except OSError as e:  # best effort: an old generation that cannot go stops nothing
+        _log.warning("cannot delete the superseded projection file %s (%s): left in place", g.path, e.strerror or e)
+        return False
     finally:
         os.close(fd)
 

@@ -258,3 +258,27 @@ def test_appends_check_the_record_and_forget_it_once_the_chain_is_sound(tmp_path
     put_value(tmp_path / "log", 3, good)
     with EventLog.open(tmp_path / "log") as lg:
         assert lg.append([{"type": "test.x", "data": {}}]) == [5] and lg.verify().ok
+
+
+@pytest.mark.parametrize("kind", ["state", "fts"])
+def test_a_superseded_projection_file_that_cannot_be_deleted_stops_nothing(tmp_path: Path, kind: str) -> None:
+    """An old generation that cannot be removed (here a directory in its place) is left with a
+    warning; it stopped every command, writes included, and no repair got past it (found by an
+    outside audit)."""
+    with SessionStore.open(tmp_path, PROFILE) as store:
+        sid = store.create_session(source="cli")
+        store.append_message(sid, "user", "hello there")
+    d = tmp_path / "profiles" / PROFILE
+    old = d / os.readlink(d / f"{kind}.db")
+    old.unlink()
+    old.mkdir()  # the next open finds it unreadable, builds a new generation, cannot delete this one
+    (old / "keep").write_text("x")
+    added = cli(tmp_path, "messages", "add", sid, "--role", "user", "--content", "more")
+    assert added.returncode == 0, added.stderr
+    shown = cli(tmp_path, "sessions", "show", sid, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert [m["content"] for m in json.loads(shown.stdout)["messages"]] == ["hello there", "more"]
+    found = cli(tmp_path, "search", "hello", "--json")
+    assert found.returncode == 0 and json.loads(found.stdout)["results"], found.stderr
+    assert "cannot delete the superseded projection file" in added.stderr + shown.stderr
+    assert (old / "keep").exists() and os.readlink(d / f"{kind}.db") != old.name
