@@ -379,3 +379,31 @@ def test_the_erase_mark_moves_and_an_erased_stream_refuses_a_counted_append(tmp_
             assert lg.append([{"type": "t.x", "session": "s", "data": {"n": 9}}], expected_version=3)
         finally:
             lg.close()
+
+
+def test_an_erase_on_a_log_of_the_first_release_migrates_it_and_leaves_no_trace(tmp_path: Path) -> None:
+    """tests/data/format1-log.tgz (written by the first release): an erase writes first-format
+    stubs, and the compaction after it migrates the log to format 2, stubs included. It failed
+    with KeyError 'data' on the first stub, leaving the words in the log and no way to compact
+    (found by an outside audit)."""
+    import tarfile
+
+    from eventlog.log import stored
+
+    home = tmp_path / "home"
+    log_dir = home / "profiles" / "legacy"
+    log_dir.mkdir(parents=True)
+    with tarfile.open(Path(__file__).parent / "data" / "format1-log.tgz") as tar:
+        tar.extractall(log_dir)
+    with SessionStore.open(home, "legacy", follower=False) as store:
+        secret = store.append_message("legacy-0", "user", f"{MARKER} written by this release")
+        words = [m["content"].split(": ", 1)[1] for m in store.get_messages("legacy-0") if m["id"] != secret]
+        assert store.erase_session("legacy-0", "gdpr")["events"] > 10
+        assert store.get_session("legacy-0") is None and store.get_messages("legacy-1")
+    with EventLog.open(log_dir / "log") as lg:
+        assert lg._core.format == stored.FORMAT_2
+        result = lg.verify()
+        assert result.ok and result.erased > 10
+    assert traces(home) == []
+    assert not any(w.encode() in p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.is_symlink()
+                   for w in words[:3])

@@ -683,7 +683,9 @@ class _Environment:
                         while more and n < 20_000:
                             key, value = cur.key(), cur.value()
                             if upgrade and src_db is self._events and value[:1] == b"{":
-                                value = stored.pack_envelope(codec.decode(value), compression)
+                                env = codec.decode(value)  # a first-format stub (an erase) has no data
+                                value = (stored.pack_stub(env) if codec.is_stub(env)
+                                         else stored.pack_envelope(env, compression))
                             elif recode is not None and src_db is self._events:
                                 value = stored.recoded(bytes(value), *recode, retired) or value
                             # The source cursor walks keys (and duplicates) in order: append them.
