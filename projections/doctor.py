@@ -127,9 +127,16 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: the projections stop before it and "
                                    "appends are refused")
         report["log"]["hint"] = log_damage.REPAIR_HINT
+    pending_erase = getattr(log, "erase_pending", None)
+    erase_seq = int(pending_erase()) if pending_erase is not None and res.ok else 0
+    report["log"]["erase_pending"] = erase_seq or None
+    if erase_seq:  # the erase is committed, but its process stopped before the files were clean
+        report["log"]["detail"] = (f"the erase at seq {erase_seq} did not finish: files of the profile may "
+                                   "still hold what it erased")
+        report["log"]["hint"] = "run `eventlog compact` (or the erase again) to finish it"
     if deep_report is not None:
         report["deep"] = deep_report
-    report["ok"] = bool(res.ok and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
+    report["ok"] = bool(res.ok and not erase_seq and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
                         and lease["ok"]
                         and (deep_report is None or deep_report["ok"]))
     return report

@@ -101,3 +101,67 @@ def test_kills_during_erase_and_compaction(tmp_path: Path, what: str) -> None:
             completed += 1
     record(f"SIGKILL during {what}", runs=kills, passed=completed, lost=0)
     assert not failures, "\n".join(failures)
+
+
+KILL_AT = textwrap.dedent("""
+    import os, signal, sys
+    from eventlog.log import lmdb
+    from projections.projector import Projector
+    from eventlog.sessions.store import SessionStore
+
+    def die(*_a, **_k):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if sys.argv[2] == "compact":
+        lmdb._Environment.compact = die      # the erase is committed; its compaction never runs
+    elif sys.argv[2] == "purge":
+        Projector.purge = die                # the log is compacted; the projections still hold the words
+    elif sys.argv[2] == "retire":
+        lmdb._Environment._retire = die      # current moved to the new generation; the old files stay
+    with SessionStore.open(sys.argv[1], "p", follower=False) as store:
+        store.erase_session(sys.argv[3], "crash test")
+""")
+
+
+@pytest.mark.parametrize("point", ["compact", "purge", "retire"])
+def test_an_erase_killed_before_its_files_are_clean_is_finished_by_the_retry(tmp_path: Path, point: str) -> None:
+    """The stubs are committed first; the compaction and the projection purge that take the
+    words out of the files come after. A SIGKILL between them left the words on disk for good:
+    a retried erase found nothing left to erase and did nothing, and doctor said ok (found by an
+    outside audit). The log now records the erase as pending until its files are clean; doctor
+    reports it, and the retry (or `eventlog compact`) finishes it."""
+    import json
+
+    from test_erase import MARKER, traces
+
+    home = tmp_path / "home"
+    with SessionStore.open(home, "p", follower=False) as store:
+        victim = store.create_session(source="cli")
+        keep = store.create_session(source="cli")
+        for i in range(200):
+            store.append_message(victim, "user", f"{MARKER} {i} " + "y" * 300)
+            store.append_message(keep, "user", f"kept {i}")
+        assert store.search(MARKER)["results"]
+    assert traces(home)
+    child = subprocess.run([sys.executable, "-c", KILL_AT, str(home), point, victim],
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    exe = str(Path(sys.executable).with_name("eventlog"))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, "--home", str(home), "--profile", "p", *args], capture_output=True, text=True,
+                              timeout=120)
+
+    doctor = cli("doctor", "--json")
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 1 and report["log"]["erase_pending"] and report["log"]["ok"], doctor.stdout
+    assert traces(home), "the kill came before the files were clean: nothing to finish"
+    again = cli("sessions", "erase", victim, "--reason", "retry")
+    assert again.returncode == 0, again.stderr
+    assert traces(home) == []
+    log_dir = home / "profiles" / "p" / "log"
+    assert not [n for n in os.listdir(log_dir) if n.endswith(".tmp") or (n.startswith("g") and n != generation_dir(log_dir).name)]
+    doctor = cli("doctor", "--json")
+    assert doctor.returncode == 0 and json.loads(doctor.stdout)["log"]["erase_pending"] is None, doctor.stdout
+    with SessionStore.open(home, "p", follower=False) as store:
+        assert len(store.get_messages(keep, limit=None)) == 200 and store.get_session(victim) is None

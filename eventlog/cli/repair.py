@@ -74,6 +74,9 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             status = item.get("status", "ok" if item["ok"] else "broken")
             if part == "log" and not item["ok"]:
                 detail = f"{item.get('detail', '')} ({item.get('reason')})"
+            elif part == "log" and item.get("erase_pending"):
+                status = "unfinished"
+                detail = item.get("detail") or ""
             else:
                 detail = item.get("detail") or item.get("reason") or "; ".join(item.get("problems", [])) or ""
             if part == "deep" and item["ok"]:
@@ -86,7 +89,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             click.echo(f"fixed: {a}")
     if not report["ok"]:
         if not as_json:
-            if not report["log"]["ok"]:
+            if not report["log"]["ok"] or report["log"].get("erase_pending"):
                 hint = report["log"].get("hint")
             elif not report["disk"]["ok"]:
                 hint = "free some disk space (or make the file system writable); nothing is rebuilt until then"

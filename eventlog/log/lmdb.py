@@ -107,6 +107,8 @@ _Thread = threading.Thread
 """Bound at import: an embedding runtime's tests may monkeypatch ``threading.Thread`` (Hermes'
 run thread targets inline that way), which must not turn the reader sweep into an endless call."""
 _live_logs: "weakref.WeakSet[_Environment]" = weakref.WeakSet()
+ERASE_PENDING = b"erase:pending"
+"""Meta key: the seq of an erase whose compaction and projection purge are not known done."""
 
 
 def _mark_forked() -> None:
@@ -749,8 +751,10 @@ class _Environment:
 
     def _retire(self, old_dir: Path) -> None:
         """Remove what the previous generation left (its folder, or the first layout's files)."""
-        if old_dir == self.path:
-            for name in ("data.mdb", "lock.mdb"):
+        for name in ("data.mdb", "lock.mdb"):
+            # The first layout's files (this compaction's, or an earlier one killed before it
+            # got here: they would keep the old pages, erased words included, for good).
+            if old_dir == self.path or (os.path.lexists(self.path / name) and not os.path.islink(self.path / name)):
                 link = self.path / f".{name}.retired.tmp"
                 _unlink(link)
                 os.symlink(_RETIRED, link)
@@ -1392,6 +1396,7 @@ class _Environment:
                     txn.put(k, v, db=self._events)
                 txn.put(b"head", key + bytes.fromhex(digest), db=self._meta)
                 txn.put(b"erased", b"%d" % seq, db=self._meta)  # the erase mark (see erase_mark)
+                txn.put(ERASE_PENDING, b"%d" % seq, db=self._meta)  # until the files are clean
                 self._taint_dicts(txn, [q for q, _ in listed])
                 txn.commit()
             except lmdb.Error as e:
@@ -1614,6 +1619,25 @@ class _Environment:
         with self._read() as txn:
             raw = txn.get(b"erased", db=self._meta)
         return int(raw) if raw else 0
+
+    def erase_pending(self) -> int:
+        """The seq of an erase whose compaction and projection purge have not been confirmed
+        done (0: none)."""
+        with self._read() as txn:
+            raw = txn.get(ERASE_PENDING, db=self._meta)
+        return int(raw) if raw else 0
+
+    def erase_finished(self, seq: int) -> None:
+        """Forget the pending erase ``seq`` (a later erase's stays pending)."""
+        with self._writing():
+            txn = self._env.begin(write=True)
+            try:
+                if txn.get(ERASE_PENDING, db=self._meta) == b"%d" % seq:
+                    txn.delete(ERASE_PENDING, db=self._meta)
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                raise
 
     def stream_version(self, session: str) -> int:
         """The number of events in ``session``'s stream (0 for an unknown session)."""
@@ -1897,6 +1921,19 @@ class EventLog(LogBase):
 
     def stream_version(self, session: str) -> int:
         return self._live().stream_version(str_arg(session, "session"))
+
+    def erase_pending(self) -> int:
+        """The seq of the last erase whose log compaction and projection purge were not
+        confirmed finished (0: none) — a process killed between the erase's commit and the end
+        of its cleanup. :meth:`eventlog.sessions.SessionStore.finish_erase` (and a retried erase,
+        ``compact`` or ``doctor --fix``) finishes it."""
+        return self._live().erase_pending()
+
+    def erase_finished(self, seq: int) -> None:
+        """Record that the cleanup of erase ``seq`` is done (the log compacted after it and
+        the projections purged)."""
+        self._check_writable()
+        self._live().erase_finished(seq)
 
     def erase_mark(self) -> int:
         """The seq of the last ``log.erased`` record (0: none; a record written by a release

@@ -887,7 +887,35 @@ class SessionStore:
                 self._projector.purge()
             else:
                 self._reads.advance(seq)
+            self._erase_done(seq)
+        else:
+            self.finish_erase()  # an earlier erase of it killed before its files were clean
         return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
+
+    def finish_erase(self) -> int:
+        """Finish an erase whose process was killed after the erase was committed but before
+        the log was compacted and the projections purged (the log records it until then):
+        compact, purge, and record it done. Returns its seq, 0 when none was pending. A retried
+        :meth:`erase_session`, :meth:`retention`, :meth:`compact` and ``doctor --fix`` call it."""
+        self._check()
+        pending = getattr(self.log, "erase_pending", None)
+        seq = int(pending()) if pending is not None else 0
+        if not seq:
+            return 0
+        _log.warning("finishing the cleanup of erase %d (its process stopped before the files were clean)", seq)
+        getattr(self.log, "compact")()
+        if self._projector is not None:
+            self._projector.purge()
+        self._erase_done(seq)
+        return seq
+
+    def _erase_done(self, seq: int) -> None:
+        """Erase ``seq``'s files are clean: the log compacted (by the erase) and, with a
+        projector, the projections purged. Without a projector they are purged by the next
+        process that has one: the record stays."""
+        done = getattr(self.log, "erase_finished", None)
+        if done is not None and self._projector is not None:
+            done(seq)
 
     def _keep_lineage_flags(self, sid: str, erased: set[str]) -> None:
         """Before an erase whose streams set lineage flags (archived, pinned, hidden): those
@@ -962,6 +990,9 @@ class SessionStore:
             self._core.appended(seq)
             if self._projector is not None:
                 self._projector.purge()
+            self._erase_done(seq)
+        else:
+            self.finish_erase()
         return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
 
     def _deleted_with_words(self, cutoff: float) -> list[str]:
@@ -992,6 +1023,11 @@ class SessionStore:
         if compact is None:
             raise ValidationError("log", "this log backend does not compact (only the LMDB log does)")
         result: dict[str, Any] = compact()
+        pending = getattr(self.log, "erase_pending", None)
+        seq = int(pending()) if pending is not None else 0
+        if seq and self._projector is not None:  # an interrupted erase: its log part is done now
+            self._projector.purge()
+            self._erase_done(seq)
         return result
 
     def erase_mark(self) -> int | None:

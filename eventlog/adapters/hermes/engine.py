@@ -444,6 +444,8 @@ class Engine:
             for name in os.listdir(self.layout.dir):  # the replaced generation held the words
                 if name.startswith("state.") and name.endswith(".db") and name != path.name:
                     projection.remove_file(self.layout.dir / name)
+            if seq:
+                self.log.erase_finished(seq)  # compacted and the projection purged: files clean
             self._sync(self._connection())
             return seq
 
