@@ -2,6 +2,7 @@
 logs, format 1 (canonical JSON) read and written unchanged in logs of the first release."""
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from hypothesis import strategies as st
 from eventlog.log import codec, stored
 from eventlog.log import lmdb as lmdb_module
 from eventlog.log.contract import JSON_VALUES
-from eventlog.log.lmdb import EventLog
+from eventlog.log.lmdb import EventLog, generation_dir
 from eventlog.sessions.store import SessionStore
 
 DATA = Path(__file__).parent / "data"
@@ -294,3 +295,71 @@ def test_zstd_codecs_are_pooled_per_log_and_safe_across_threads(monkeypatch: pyt
         t.join()
     assert not failures
     assert made["c"] <= 1 + 8 and made["d"] <= 1 + 8
+
+
+def _sealed_chain(envs: list[dict[str, Any]], prev: str | None = None, first: int = 1) -> list[bytes]:
+    """Canonical bytes of ``envs`` chained after ``prev`` (seq, prev and hash filled in)."""
+    import hashlib
+
+    from eventlog.log import codec
+
+    out, prev = [], prev or codec.ZERO_HASH
+    for seq, env in enumerate(envs, first):
+        body = dict(env, id=f"{env['id']}-{seq}", seq=seq, prev=prev)
+        digest = hashlib.sha256(bytes.fromhex(prev) + codec.canonical(body)).hexdigest()
+        out.append(codec.canonical(dict(body, hash=digest)))
+        prev = digest
+    return out
+
+
+def _raw_events(lg: EventLog) -> list[bytes]:
+    return [bytes(b) for _, b in lg.read(raw=True)]
+
+
+ODD_ENVELOPES = [  # each hash-valid; none fits the format-2 header as it is
+    {"type": "session.created", "v": 1, "session": "s1", "id": "e1", "ts": -1, "data": {"source": "cli"}},
+    {"type": "message.appended", "v": 70000, "session": "s1", "id": "e2", "ts": 5, "data": {"role": "user", "content": "v"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e3", "ts": 6, "origin": "elsewhere",
+     "data": {"role": "user", "content": "extra key"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e4", "ts": 7.5, "data": {"role": "user", "content": "f"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e5", "ts": 8, "data": {"role": "user", "content": "plain"}},
+]
+
+
+def test_sealed_events_format_2_cannot_hold_keep_their_bytes(tmp_path: Path) -> None:
+    """An import of a valid chain whose envelopes format 2's header cannot hold (an extra key,
+    a negative or float ts, a version over 65535) stores those events' canonical bytes as they
+    are. An extra key was dropped (the log then failed its own verify and refused every append)
+    and the others ended in a traceback (found by an outside audit)."""
+    raws = _sealed_chain(ODD_ENVELOPES)
+    with EventLog.open(tmp_path / "log") as lg:
+        assert lg._core.format == stored.FORMAT_2
+        assert lg.append_sealed(raws) == len(raws)
+        assert _raw_events(lg) == raws and lg.verify().ok
+        lg.append([{"type": "x.y", "session": "s1", "data": {}}])
+        assert lg.verify().ok
+        lg.compact()
+        assert _raw_events(lg)[: len(raws)] == raws and lg.verify().ok
+    values = stored_values(generation_dir(tmp_path / "log"))
+    assert values[3][:1] == b"{" and values[5][:1] != b"{", "only what format 2 cannot hold keeps its JSON"
+
+
+def test_a_first_format_log_with_events_format_2_cannot_hold_migrates(tmp_path: Path) -> None:
+    """The compaction that migrates a first-format log to format 2 keeps such events' bytes;
+    it failed ('int too large to convert', the copy not verifying) and left g1.tmp behind on
+    every try (found by an outside audit)."""
+    log_dir = tmp_path / "profiles" / "legacy"
+    log_dir.mkdir(parents=True)
+    with tarfile.open(DATA / "format1-log.tgz") as tar:
+        tar.extractall(log_dir)
+    p = log_dir / "log"
+    with EventLog.open(p) as lg:  # the first release's chain, continued by the odd events
+        assert lg._core.format == stored.FORMAT_1
+        head_seq, head_hash = lg.head()
+        assert lg.append_sealed(_sealed_chain(ODD_ENVELOPES, head_hash, head_seq + 1)) == len(ODD_ENVELOPES)
+        assert lg.verify().ok
+        before = _raw_events(lg)
+        lg.compact()
+        assert lg._core.format == stored.FORMAT_2
+        assert _raw_events(lg) == before and lg.verify().ok
+    assert not [n for n in os.listdir(p) if n.endswith(".tmp")]

@@ -685,9 +685,7 @@ class _Environment:
                         while more and n < 20_000:
                             key, value = cur.key(), cur.value()
                             if upgrade and src_db is self._events and value[:1] == b"{":
-                                env = codec.decode(value)  # a first-format stub (an erase) has no data
-                                value = (stored.pack_stub(env) if codec.is_stub(env)
-                                         else stored.pack_envelope(env, compression))
+                                value = stored.pack_sealed(key_seq(key), codec.decode(value), bytes(value), compression)
                             elif recode is not None and src_db is self._events:
                                 value = stored.recoded(bytes(value), *recode, retired) or value
                             # The source cursor walks keys (and duplicates) in order: append them.
@@ -1486,10 +1484,8 @@ class _Environment:
                     key = seq_key(seq)
                     if self.format != FORMAT_2:
                         value = bytes(raw)
-                    elif codec.is_stub(env):
-                        value = stored.pack_stub(env)
                     else:
-                        value = stored.pack_envelope(env, self.compression)
+                        value = stored.pack_sealed(seq, env, raw, self.compression)
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
                     eid = env.get("id")

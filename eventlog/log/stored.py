@@ -287,6 +287,21 @@ def recoded(value: bytes, old: Compression, new: Compression, retired: set[int])
     return bytes(value[:at]) + _TAIL.pack(c, d) + payload
 
 
+def pack_sealed(seq: int, env: dict[str, Any], raw: bytes, compression: Compression) -> bytes:
+    """The value to store for a sealed event (an import, a migration) in a format-2 log: its
+    format-2 form when that gives back exactly its canonical bytes ``raw``, else ``raw`` itself
+    (a format-2 log reads first-format values too). An envelope format 2 cannot hold as it is —
+    an extra key, a ts or version out of the header's range, a non-ASCII type — keeps its
+    bytes, and so its hash, rather than being stored as something else."""
+    try:
+        value = pack_stub(env) if codec.is_stub(env) else pack_envelope(env, compression)
+        if canonical_bytes(seq, value, compression) == bytes(raw):
+            return value
+    except (KeyError, TypeError, ValueError, OverflowError, struct.error, UnicodeError, StoredFormatError):
+        pass
+    return bytes(raw)
+
+
 def canonical_bytes(seq: int, value: bytes, compression: Compression) -> bytes:
     """The canonical envelope bytes of the event stored as ``value`` at ``seq`` (either format).
 
