@@ -407,3 +407,32 @@ def test_an_erase_on_a_log_of_the_first_release_migrates_it_and_leaves_no_trace(
     assert traces(home) == []
     assert not any(w.encode() in p.read_bytes() for p in home.rglob("*") if p.is_file() and not p.is_symlink()
                    for w in words[:3])
+
+
+def test_a_dictionary_trained_while_an_erase_commits_is_not_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training reads its samples, then stores the dictionary in a later write transaction: an
+    erase committed in between had no dictionary to mark, and the one stored after it kept
+    fragments of the erased words for good (found by an outside audit). A dictionary whose
+    samples were read before the erase mark moved is dropped and trained again."""
+    from eventlog.log import stored
+
+    lg = EventLog.open(tmp_path / "log", durability="nosync")
+    lg._core._train_after = 10**9  # no training in the background: this test trains
+    lg.append([{"type": "note.added", "session": "plain", "data": {"text": f"weather report {i}, " + "trains and tea " * 12}}
+               for i in range(1500)])
+    secret = lg.append([{"type": "note.added", "session": "secret", "data": {
+        "text": f"my pin for {MARKER} is {1000 + i}; " + "lorem ipsum dolor sit amet " * 6}} for i in range(1000)])
+    real_train, calls = stored.train, []
+
+    def train_while_erasing(samples: list[bytes]) -> bytes | None:
+        calls.append(len(samples))
+        if len(calls) == 1:  # the erase commits while the first dictionary is being trained
+            lg.erase(secret, {"reason": "forget"})
+        return real_train(samples)
+
+    monkeypatch.setattr(stored, "train", train_while_erasing)
+    dict_id = lg._core.train_dictionary()
+    assert len(calls) == 2 and dict_id == 1  # trained again on what the erase left
+    assert traces(tmp_path) == [], traces(tmp_path)
+    assert lg.verify().ok
+    lg.close()

@@ -861,18 +861,32 @@ class _Environment:
         events use it; returns its id (0 when there is too little to learn from). Stored in the
         log (``meta``), never changed once written: every process reads the same one."""
 
-        head = self.head()[0]
-        first = max(1, head - samples + 1)
-        trained = stored.train([codec.canonical(env["data"]) for env in self.read(first, head) if "data" in env])
-        if trained is None:
-            return 0
+        for _ in range(3):
+            mark = self.erase_mark()
+            head = self.head()[0]
+            first = max(1, head - samples + 1)
+            trained = stored.train([codec.canonical(env["data"]) for env in self.read(first, head) if "data" in env])
+            if trained is None:
+                return 0
+            dict_id = self._store_dict(trained, first, head, mark)
+            if dict_id:
+                self._adopt_dict(dict_id)
+                return dict_id
+        return 0
+
+    def _store_dict(self, trained: bytes, first: int, head: int, mark: int) -> int:
+        """Store a dictionary trained on events ``first``..``head`` read while the erase mark
+        was ``mark``; 0 (nothing stored) when an erase committed since: its samples may hold what
+        that erase took out, and the erase, not knowing the dictionary, could not mark it."""
         with self._writing(), self._env.begin(write=True) as txn:
+            now = txn.get(b"erased", db=self._meta)
+            if (int(now) if now else 0) != mark:
+                return 0
             current = txn.get(b"zdict", db=self._meta)
             dict_id = int(current) + 1 if current else 1
             txn.put(b"zdict:%d" % dict_id, trained, db=self._meta)
             txn.put(b"zdict:%d:range" % dict_id, _DICT_RANGE.pack(first, head), db=self._meta)
             txn.put(b"zdict", b"%d" % dict_id, db=self._meta)
-        self._adopt_dict(dict_id)
         return dict_id
 
     def _maybe_train(self, head: int) -> None:
