@@ -103,3 +103,25 @@ def test_console_script_runs(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("eventlog")
     r = subprocess.run([str(exe), "--home", str(tmp_path), "init"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_log_url_that_is_a_directory_is_an_lmdb_log(tmp_path: Path) -> None:
+    """--log-url / EVENTLOG_LOG_URL naming a directory opens the LMDB log there (anything that
+    is not a postgresql:// URL is a log directory); it ended in a traceback (found by an outside
+    audit). A directory without a log is 'not found' for every command but init."""
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    log_dir = tmp_path / "elsewhere" / "log"
+
+    def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, "--home", str(tmp_path / "home"), *args], capture_output=True, text=True,
+                              env={**__import__("os").environ, **(env or {})}, timeout=60)
+
+    missing = cli("--log-url", str(log_dir), "sessions", "list")
+    assert missing.returncode == 1 and "not found" in missing.stderr and "Traceback" not in missing.stderr
+    assert not log_dir.exists()
+    assert cli("--log-url", str(log_dir), "init").returncode == 0
+    made = cli("--log-url", str(log_dir), "sessions", "new", "--id", "s1", "--source", "cli")
+    assert made.returncode == 0, made.stderr
+    listed = cli("sessions", "list", "--json", env={"EVENTLOG_LOG_URL": str(log_dir)})
+    assert listed.returncode == 0 and [s["id"] for s in json.loads(listed.stdout)] == ["s1"], listed
+    assert (log_dir / "data.mdb").exists() and not (tmp_path / "home" / "profiles" / "default" / "log").exists()

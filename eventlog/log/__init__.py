@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eventlog.errors import ValidationError
+from eventlog.errors import NotFoundError, ValidationError
 from eventlog.log.base import Log, LogBase, VerifyResult
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
     if isinstance(target, str) and "://" in target:
         raise ValidationError("log", f"unsupported log URL scheme in {target.split('://', 1)[0]!r}://",
                               hint="use a postgresql:// URL or the path of an LMDB log directory")
-    from eventlog.log.lmdb import EventLog
+    from eventlog.log.lmdb import EventLog, generation_dir
 
+    if not options.pop("create", True):  # as for PostgreSQL: a log that is not there is an error
+        path = Path(target)
+        if not (generation_dir(path) / "data.mdb").exists():
+            raise NotFoundError("log", str(path))
     return EventLog.open(target, durability=durability, profile=profile, **options)
