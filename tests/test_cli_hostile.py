@@ -447,3 +447,33 @@ def test_sessions_show_prints_tool_calls_and_marks_rewound_messages(profile_home
 def test_replay_as_of_says_its_zone_in_the_help() -> None:
     r = subprocess.run([EXE, "replay", "--help"], capture_output=True, text=True, timeout=60)
     assert "UTC unless it names a zone" in " ".join(r.stdout.split())
+
+
+def test_no_output_lands_on_the_profiles_own_files(tmp_path: Path) -> None:
+    """export and replay refuse an output inside the profile's directory: `export
+    profiles/p/log/data.mdb` wrote the export over the log itself and said 'exported 2 events'
+    (found by an outside audit). Nothing is written, the log verifies after."""
+    home = tmp_path / "home"
+    with SessionStore.open(home, PROFILE, follower=False) as store:
+        store.create_session("s1")
+        store.append_message("s1", "user", "keep me")
+    d = home / "profiles" / PROFILE
+    data = (d / "log" / "data.mdb").read_bytes()
+    for args in (["export", str(d / "log" / "data.mdb")], ["export", "--format", "md", "--session", "s1",
+                                                            str(d / "log" / "data.mdb")],
+                 ["replay", "--until", "1", "--out", str(d / "log" / "data.mdb")],
+                 ["export", "--format", "sqlite", str(d / "state.db")], ["export", str(d / "mine.jsonl")]):
+        err = one_line_error(run(home, *args))
+        assert "inside the profile's own directory" in err, args
+    assert (d / "log" / "data.mdb").read_bytes() == data and not (d / "mine.jsonl").exists()
+    assert run(home, "log", "verify").returncode == 0
+    assert run(home, "export", str(tmp_path / "elsewhere.jsonl")).returncode == 0
+
+
+def test_export_of_an_unknown_session_is_not_found_in_every_format(profile_home: Path, tmp_path: Path) -> None:
+    for fmt in ("jsonl", "md"):
+        err = one_line_error(run(profile_home, "export", "--format", fmt, "--session", "nosuch", str(tmp_path / f"x.{fmt}")))
+        assert "session 'nosuch' not found" in err
+        assert not (tmp_path / f"x.{fmt}").exists()
+    ok = run(profile_home, "export", "--session", "s1", "-")
+    assert ok.returncode == 0 and len(ok.stdout.splitlines()) >= 4

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -159,7 +160,7 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
             bars[0].__exit__(None, None, None)
 
 
-def output_path(name: str, option: str) -> Path:
+def output_path(name: str, option: str, c: "Ctx | None" = None) -> Path:
     """Check where a command will write ``name`` before any work: the folder must exist (nothing
     creates missing folders) and be a directory, and ``name`` must not be a directory.
     Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
@@ -178,6 +179,15 @@ def output_path(name: str, option: str) -> Path:
         raise ValidationError(option, f"{path} is a folder; give a file name")
     if path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace it
         raise ValidationError(option, f"{path} is not a regular file", hint="give a file name, or `-` for stdout")
+    if c is not None:  # never over the profile's own files: the log is the one thing that must not break
+        real = Path(os.path.realpath(path))
+        own = [Path(os.path.realpath(c.home / "profiles" / c.profile))]
+        if c.log_url is not None and "://" not in c.log_url:
+            own.append(Path(os.path.realpath(c.log_url)))
+        for d in own:
+            if real == d or d in real.parents:
+                raise ValidationError(option, f"{path} is inside the profile's own directory {d}",
+                                      hint="write it somewhere else: the profile's files are the log and its projections")
     return path
 
 

@@ -45,7 +45,7 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     if (until_seq is None) == (as_of is None):
         raise click.UsageError("give exactly one of --until and --as-of")
     as_of_ns = _parse_time_ns(as_of) if as_of is not None else None
-    path = output_path(out, "--out")
+    path = output_path(out, "--out", c)
     with c.open_store() as store, progress_bar("replaying") as update, _writing(out):
         res = store.snapshot(path, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
     click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
@@ -67,12 +67,15 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
     if fmt == "sqlite" and session_id is not None:
         raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
     if out != "-":
-        output_path(out, "OUT")
+        output_path(out, "OUT", c)
     if fmt == "jsonl":
         from sqlite_export.jsonl import export_jsonl
 
-        with c.open_log() as lg, _Output(out) as fp, progress_bar("exporting") as update:
-            n, damage = export_jsonl(lg, fp, session=session_id, progress=update, verified=True)
+        with c.open_log() as lg:
+            if session_id is not None and not lg.stream_version(session_id):
+                raise NotFoundError("session", session_id)  # as md and html say: not an empty export
+            with _Output(out) as fp, progress_bar("exporting") as update:
+                n, damage = export_jsonl(lg, fp, session=session_id, progress=update, verified=True)
         click.echo(f"exported {n} events", err=True)
         if damage is not None:
             raise damage.error_reading()
