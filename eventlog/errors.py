@@ -72,7 +72,7 @@ class NotFoundError(EventLogError, LookupError):
         "session": "list the live sessions with list_sessions() (`eventlog sessions list`); a deleted session is gone",
         "message": "a message's id is the seq of its event: list a session's messages with get_messages()",
         "profile": "create it by opening a store on it (`eventlog init`), or choose another profile or home",
-        "log": "check the log's path or URL (--log-url, EVENTLOG_LOG_URL); `eventlog init` creates one",
+        "log": "check the path or URL given for the log; `eventlog init` creates a profile's log",
     }
 
     def __init__(self, kind: str, ident: Any) -> None:

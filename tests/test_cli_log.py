@@ -125,3 +125,12 @@ def test_a_log_url_that_is_a_directory_is_an_lmdb_log(tmp_path: Path) -> None:
     listed = cli("sessions", "list", "--json", env={"EVENTLOG_LOG_URL": str(log_dir)})
     assert listed.returncode == 0 and [s["id"] for s in json.loads(listed.stdout)] == ["s1"], listed
     assert (log_dir / "data.mdb").exists() and not (tmp_path / "home" / "profiles" / "default" / "log").exists()
+
+
+def test_log_copy_from_a_path_without_a_log_creates_nothing(tmp_path: Path) -> None:
+    """`log copy --from <mistyped path>` said it copied 0 events and made an empty log at the
+    source path (found by an outside audit): a missing source is 'not found', nothing created."""
+    missing = tmp_path / "typo-of-a-backup"
+    code, _out, err = run(tmp_path / "home", "log", "copy", "--from", str(missing))
+    assert code == 1 and "not found" in err
+    assert not missing.exists()

@@ -255,3 +255,22 @@ def test_one_write_group_sees_what_its_earlier_requests_write(tmp_path: Path) ->
         assert isinstance(group[4].error, ConcurrencyError) and group[4].error.actual == 2
         assert [e["id"] for e in lg.read()] == ["a", "b"] and lg.stream_version("s") == 2
         assert lg.verify().ok
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"path": ""}, "path"), ({"path": "   "}, "path"), ({"path": 5}, "path"), ({"path": b"/tmp/x"}, "path"),
+    ({"path": "a\0b"}, "path"), ({"map_size": -1}, "map_size"), ({"map_size": 2**64}, "map_size"),
+    ({"map_size": "big"}, "map_size"), ({"max_readers": 0}, "max_readers"), ({"lock_timeout": -1}, "lock_timeout"),
+])
+def test_bad_open_arguments_are_validation_errors_and_create_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     kwargs: dict[str, Any], field: str) -> None:
+    """EventLog.open("") turned the working directory into a log, and a non-path or a negative
+    map size raised TypeError/OverflowError (found by an outside audit)."""
+    from eventlog.errors import ValidationError
+
+    monkeypatch.chdir(tmp_path)
+    args = {"path": tmp_path / "log", **kwargs}
+    with pytest.raises(ValidationError) as info:
+        EventLog.open(args.pop("path"), **args)
+    assert info.value.field == field
+    assert os.listdir(tmp_path) == []

@@ -143,7 +143,7 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
             with c.open_log() as source, open_log(other, profile=c.profile, **options) as target:
                 res = copy_log(source, target, progress=update)
         else:
-            with open_log(other, profile=c.profile) as source, c.open_log(create=True) as target:
+            with open_log(other, profile=c.profile, create=False) as source, c.open_log(create=True) as target:
                 res = copy_log(source, target, progress=update)
     if as_json:
         emit_json(res.to_dict())

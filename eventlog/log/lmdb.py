@@ -1831,6 +1831,15 @@ class EventLog(LogBase):
         """
         if durability not in DURABILITIES:
             raise ValidationError("durability", f"must be one of {DURABILITIES}")
+        if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)):
+            raise ValidationError("path", f"must be the path of a log directory, got {type(path).__name__}")
+        if not str(os.fspath(path)).strip() or "\0" in str(os.fspath(path)):
+            raise ValidationError("path", "is empty or holds a NUL character: give the log's directory")
+        for name, value, low in (("map_size", map_size, 1), ("max_readers", max_readers, 1),
+                                 ("lock_timeout", lock_timeout, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low \
+                    or (name != "lock_timeout" and (not isinstance(value, int) or value >= 1 << 63)):
+                raise ValidationError(name, f"must be a number of at least {low}, got {value!r}")
         p = Path(path)
         if not readonly:
             try:
