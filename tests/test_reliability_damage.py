@@ -282,3 +282,22 @@ def test_a_superseded_projection_file_that_cannot_be_deleted_stops_nothing(tmp_p
     assert found.returncode == 0 and json.loads(found.stdout)["results"], found.stderr
     assert "cannot delete the superseded projection file" in added.stderr + shown.stderr
     assert (old / "keep").exists() and os.readlink(d / f"{kind}.db") != old.name
+
+
+def test_a_replay_past_the_damage_fails_and_writes_nothing(pristine: Path, tmp_path: Path) -> None:
+    """`replay --until N` promises the profile as it was at N: past a damaged event it cannot,
+    and it wrote the part before the damage with exit 0 and no word of it (found by an outside
+    audit). Up to the event before the damage it still works."""
+    home = copy(pristine, tmp_path / "home")
+    damage_event(log_dir(home), BAD, DAMAGE_KINDS[0])
+    out = tmp_path / "then.db"
+    r = cli(home, "replay", "--until", str(BAD + 2), "--out", str(out))
+    no_traceback(r)
+    assert r.returncode == 1 and f"damaged at seq {BAD}" in r.stderr and f"--until {BAD - 1}" in r.stderr, r.stderr
+    assert not out.exists() and not list(tmp_path.glob("then.db*"))
+    r = cli(home, "replay", "--until", str(BAD - 1), "--out", str(out))
+    assert r.returncode == 0 and f"up to seq {BAD - 1}" in r.stdout, r.stderr
+    import sqlite3
+
+    with sqlite3.connect(out) as db:
+        assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 3

@@ -16,7 +16,7 @@ from typing import IO, Any, Iterator
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, output_path, pass_ctx, progress_bar
-from eventlog.errors import EventLogError, NotFoundError, StorageError, ValidationError
+from eventlog.errors import EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
 
 INT64_MAX = 2**63 - 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -48,6 +48,15 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     path = output_path(out, "--out", c)
     with c.open_store() as store, progress_bar("replaying") as update, _writing(out):
         res = store.snapshot(path, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
+    damage = res.get("damage")
+    if damage:  # the verified prefix ends before the point asked for: not the profile as it was then
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}{suffix}")
+        raise IntegrityError(f"the log is damaged at seq {damage['seq']} ({damage['reason']}): the profile as it "
+                             f"was then cannot be replayed past seq {res['last_seq']}; nothing was written",
+                             hint=f"`eventlog replay --until {max(res['last_seq'], 1)}` replays the part before "
+                                  "the damage; docs/RELIABILITY.md says how to restore the log")
     click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
 
 
