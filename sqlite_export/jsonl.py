@@ -11,7 +11,9 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   an id present with different content refuses the whole import. A line that carries a hash
   must still match it (its own ``prev`` and content): a line changed after the export refuses
   the whole import (:class:`IntegrityError` naming the line), so tampering is never laundered
-  into fresh hashes. Lines without a hash are plain events and claim nothing. Erased events
+  into fresh hashes, and neither is a line of an export whose hash was removed (one with a
+  seq or prev, or in a file whose other lines carry hashes). A file of plain events (no seq,
+  prev or hash on any line) claims nothing. Erased events
   (stubs, no data) and the log's own records are not appended anew: they belong to the chain
   they were written in (a verbatim import keeps them).
 """
@@ -130,6 +132,8 @@ def _tampered(env: dict[str, Any]) -> str | None:
     """Why a line's own hash does not vouch for it, or None (also for a line that claims no hash,
     and for an erased event, whose content is gone)."""
     claimed = env.get("hash")
+    if claimed is None and ("prev" in env or "seq" in env):
+        return "it has a place in a chain (seq, prev) but no hash: an exported line whose hash was removed"
     if claimed is None or codec.is_stub(env):
         return None
     prev = env.get("prev")
@@ -176,8 +180,11 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                             hint="import into a new profile (--profile NEW); appended after other history the "
                                  "events would get new seqs and times")
     # Another history: check every line's own hash and every id first, so a conflict imports nothing.
+    hashed = any("hash" in env for _, _, env in items)
     for n, _, env in items:
         why = _tampered(env)
+        if why is None and hashed and "hash" not in env:  # an export's lines all carry theirs
+            why = "it has no hash where the file's other lines have theirs"
         if why is not None:
             raise IntegrityError(f"line {n} (seq {env.get('seq')!r}): {why}; nothing was imported",
                                  hint="the file was changed after it was exported: import an untouched export")

@@ -133,3 +133,23 @@ def test_export_import_round_trip_property(tmp_path_factory: pytest.TempPathFact
     with EventLog.open(d / "b", durability="nosync") as b:
         import_jsonl(b, io.BytesIO(data))
         assert b.head() == head and dump(b) == data and b.verify().ok
+
+
+def test_an_exported_line_whose_hash_was_removed_is_refused(tmp_path: Path) -> None:
+    """Changing a line and deleting its hash laundered the change: the line counted as a plain
+    event and the import went through (found by an outside audit). A line with a seq or prev
+    but no hash, or without a hash in a file whose other lines have theirs, is refused."""
+    import orjson
+
+    with EventLog.open(tmp_path / "a", durability="nosync") as a:
+        a.append([ev("s1", text="kept"), ev("s1", text="original"), ev("s1", text="after")])
+        lines = dump(a).splitlines()
+    changed = orjson.loads(lines[1].replace(b"original", b"mallory!"))
+    del changed["hash"]
+    bare = {k: v for k, v in changed.items() if k in ("type", "session", "data", "id")}  # no seq or prev either
+    for forged, why in ((changed, "no hash: an exported line whose hash was removed"),
+                        (bare, "no hash where the file's other lines have theirs")):
+        with EventLog.open(tmp_path / f"b{len(forged)}", durability="nosync") as b:
+            with pytest.raises(IntegrityError, match=f"line 2 .*{why}"):
+                import_jsonl(b, [lines[0], orjson.dumps(forged), lines[2]])
+            assert b.head()[0] == 0
