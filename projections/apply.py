@@ -46,6 +46,7 @@ from eventlog.sessions.rules import (
 from eventlog.sessions.rules import descendants as _descendants
 
 log = logging.getLogger("eventlog.projections")
+_MESSAGE_TEXT = ("role", "tool_name", "tool_call_id", "finish_reason", "reasoning", "display_kind")
 
 def upcaster() -> Callable[[dict[str, Any]], dict[str, Any]]:
     """``eventlog.sessions.events.upcast``, skipped for envelopes already at the current version (it
@@ -210,20 +211,27 @@ class Applier:
         if c is None:
             return
         g = data.get
+        texts = (g("role"), g("tool_name"), g("tool_call_id"), g("finish_reason"), g("reasoning"), g("display_kind"))
         role, tool_name, tool_call_id, finish_reason, reasoning, display_kind = [
-            v if type(v) is str else None for v in (g("role"), g("tool_name"), g("tool_call_id"),
-                                                    g("finish_reason"), g("reasoning"), g("display_kind"))]
+            v if type(v) is str else None for v in texts]
+        for i, v in enumerate(texts):
+            if v is not None and type(v) is not str:
+                self.odd.add(sid, seq, _MESSAGE_TEXT[i], v)
         content = g("content")
         content_json = 0
         if content is not None and type(content) is not str:
             content = json_text(content, list, dict)
             content_json = 0 if content is None else 1
+            if content is None:
+                self.odd.add(sid, seq, "content", g("content"))
         calls = g("tool_calls")
         calls_text, n_calls = None, 0
         if calls is not None:
             calls_text = json_text(calls, list)
             if calls_text is not None:
                 n_calls = len(calls)
+            else:
+                self.odd.add(sid, seq, "tool_calls", calls)
         stamp = g("timestamp")
         if stamp is None:
             stamp = now
@@ -239,9 +247,13 @@ class Applier:
         details = g("reasoning_details")
         if details is not None:
             details = json_text(details, list, dict)
+            if details is None:
+                self.odd.add(sid, seq, "reasoning_details", g("reasoning_details"))
         display = g("display_metadata")
         if display is not None:
             display = json_text(display, dict)
+            if display is None:
+                self.odd.add(sid, seq, "display_metadata", g("display_metadata"))
         self._messages.append((seq, sid, role, content, content_json, calls_text, tool_name, tool_call_id, stamp,
                                tokens, finish_reason, reasoning, details, display_kind, display, 1, n_calls))
         c[0] += 1
@@ -305,6 +317,10 @@ class Applier:
         if self._live(sid) or self.db.execute("SELECT 1 FROM tombstones WHERE id = ?", (sid,)).fetchone():
             return
         row = {key: as_str(data.get(key)) for key in CREATED_TEXT}
+        self._odd_texts(sid, seq, data, CREATED_TEXT)
+        config = json_text(data.get("model_config"), dict)
+        if config is None and data.get("model_config") is not None:
+            self.odd.add(sid, seq, "model_config", data.get("model_config"))
         flags = (0, 0, 0)
         parent = row["parent_session_id"]
         if parent is not None:
@@ -320,10 +336,18 @@ class Applier:
         if started is None and data.get("started_at") is not None:
             self.odd.add(sid, seq, "started_at", data.get("started_at"))
         self.db.execute(_INSERT_SESSION, (
-            sid, *(row[k] for k in CREATED_TEXT), json_text(data.get("model_config"), dict),
+            sid, *(row[k] for k in CREATED_TEXT), config,
             started, started, *flags, self.profile_name, seq))
         if "title" in data:
+            self._odd_texts(sid, seq, data, ("title",))
             self._titled(sid, data.get("title"), data.get("title_source"))
+
+    def _odd_texts(self, sid: str, seq: int, data: dict[str, Any], keys: Any) -> None:
+        """Warn for each of ``keys`` present with a value that is not text (it reads as unknown)."""
+        for key in keys:
+            v = data.get(key)
+            if v is not None and type(v) is not str:
+                self.odd.add(sid, seq, key, v)
 
     def _flagged(self, sid: str, flag: str, value: bool) -> None:
         if self._settled_live(sid):
@@ -332,6 +356,7 @@ class Applier:
 
     def _retitled(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if self._settled_live(sid):
+            self._odd_texts(sid, seq, data, ("title",))
             self._titled(sid, data.get("title"), data.get("source"))
 
     def _titled(self, sid: str, title: Any, source: Any) -> None:
@@ -364,8 +389,11 @@ class Applier:
         if not self._settled_live(sid):
             return
         sets: list[tuple[str, Any]] = [(k, as_str(data[k])) for k in META_TEXT if k in data]
+        self._odd_texts(sid, seq, data, META_TEXT)
         if "model_config" in data:
             sets.append(("model_config", json_text(data["model_config"], dict)))
+            if sets[-1][1] is None and data["model_config"] is not None:
+                self.odd.add(sid, seq, "model_config", data["model_config"])
         if "tool_names" in data:
             names = data["tool_names"]
             value = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None

@@ -600,3 +600,42 @@ def test_the_index_thread_of_a_rebuild_runs_at_a_lower_priority(setup: Any, monk
         p.rebuild("all")
     assert seen == [min(19, base + 10)]
     assert os.getpriority(os.PRIO_PROCESS, 0) == base  # this (the building) thread is as it was
+
+
+def test_values_of_the_wrong_type_are_warned_about_as_the_times_are(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Text and JSON fields of the wrong type read as unknown as before, but silently: only
+    times and counts were warned about (found by an outside audit). Both read models now name
+    each, with the session, the field and the event."""
+    events = [
+        {"type": "session.created", "session": "odd", "data": {"title": 5, "model_config": "notobj", "cwd": 7}},
+        {"type": "message.appended", "session": "odd", "v": 2,
+         "data": {"role": "user", "content": 12, "display_metadata": [1], "tool_calls": "str", "tool_name": ["x"]}},
+        {"type": "session.meta_updated", "session": "odd", "data": {"git_branch": 3, "model_config": [1]}},
+        {"type": "session.titled", "session": "odd", "data": {"title": {"a": 1}, "source": "user"}},
+        {"type": "session.created", "session": "fine", "data": {"title": "ok", "model_config": {"t": 1}}},
+        {"type": "message.appended", "session": "fine", "v": 2, "data": {"role": "user", "content": [{"type": "text"}]}},
+    ]
+    home = tmp_path / "home"
+    directory = home / "profiles" / "p"
+    with EventLog.open(directory / "log") as log:
+        log.append(events)
+        with caplog.at_level("WARNING", logger="eventlog.projections"), Projector(directory, log, "p") as p:
+            r = p.reader()
+            session = r.get_session("odd")
+            assert session is not None and session["title"] is None and session["cwd"] is None
+            (message,) = r.get_messages("odd")
+            assert message["content"] is None and message["tool_calls"] is None and message["tool_name"] is None
+            r.close()
+    warned = [rec.getMessage() for rec in caplog.records if "shown as unknown" in rec.getMessage()]
+    for field, seq in (("title", 1), ("model_config", 1), ("cwd", 1), ("content", 2), ("display_metadata", 2),
+                       ("tool_calls", 2), ("tool_name", 2), ("git_branch", 3), ("model_config", 3), ("title", 4)):
+        assert any(w.startswith(f"session 'odd': {field} ") and f"at seq {seq} " in w for w in warned), (field, warned)
+    assert not any("'fine'" in w for w in warned), warned
+    caplog.clear()
+    from eventlog.sessions.store import SessionStore
+
+    with caplog.at_level("WARNING", logger="eventlog.sessions"), \
+            SessionStore.open(home, "p", read_model="fold", follower=False) as store:
+        assert store.get_session("odd")["title"] is None
+    folded = [rec.getMessage() for rec in caplog.records if "shown as unknown" in rec.getMessage()]
+    assert sorted(folded) == sorted(warned), (folded, warned)

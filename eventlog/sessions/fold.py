@@ -183,6 +183,7 @@ class Fold:
         row.update({key: as_str(data.get(key)) for key in CREATED_TEXT})
         row.update(dict.fromkeys(("message_count", "tool_call_count", *TOKENS), 0))
         row.update(dict.fromkeys(FLAGS, False), id=sid, model_config=_json(data.get("model_config"), dict))
+        self._odd(sid, seq, data, (*CREATED_TEXT, "title"), {"model_config": row["model_config"]})
         row["started_at"] = row["last_activity_at"] = as_time(data.get("started_at"), now)
         if self.warn and row["started_at"] is None and data.get("started_at") is not None:
             self.odd.add(sid, seq, "started_at", data.get("started_at"))
@@ -199,6 +200,19 @@ class Fold:
         if "title" in data:
             self._titled(row, data.get("title"), data.get("title_source"))
 
+    def _odd(self, sid: str, seq: int, data: dict[str, Any], texts: Any, read: dict[str, Any] | None = None) -> None:
+        """Warn for each of ``texts`` present with a value that is not text, and each of ``read``
+        (field -> what it read as) present but read as unknown — as the SQL applier does."""
+        if not self.warn:
+            return
+        for key in texts:
+            v = data.get(key)
+            if v is not None and type(v) is not str:
+                self.odd.add(sid, seq, key, v)
+        for key, value in (read or {}).items():
+            if value is None and data.get(key) is not None:
+                self.odd.add(sid, seq, key, data.get(key))
+
     def _flagged(self, sid: str, seq: int, data: dict[str, Any], now: float | None, flag: str, value: bool) -> None:
         for member in self.lineage(sid):
             self._sessions[member][flag] = value
@@ -206,6 +220,7 @@ class Fold:
     def _retitled(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         row = self._sessions.get(sid)
         if row is not None:
+            self._odd(sid, seq, data, ("title",))
             self._titled(row, data.get("title"), data.get("source"))
 
     def _titled(self, row: dict[str, Any], title: Any, source: Any) -> None:
@@ -245,6 +260,7 @@ class Fold:
                 row[key] = as_str(data[key])
         if "model_config" in data:
             row["model_config"] = _json(data["model_config"], dict)
+        self._odd(sid, seq, data, META_TEXT, {"model_config": row["model_config"]} if "model_config" in data else {})
         if "tool_names" in data:
             names = data["tool_names"]
             row["tool_names"] = [n for n in names if isinstance(n, str)] if isinstance(names, list) else None
@@ -273,6 +289,9 @@ class Fold:
             "display_metadata": _json(data.get("display_metadata"), dict), "active": True,
         }
         if self.warn:
+            self._odd(sid, seq, data, ("role", "tool_name", "tool_call_id", "finish_reason", "reasoning",
+                                       "display_kind"),
+                      {name: msg[name] for name in ("content", "tool_calls", "reasoning_details", "display_metadata")})
             for name in ("timestamp", "token_count"):
                 if msg[name] is None and data.get(name) is not None:
                     self.odd.add(sid, seq, name, data.get(name))
