@@ -169,3 +169,23 @@ def test_every_error_class_has_a_hint(tmp_path: Path) -> None:
         with pytest.raises(NotFoundError) as nf:
             store.set_title("nope", "a title")
         assert "list_sessions" in (nf.value.hint or "")
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("postgresql://postgres:pw-xyz@host:5432/db", "pw-xyz"),
+    ("postgresql://postgres@127.0.0.1:5432/db?password=pw-xyz", "pw-xyz"),
+    ("postgresql://h/db?sslmode=require&password=pw-xyz&connect_timeout=3", "pw-xyz"),
+    ("postgresql://postgres:SEC/RET7@h/db", "RET7"),
+    ("postgresql://postgres:SEC@RET6@h/db", "RET6"),
+    ('end of string reached in URI: "postgresql://postgres:pw-xyz@[::1/postgres"', "pw-xyz"),
+    ("host=h user=u password=pw-xyz dbname=d", "pw-xyz"),
+])
+def test_no_password_reaches_a_message(url: str, secret: str) -> None:
+    """A password in a ?password= parameter, one holding a raw / or @, and a URL quoted inside a
+    libpq message were printed as they were (found by an outside audit)."""
+    pytest.importorskip("psycopg")
+    from eventlog.log.pg_schema import redact, storage_error
+
+    assert secret not in redact(url) and "***" in redact(url)
+    assert secret not in str(storage_error(ValueError(url), "cannot open the log", redact(url)))
+    assert redact("postgresql://u@h:5432/db") == "postgresql://u@h:5432/db"

@@ -51,8 +51,24 @@ def is_url(target: object) -> bool:
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    return re.sub(r"(://[^/:@]*:)[^@/]*@", r"\1***@", url)
+    """The URL without its password, for messages: the userinfo's (up to the last ``@`` of the
+    authority, so a raw ``/`` or ``@`` in it does not end it early) and a ``password=`` query
+    parameter's; any URL or ``password=`` inside other text too (libpq quotes the URI it could
+    not parse)."""
+    return _PASSWORD_PARAM.sub(r"\1***", _URL_IN_TEXT.sub(lambda m: _redact_one(m.group(0)), url))
+
+
+_URL_IN_TEXT = re.compile(r"postgres(?:ql)?://[^\s\"'<>]*", re.IGNORECASE)
+_PASSWORD_PARAM = re.compile(r"(\bpassword\s*=\s*)(?:'[^']*'|[^\s&\"']*)", re.IGNORECASE)
+
+
+def _redact_one(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    head, q, query = rest.partition("?")
+    at = head.rfind("@")
+    if at >= 0 and ":" in head[:at]:
+        head = head[:at].split(":", 1)[0] + ":***" + head[at:]
+    return scheme + sep + head + q + query
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ class ProfileInfo:
 def storage_error(e: BaseException, action: str, where: str = "") -> StorageError:
     """The one place psycopg errors become eventlog errors (the caller chains the cause)."""
     at = f" ({where})" if where else ""
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
     if isinstance(e, pgerr.DiskFull):
         return DiskFullError(f"{action}: the PostgreSQL server is out of disk space{at}",
                              hint="free space on the server, then retry: nothing of the failed append was written")
@@ -84,7 +100,8 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
     if isinstance(e, psycopg.OperationalError):
         return StorageError(f"{action}: cannot reach PostgreSQL{at}: {text}",
                             hint="check that the server is running and the URL, user and password are right")
-    return StorageError(f"{action}{at}: {text}")
+    return StorageError(f"{action}{at}: {text}",
+                        hint="check the PostgreSQL URL (postgresql://user:password@host:port/database) and the server")
 
 
 def connect(url: str, *, connect_timeout: float = 10.0) -> psycopg.Connection[Any]:

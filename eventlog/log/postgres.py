@@ -408,8 +408,8 @@ class PostgresLog(LogBase):
                     now = time.monotonic()
                     deadline = deadline if deadline is not None else now + self.reconnect_timeout
                     if now < deadline:
-                        _log.warning("append to %s: %s; retrying", self._where, str(e).strip().splitlines()[0]
-                                     if str(e).strip() else type(e).__name__)
+                        _log.warning("append to %s: %s; retrying", self._where,
+                                     redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__)
                         time.sleep(delay)
                         delay = min(delay * 2, 1.0)
                         continue
@@ -418,7 +418,7 @@ class PostgresLog(LogBase):
                 self._fail(group, err)
                 return
             except Exception as e:  # never leave a caller of this group waiting
-                err2 = e if isinstance(e, EventLogError) else StorageError(f"append failed: {e!r}")
+                err2 = e if isinstance(e, EventLogError) else StorageError(f"append failed: {redact(repr(e))}")
                 if err2 is not e:
                     err2.__cause__ = e
                 self._fail(group, err2)
