@@ -190,3 +190,27 @@ def test_two_hosts_following_one_log_converge_to_identical_projections(tmp_path:
     with SessionStore.open(tmp_path / "fresh", pg_profile, log=pg_url, follower=False) as store:
         store.sync()
         assert digest(store) == (d0, 2 * sessions)  # and alike a third host built from scratch
+
+
+def test_an_erase_rides_out_a_server_restart_and_fails_typed_when_it_is_down(pg_server: Any, pg_url: str,
+                                                                             pg_profile: str) -> None:
+    """Erase went without the reconnecting every other write has: right after a restart it failed
+    ('terminating connection due to administrator command'), and with the server down it raised
+    psycopg's own OperationalError, not an EventLogError (found by an outside audit)."""
+    from eventlog.errors import StorageError
+
+    with PostgresLog.open(pg_url, profile=pg_profile, reconnect_timeout=20) as lg:
+        first = lg.append([{"type": "note.added", "session": "s1", "data": {"text": "forget me"}}] * 2)
+        keep = lg.append([{"type": "note.added", "session": "s2", "data": {"text": "keep me"}}])
+        pg_server.stop("fast")
+        pg_server.boot()
+        seq = lg.erase([first[0]], {"reason": "after a restart"})
+        assert seq == keep[0] + 1 and lg.get(first[0]).get("erased") is True and lg.verify().ok
+        lg.reconnect_timeout = 1.0
+        pg_server.stop("fast")
+        try:
+            with pytest.raises(StorageError):
+                lg.erase([first[1]], {"reason": "server down"})
+        finally:
+            pg_server.boot()
+        assert lg.erase([first[1]], {"reason": "back"}) == seq + 1 and lg.verify().ok

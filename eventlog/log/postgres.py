@@ -101,6 +101,15 @@ IDLE_IN_TRANSACTION_S = 60
 after this long, so it cannot hold a profile's advisory lock forever."""
 
 
+class _Sent(Exception):
+    """An erase's connection failed after its COMMIT was sent (it may have committed)."""
+
+    def __init__(self, seq: int, error: psycopg.Error) -> None:
+        super().__init__(str(error))
+        self.seq = seq
+        self.error = error
+
+
 def _lost(e: BaseException) -> bool:
     """A failure worth reconnecting and retrying for: the connection (or the server) went
     away, or the server refused for a moment (starting up, shutting down, cancelled)."""
@@ -619,38 +628,75 @@ class PostgresLog(LogBase):
         if self._format != 2:
             raise StorageError("erasing needs a format-2 log", hint="copy the log into a new profile to migrate it")
         with self._write_mutex:
-            self._cached_head = None
-            conn = self._writer_conn()
-            try:
-                with conn.transaction():
-                    conn.execute(self._sql.lock, self._sql.lock_args)
-                    row = conn.execute(self._sql.head).fetchone()
-                    assert row is not None
-                    start, prev = int(row[0]), str(row[1])
-                    rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
-                    envs = erasable(wanted, lambda q: self._envelope(q, rows[q]) if q in rows else None)
-                    listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
-                    stubs = [stored.pack_stub(codec.stub(env)) for env in envs]
-                    if not listed:
-                        raise psycopg.Rollback()
-                    p = codec.prepare(erase_event(listed, data), log_type=True)
-                    seq, ts = start + 1, time.time_ns()
-                    _raw, digest = codec.seal(p, seq, ts, prev)
-                    c, d, payload = self._compression.compress(p.data_bytes)
-                    body = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
-                    conn.execute(self._sql.write, ([seq], [p.id], [None], [body], [], [], seq, digest))
-                    conn.execute(self._sql.erase, ([q for q, _ in listed], stubs))
-                if not listed:
-                    return 0
-                conn.execute(self._sql.notify, (self.info.channel, str(seq)))
-            except pgerr.UndefinedFunction as e:
-                raise StorageError("this profile's schema predates erasing on PostgreSQL",
-                                   hint="open the log once with the administrator URL that created it "
-                                        "(it adds the erase_events function)") from e
-            except psycopg.Error as e:
+            deadline: float | None = None
+            delay, sent = 0.05, 0  # sent: the seq of a record whose COMMIT went out (lost or not)
+            while True:
+                self._check_open()
+                self._cached_head = None
+                try:
+                    seq = self._erase_once(wanted, data, sent)
+                    break
+                except _Sent as s:
+                    sent = s.seq
+                    e = s.error
+                except psycopg.Error as err:
+                    e = err
+                if isinstance(e, pgerr.UndefinedFunction):
+                    raise StorageError("this profile's schema predates erasing on PostgreSQL",
+                                       hint="open the log once with the administrator URL that created it "
+                                            "(it adds the erase_events function)") from e
                 self._drop_writer()
-                raise storage_error(e, "erase failed", self._where) from e
-        self._wakeups.bump()
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                if not _lost(e) or now >= deadline:
+                    raise storage_error(e, "erase failed", self._where) from e
+                _log.warning("erase on %s: %s; retrying", self._where,
+                             redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        if seq:
+            self._wakeups.bump()
+        return seq
+
+    def _erase_once(self, wanted: list[int], data: dict[str, Any], sent: int) -> int:
+        """One try of :meth:`erase`. ``sent``: the record seq of an earlier try whose COMMIT
+        went out before the connection was lost: when nothing is left to erase now and that
+        record is in the log, that try committed and its seq is the answer."""
+        conn = self._writer_conn()
+        seq = 0
+        try:
+            with conn.transaction():
+                conn.execute(self._sql.lock, self._sql.lock_args)
+                row = conn.execute(self._sql.head).fetchone()
+                assert row is not None
+                start, prev = int(row[0]), str(row[1])
+                rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
+                envs = erasable(wanted, lambda q: self._envelope(q, rows[q]) if q in rows else None)
+                listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
+                stubs = [stored.pack_stub(codec.stub(env)) for env in envs]
+                if not listed:
+                    raise psycopg.Rollback()
+                p = codec.prepare(erase_event(listed, data), log_type=True)
+                seq, ts = start + 1, time.time_ns()
+                _raw, digest = codec.seal(p, seq, ts, prev)
+                c, d, payload = self._compression.compress(p.data_bytes)
+                body = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
+                conn.execute(self._sql.write, ([seq], [p.id], [None], [body], [], [], seq, digest))
+                conn.execute(self._sql.erase, ([q for q, _ in listed], stubs))
+                sent = seq  # leaving the block sends the COMMIT
+        except psycopg.Error as e:
+            if sent:
+                raise _Sent(sent, e) from e
+            raise
+        if not listed:
+            if sent:  # an earlier try's COMMIT arrived: its record is the erase
+                found = self.get(sent)
+                return sent if found is not None and found.get("type") == codec.ERASED_TYPE else 0
+            return 0
+        try:
+            conn.execute(self._sql.notify, (self.info.channel, str(seq)))
+        except psycopg.Error:
+            self._drop_writer()  # committed: followers also poll, so a lost notice only delays them
         return seq
 
     def append_sealed(self, raws: Sequence[bytes]) -> int:
