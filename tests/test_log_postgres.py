@@ -231,3 +231,41 @@ def test_the_role_changes_events_only_through_an_audited_erase(pg_url: str, pg_p
         res = lg.verify()
         assert res.ok and res.erased == 1
         assert not any(b"SECRET-ROW" in raw for _, raw in lg.read(raw=True))
+
+
+def test_erase_events_refuses_a_stub_the_record_does_not_name(pg_url: str, pg_profile: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """erase_events checked that the transaction had appended some log.erased record, not that
+    the record named the events it was given: the profile's role could stub any event beside a
+    record naming another (found by an outside audit). The record is now stored uncompressed and
+    the function checks each [seq, hash] against it; nothing changes when one is not named."""
+    from eventlog.errors import StorageError
+    from eventlog.log import postgres as pg_module
+
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        lg.append([ev("a", secret="SECRET-ONE"), ev("a", secret="SECRET-TWO")])
+        real = pg_module.erase_event
+        monkeypatch.setattr(pg_module, "erase_event", lambda listed, data: real(listed[:1], data))
+        with pytest.raises(StorageError, match="does not name event 2"):
+            lg.erase([1, 2], {"reason": "one named, two stubbed"})
+        res = lg.verify()
+        assert res.ok and res.erased == 0 and lg.head()[0] == 2
+        monkeypatch.setattr(pg_module, "erase_event", real)
+        assert lg.erase([1, 2], {"reason": "both named"}) == 3
+        res = lg.verify()
+        assert res.ok and res.erased == 2
+
+
+def test_an_administrator_open_upgrades_an_earlier_erase_function(pg_url: str, pg_profile: str) -> None:
+    from eventlog.log.pg_schema import ERASE_VERSION, lookup
+
+    PostgresLog.open(pg_url, profile=pg_profile).close()
+    with superuser(pg_url) as c:
+        info = lookup(c, pg_profile)
+        assert info is not None
+        fn = f'"{info.schema}".erase_events(bigint[], bytea[])'
+        c.execute(f"COMMENT ON FUNCTION {fn} IS NULL")  # as the previous release left it
+    PostgresLog.open(pg_url, profile=pg_profile).close()
+    with superuser(pg_url) as c:
+        row = c.execute("SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (fn,)).fetchone()
+        assert row is not None and row[0] == ERASE_VERSION

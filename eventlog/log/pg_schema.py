@@ -176,6 +176,7 @@ def _profile_ddl(schema: str, role: str) -> list[sql.Composed]:
 
 
 ERASE_FUNCTION = "erase_events(bigint[], bytea[])"
+ERASE_VERSION = "eventlog erase_events 2: checks the record names each event"
 
 
 def erase_function_ddl(schema: str, role: str) -> list[sql.Composed]:
@@ -183,13 +184,14 @@ def erase_function_ddl(schema: str, role: str) -> list[sql.Composed]:
     SECURITY DEFINER function (it runs with the owner's rights; the role has no UPDATE on
     events). It replaces events by their stubs only in the transaction that has just appended
     the ``log.erased`` record naming them (that record is the head and this transaction wrote
-    the head row), only with a stub (kind 3) keeping the event's hash and prev, and never the
-    record itself — so an erase is all or nothing and always audited (format-2 bodies)."""
+    the head row; its data, stored uncompressed, lists each ``[seq, hash]`` erased), only with a
+    stub (kind 3) keeping the event's hash and prev, and never the record itself — so an erase
+    is all or nothing and always audited (format-2 bodies)."""
     s, r = sql.Identifier(schema), sql.Identifier(role)
     body = sql.SQL("""CREATE OR REPLACE FUNCTION {s}.erase_events(seqs bigint[], stubs bytea[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  top bigint; rec bytea; old bytea; n integer := 0; i integer;
+  top bigint; rec bytea; old bytea; n integer := 0; i integer; at integer; named jsonb;
 BEGIN
   SELECT h.seq INTO top FROM {s}.head h WHERE h.xmin::text::bigint = txid_current() % 4294967296;
   SELECT e.body INTO rec FROM {s}.events e WHERE e.seq = top;
@@ -198,6 +200,15 @@ BEGIN
     RAISE EXCEPTION 'eventlog: events are erased only with the log.erased record of the same transaction'
       USING ERRCODE = 'insufficient_privilege';
   END IF;
+  -- The record's data: after its type (at 76), session (none: one byte) and id (a 16-byte hex
+  -- id, or a length and the text), the codec (0: stored as it is) and dictionary, then JSON.
+  at := 88 + CASE WHEN get_byte(rec, 87) = 0 THEN 17 ELSE 1 + get_byte(rec, 87) END;
+  IF get_byte(rec, 86) <> 255 OR get_byte(rec, at - 1) <> 0 THEN
+    RAISE EXCEPTION 'eventlog: the log.erased record must name the events it erases as plain data'
+      USING ERRCODE = 'insufficient_privilege';
+  END IF;
+  SELECT jsonb_object_agg(x ->> 0, x ->> 1) INTO named
+    FROM jsonb_array_elements(convert_from(substring(rec FROM at + 3), 'UTF8')::jsonb -> 'erased') AS x;
   IF coalesce(array_length(seqs, 1), 0) <> coalesce(array_length(stubs, 1), 0) THEN
     RAISE EXCEPTION 'eventlog: one stub per seq' USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -207,6 +218,10 @@ BEGIN
        OR substring(stubs[i] FROM 2 FOR 64) <> substring(old FROM 2 FOR 64) THEN
       RAISE EXCEPTION 'eventlog: event % cannot take this stub', seqs[i] USING ERRCODE = 'check_violation';
     END IF;
+    IF named IS NULL OR (named ->> seqs[i]::text) IS DISTINCT FROM encode(substring(old FROM 2 FOR 32), 'hex') THEN
+      RAISE EXCEPTION 'eventlog: the log.erased record does not name event %', seqs[i]
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
     UPDATE {s}.events SET body = stubs[i] WHERE seq = seqs[i];
     n := n + 1;
   END LOOP;
@@ -215,6 +230,7 @@ END
 $fn$""").format(s=s)
     return [
         body,
+        sql.SQL("COMMENT ON FUNCTION {}.erase_events(bigint[], bytea[]) IS {}").format(s, sql.Literal(ERASE_VERSION)),
         sql.SQL("REVOKE ALL ON FUNCTION {}.erase_events(bigint[], bytea[]) FROM PUBLIC").format(s),
         sql.SQL("GRANT EXECUTE ON FUNCTION {}.erase_events(bigint[], bytea[]) TO {}").format(s, r),
     ]
@@ -223,15 +239,16 @@ $fn$""").format(s=s)
 def ensure_erase_function(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
     """Add :func:`erase_function_ddl` to a profile provisioned before it existed, when this
     connection may (the schema's owner or a superuser); True when the function is there."""
-    found = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL", (f'"{info.schema}".{ERASE_FUNCTION}',)).fetchone()
-    if found and found[0]:
+    found = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL, obj_description(to_regprocedure(%s), 'pg_proc')",
+                         (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
+    if found and found[0] and found[1] == ERASE_VERSION:
         return True
     try:
         with conn.transaction():
             for ddl in erase_function_ddl(info.schema, info.role):
                 conn.execute(ddl)
     except (pgerr.InsufficientPrivilege, pgerr.InvalidSchemaName):
-        return False
+        return bool(found and found[0])  # an earlier version stays until its owner opens the log
     return True
 
 

@@ -679,8 +679,9 @@ class PostgresLog(LogBase):
                 p = codec.prepare(erase_event(listed, data), log_type=True)
                 seq, ts = start + 1, time.time_ns()
                 _raw, digest = codec.seal(p, seq, ts, prev)
-                c, d, payload = self._compression.compress(p.data_bytes)
-                body = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, c, d, payload)
+                # Stored as it is (not compressed): erase_events reads which events it names.
+                body = stored.pack_parts(p.type, p.v, p.session, p.id, ts, prev, digest, stored.CODEC_RAW, 0,
+                                         p.data_bytes)
                 conn.execute(self._sql.write, ([seq], [p.id], [None], [body], [], [], seq, digest))
                 conn.execute(self._sql.erase, ([q for q, _ in listed], stubs))
                 sent = seq  # leaving the block sends the COMMIT
