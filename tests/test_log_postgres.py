@@ -269,3 +269,28 @@ def test_an_administrator_open_upgrades_an_earlier_erase_function(pg_url: str, p
     with superuser(pg_url) as c:
         row = c.execute("SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (fn,)).fetchone()
         assert row is not None and row[0] == ERASE_VERSION
+
+
+def test_a_second_administrator_is_told_why_it_cannot_create_a_profile(pg_url: str, pg_profile: str) -> None:
+    """The registry belongs to the administrator that created it: another with the same rights
+    was told the profile 'does not exist, or this login may not use it', hiding the permission
+    error; and grant_login by it raised psycopg's own error (found by an outside audit)."""
+    from eventlog.errors import StorageError
+    from eventlog.log.pg_schema import grant_login
+
+    PostgresLog.open(pg_url, profile=pg_profile).close()  # the registry exists, owned by the first
+    name = f"admin_{pg_profile.replace('-', '_')}"
+    with superuser(pg_url) as c:
+        c.execute(f"CREATE ROLE \"{name}\" LOGIN CREATEROLE PASSWORD 'pw'")
+        db = c.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        c.execute(f'GRANT CREATE ON DATABASE "{db}" TO "{name}"')
+    other = pg_url.replace(pg_url.split("://", 1)[1].split("@", 1)[0], f"{name}:pw")
+    with pytest.raises(StorageError, match="may not create it: permission denied") as info:
+        PostgresLog.open(other, profile=pg_profile + "-b")
+    assert "GRANT" in (info.value.hint or "")
+    with psycopg.connect(other, autocommit=True) as c2:
+        with pytest.raises(StorageError, match="granting profile"):
+            grant_login(c2, pg_profile, name)
+    with superuser(pg_url) as c:
+        c.execute(f'GRANT "{pg_url.split("://", 1)[1].split(":", 1)[0]}" TO "{name}"')
+    PostgresLog.open(other, profile=pg_profile + "-b").close()  # as a member of the owner's role it may

@@ -281,15 +281,26 @@ def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
 
 def grant_login(conn: psycopg.Connection[Any], profile: str, login: str) -> ProfileInfo:
     """Let the login role ``login`` use ``profile`` (``GRANT <profile role> TO login``).
-    Needs an administrator connection; raises :class:`StorageError` for an unknown profile."""
-    row = conn.execute(f"SELECT id, schema_name, role_name, format FROM {REGISTRY}.profiles WHERE name = %s",
-                       (profile,)).fetchone()
-    if row is None:
-        raise StorageError(f"profile {profile!r} is not provisioned on this database",
-                           hint="open it once with an administrator URL (it is created on first open)")
-    info = ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
-    conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(info.role), sql.Identifier(login)))
+    Needs an administrator connection; raises :class:`StorageError` for an unknown profile or a
+    connection that may not read the registry or grant the role."""
+    try:
+        row = conn.execute(f"SELECT id, schema_name, role_name, format FROM {REGISTRY}.profiles WHERE name = %s",
+                           (profile,)).fetchone()
+        if row is None:
+            raise StorageError(f"profile {profile!r} is not provisioned on this database",
+                               hint="open it once with an administrator URL (it is created on first open)")
+        info = ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(info.role), sql.Identifier(login)))
+    except psycopg.Error as e:
+        err = storage_error(e, f"granting profile {profile!r} to {login!r} failed")
+        if isinstance(e, pgerr.InsufficientPrivilege):
+            err.hint = REGISTRY_OWNER_HINT
+        raise err from e
     return info
+
+
+REGISTRY_OWNER_HINT = (f"the {REGISTRY} schema and its profiles belong to the administrator that created them first: "
+                       f"use that login, or have it run `GRANT <that login> TO <this one>` so both administer them")
 
 
 class Statements:

@@ -66,6 +66,7 @@ from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
     BODY_FORMAT,
     BODY_FORMATS,
+    REGISTRY_OWNER_HINT,
     ProfileInfo,
     Statements,
     connect,
@@ -232,13 +233,21 @@ class PostgresLog(LogBase):
             raise storage_error(e, "cannot open the log", redact(url)) from e
         try:
             info = lookup(conn, profile)
+            denied = ""
             if info is None and create:
                 try:
                     info = provision(conn, profile)
-                except pgerr.InsufficientPrivilege:
+                except pgerr.InsufficientPrivilege as e:
                     info = None
+                    denied = redact(str(e).strip().splitlines()[0]) if str(e).strip() else "permission denied"
             elif info is not None:
                 ensure_erase_function(conn, info)  # a profile provisioned before erase existed, if we may
+            if info is None and denied:
+                raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, and this login may not "
+                                   f"create it: {denied}", hint=REGISTRY_OWNER_HINT if "schema" in denied or
+                                   "profiles" in denied else "create it with an administrator URL (CREATE on the "
+                                   "database, CREATEROLE), then grant its role to this login "
+                                   "(eventlog.log.pg_schema.grant_login)")
             if info is None:
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it",
                                    hint="open it once with an administrator URL (it is created then), and grant "
