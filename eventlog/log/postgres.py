@@ -47,6 +47,7 @@ from eventlog.errors import (
     IntegrityError,
     StorageError,
     ValidationError,
+    WriterBusyError,
 )
 from eventlog.log import codec, stored
 from eventlog.log.base import (
@@ -66,6 +67,7 @@ from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
     BODY_FORMAT,
     BODY_FORMATS,
+    LOCK_NAMESPACE,
     REGISTRY_OWNER_HINT,
     ProfileInfo,
     Statements,
@@ -881,6 +883,30 @@ class PostgresLog(LogBase):
             wk.wait(gen, wait)
 
     # ---------------------------------------------------------------- reads
+
+    @contextmanager
+    def rules_lock(self, timeout: float) -> Iterator[None]:
+        """Hold the profile's rules lock on the server (a session advisory lock) — what a domain
+        rule's check and its append take together (:meth:`SessionStore._ruled`), so that hosts
+        sharing this log serialize them as one host's processes do with a lock file. Waits at
+        most ``timeout`` seconds, then :class:`WriterBusyError`."""
+        self._check_open()
+        key = (LOCK_NAMESPACE + 1, self.info.id)
+        deadline = time.monotonic() + timeout
+        try:
+            with self._pool.conn() as conn:
+                delay = 0.002
+                while not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]:  # type: ignore[index]
+                    if time.monotonic() >= deadline:
+                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                try:
+                    yield
+                finally:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        except psycopg.Error as e:
+            raise storage_error(e, "the rules lock failed", self._where) from e
 
     def head(self) -> tuple[int, str]:
         """``(seq, hash)`` of the last event; ``(0, 64 zeros)`` for an empty log."""

@@ -604,8 +604,11 @@ class SessionStore:
             timeout = float(getattr(self.log, "lock_timeout", RULES_LOCK_TIMEOUT))
             if not flock_until(fd, time.monotonic() + timeout):
                 raise WriterBusyError(path, flock_holder(path), timeout)
-            self._reads.advance(self.log.head()[0], wait=timeout)  # a stopped projector: as long, then says so
-            yield self._reads
+            # A log shared by hosts (PostgreSQL) serializes the hosts' rule checks too.
+            shared = getattr(self.log, "rules_lock", None)
+            with shared(timeout) if shared is not None else contextlib.nullcontext():
+                self._reads.advance(self.log.head()[0], wait=timeout)  # a stopped projector: as long, then says so
+                yield self._reads
         finally:
             os.close(fd)  # drops the lock
 
