@@ -1024,7 +1024,9 @@ class SessionStore:
         self._check()
         compact = getattr(self.log, "compact", None)
         if compact is None:
-            raise ValidationError("log", "this log backend does not compact (only the LMDB log does)")
+            raise ValidationError("log", "this log backend does not compact (only the LMDB log does)",
+                                  hint="on PostgreSQL the server reclaims space (VACUUM, by its administrator): "
+                                       "docs/POSTGRES.md")
         result: dict[str, Any] = compact()
         pending = getattr(self.log, "erase_pending", None)
         seq = int(pending()) if pending is not None else 0
