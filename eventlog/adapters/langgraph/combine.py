@@ -8,12 +8,15 @@ the append in flight; when it is durable, the first of those waiting takes every
 then and appends them as one atomic batch — one commit, one sync — and each caller returns once
 that batch is durable, as before. A caller never waits for a write that arrives after its own.
 
-A batch that the log refuses as invalid (a :class:`ValidationError`: nothing appended) is
-appended again one caller at a time, so each caller gets its own answer; any other failure is
-every caller's of the batch.
+A batch that the log refuses as invalid (a :class:`ValidationError`: nothing appended) gives
+the caller whose event it names (``events[i]``) its own try alone and appends the others again
+as one batch, so each caller gets its own answer and one bad write does not cost the others a
+commit each; a refusal that names no event is retried one caller at a time. Any other failure
+is every caller's of the batch.
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable
 
@@ -90,17 +93,42 @@ class Combiner:
     def _run(self, sid: str, batch: list[Request]) -> None:
         from eventlog.errors import ValidationError
 
-        try:
-            self._append(sid, batch)
-        except ValidationError as e:
-            if len(batch) == 1:
-                batch[0].error = e
+        while batch:
+            try:
+                self._append(sid, batch)
                 return
-            for r in batch:  # nothing was appended: each on its own, each with its own answer
-                try:
-                    self._append(sid, [r])
+            except ValidationError as e:
+                if len(batch) == 1:
+                    batch[0].error = e
+                    return
+                bad = _culprit(batch, e)
+                if bad is None:
+                    break
+                try:  # nothing was appended: the one it names alone (its own answer), the rest together
+                    self._append(sid, [bad])
                 except BaseException as own:
-                    r.error = own
-        except BaseException as e:
-            for r in batch:
-                r.error = e
+                    bad.error = own
+                batch = [r for r in batch if r is not bad]
+            except BaseException as e:
+                for r in batch:
+                    r.error = e
+                return
+        for r in batch:  # a refusal that names no event: each on its own, each with its own answer
+            try:
+                self._append(sid, [r])
+            except BaseException as own:
+                r.error = own
+
+
+def _culprit(batch: list[Request], error: BaseException) -> Request | None:
+    """The request whose event ``error`` names (``events[i]...``: the index in the batch's
+    events, requests in order), or None when it names none."""
+    m = re.match(r"events\[(\d+)\]", str(getattr(error, "field", "")))
+    if m is None:
+        return None
+    i = int(m.group(1))
+    for r in batch:
+        if i < len(r.events):
+            return r
+        i -= len(r.events)
+    return None
