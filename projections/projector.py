@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE_TIMEOUT = 120.0
 IDLE_S = 0.5
+FOLLOWER_TRUST_S = 0.5
+"""How long reads trust a follower whose polls fall short of the log before they catch up (or
+wait) themselves like a process without one, and say ``stale`` when that runs out."""
 """Seconds without new events after which a follower empties the WALs."""
 
 
@@ -83,6 +86,7 @@ class Projector:
         self._healer = Healer(self.site, writer, self._catchup, self._builder, self._locked)
         self._follower = Follower(directory, self._follow_step)
         self._busy_at = 0.0  # when the follower last saw the projections move
+        self._behind_since: float | None = None  # since when the follower's polls fall short of the log
         self._wal_dirty = True  # WALs may hold pages (ours or another writer's) since the last truncation
         self.visibility = Visibility(self)
         self._schema_use = SchemaUse(directory, SCHEMAS)
@@ -319,8 +323,9 @@ class Projector:
         """One poll of the follower: advance; once nothing has moved for :data:`IDLE_S`, empty
         the WALs (:meth:`truncate_wal`), retried every ``IDLE_S`` until it succeeds."""
         before = self.site.known_seq
-        self.advance(wait=0)
+        reach = self.advance(wait=0)
         now = time.monotonic()
+        self._behind_since = None if reach.done else (self._behind_since or now)
         if self.site.known_seq != before:
             self._busy_at, self._wal_dirty = now, True
         elif self._wal_dirty and now - self._busy_at >= IDLE_S:
@@ -342,7 +347,10 @@ class Projector:
 
     def start_follower(self, poll: float = FOLLOW_POLL) -> None:
         """Start a daemon thread that advances the projections every ``poll`` seconds whenever
-        this process can take the lease (idempotent; see :mod:`projections.follow`)."""
+        this process can take the lease (idempotent; see :mod:`projections.follow`). Reads trust
+        it once a poll of it has reached the log (:meth:`follower_keeps_up`)."""
+        if not self._follower.running:
+            self._behind_since = 0.0  # not known to keep up until a poll reaches the log
         self._follower.start(poll)
 
     def stop_follower(self) -> None:
@@ -374,6 +382,12 @@ class Projector:
     def following(self) -> bool:
         """This process runs this projector's follower."""
         return self._follower.running
+
+    def follower_keeps_up(self) -> bool:
+        """This process's follower runs and its polls have reached the log within the last
+        :data:`FOLLOWER_TRUST_S` (a lease holder that is stopped, or a full disk, keeps it short)."""
+        behind = self._behind_since
+        return self._follower.running and (behind is None or time.monotonic() - behind < FOLLOWER_TRUST_S)
 
     # ---- readers and lifetime --------------------------------------------------------------------
 

@@ -6,9 +6,13 @@ Every read of a profile goes through one of two rules here before it queries:
 - **Its own writes** (:meth:`Visibility.include`, read-your-writes): the projections must
   include the caller's last append. The read applies the log itself whenever the lease is
   free and otherwise watches the lease holder's cursor; it gives up after ``WAIT_TIMEOUT``
-  (30 s, or the caller's own bound) with a :class:`ProjectionError`.
+  (30 s, or the caller's own bound) with a :class:`ProjectionError` — except when the holder is
+  a stopped process (SIGSTOP, Ctrl-Z): then after ``READ_WAIT_S`` it answers from the
+  projections as they stand, flagged stale (a frozen process never holds readers).
 - **Everyone's writes** (:meth:`Visibility.before_read`): a process that runs its own follower
-  trusts it (the projections stay within its poll of the log) and reads at once. Any other
+  trusts it (the projections stay within its poll of the log) and reads at once — while its
+  polls keep reaching the log; one short of it for ``FOLLOWER_TRUST_S`` (a stopped lease
+  holder, a full disk) is not trusted, and the read goes the way of a process without one. Any other
   reader — a one-shot command, a cron job — brings the projections up to the log head as of
   the read: it applies the log itself when the lease is free, and otherwise waits for the
   lease holder, at most ``READ_WAIT_S``. So a process that starts after another one wrote
@@ -22,11 +26,12 @@ needed.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from eventlog.errors import ProjectionError
+from eventlog.errors import ProjectionError, process_state
 
 if TYPE_CHECKING:
     from projections.projector import Projector
@@ -80,15 +85,31 @@ class Visibility:
         of this call), applying the log here whenever the lease is free. Raises
         :class:`ProjectionError` when they do not get there within ``wait`` seconds (default
         ``WAIT_TIMEOUT``)."""
-        reach = self._projector.advance(seq, wait=WAIT_TIMEOUT if wait is None else wait)
-        site = self._projector.site
-        if not reach.done and (site.halt or (site.damage is not None and site.damage.seq <= reach.target)):
-            return reach  # a full disk or a damaged log: the read serves what there is and says so
+        p = self._projector
+        site = p.site
+        deadline = time.monotonic() + (WAIT_TIMEOUT if wait is None else wait)
+        reach = p.advance(seq, wait=min(READ_WAIT_S, max(0.0, deadline - time.monotonic())))
+        while not reach.done and not site.halt and not self._holder_stopped():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            reach = p.advance(seq, wait=min(1.0, left))  # a holder stopped meanwhile is noticed within 1 s
+        if not reach.done and (site.halt or (site.damage is not None and site.damage.seq <= reach.target)
+                               or self._holder_stopped()):
+            # A full disk, a damaged log, or a lease holder that is stopped (SIGSTOP, Ctrl-Z, a
+            # debugger): waiting cannot help, and a frozen process must not hold readers. The read
+            # serves what there is and says so (stale).
+            return reach
         if not reach.done:
             raise ProjectionError(
                 f"the projections did not reach seq {reach.target} in time",
                 hint="another process may be rebuilding them; retry, or run `eventlog doctor`")
         return reach
+
+    def _holder_stopped(self) -> bool:
+        """The projector lease is held by another process that is stopped (state T)."""
+        holder = self._projector.lease_holder()
+        return holder is not None and holder != os.getpid() and process_state(holder) == "stopped"
 
     def before_read(self, wait: float = READ_WAIT_S) -> Reach:
         """Before a read of the profile: trust this process's follower if it runs one; else bring
@@ -96,7 +117,7 @@ class Visibility:
         another lease holder (``Reach.stale`` when that ran out)."""
         p = self._projector
         site = p.site
-        if p.following:
+        if p.following and p.follower_keeps_up():
             return Reach(site.known_seq, site.known_seq, follower=True)
         target = site.log.head()[0]
         stuck = self._stuck

@@ -341,3 +341,40 @@ def test_a_stopped_lease_holder_is_named_by_reads_and_by_doctor(seeded: Path) ->
     body = json.loads(r.stdout)
     assert "stale" not in body and body["messages"][-1]["content"] == "late probe"
     assert subprocess.run(base + ["doctor"], capture_output=True, text=True, timeout=30).returncode == 0
+
+
+def test_a_stopped_lease_holder_holds_no_reader_of_a_process_that_writes(seeded: Path) -> None:
+    """A process that writes while a stopped process holds the projector lease: its reads waited
+    30 s for their own writes and then failed, a rule write (a title) failed the same way
+    without naming the holder, and a store with a follower read the projections as they stood
+    and said they were not stale (found by an outside audit). Now reads answer within about a
+    second, flagged stale; the title write is WriterBusyError naming the stopped pid."""
+    from eventlog.errors import WriterBusyError
+
+    profile_dir = seeded / "profiles" / PROFILE
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LEASE, str(profile_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        holder.send_signal(signal.SIGSTOP)
+        for follower in (False, True):
+            with SessionStore.open(seeded, PROFILE, follower=follower) as store:
+                sid = store.create_session(source="cli")
+                seq = store.append_message(sid, "user", f"written while the holder is stopped {follower}")
+                started = time.monotonic()
+                messages = store.get_messages(sid)
+                took = time.monotonic() - started
+                status = store.read_status()
+                assert took < 5 and status["stale"] is True and status["lease_holder"] == holder.pid, (took, status)
+                assert seq not in [m["id"] for m in messages]  # what the projections hold: said to be stale
+                started = time.monotonic()
+                with pytest.raises(WriterBusyError) as busy:
+                    store.set_title(sid, f"a title {follower}")
+                assert time.monotonic() - started < 5 and busy.value.pid == holder.pid
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait()
+    with SessionStore.open(seeded, PROFILE, follower=False) as store:
+        assert not store.read_status().get("stale")
+        assert any(m["content"].startswith("written while") for s in store.list_sessions(limit=None)
+                   for m in store.get_messages(s["id"]))

@@ -607,7 +607,14 @@ class SessionStore:
             # A log shared by hosts (PostgreSQL) serializes the hosts' rule checks too.
             shared = getattr(self.log, "rules_lock", None)
             with shared(timeout) if shared is not None else contextlib.nullcontext():
-                self._reads.advance(self.log.head()[0], wait=timeout)  # a stopped projector: as long, then says so
+                began = time.monotonic()
+                reach = self._reads.advance(self.log.head()[0], wait=timeout)
+                if reach is not None and not getattr(reach, "done", True):
+                    # The rule cannot be checked on projections short of the log (a stopped lease
+                    # holder, a full disk): refused, nothing written, the holder named.
+                    holder = getattr(self._projector, "lease_holder", lambda: None)()
+                    raise WriterBusyError(os.path.join(self._core.key[0], "projector.lock"), holder,
+                                          round(time.monotonic() - began, 1))
                 yield self._reads
         finally:
             os.close(fd)  # drops the lock
