@@ -157,6 +157,9 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         files.release(held, g)
         return done(_status(e, pointer.parent), f"cannot open {g.name}: {e}")
     try:
+        # One snapshot for every read below: with a writer at work, counts read in separate
+        # statements disagree for a moment and a healthy index looked corrupt.
+        conn.execute("BEGIN")
         found_id = conn.execute("PRAGMA application_id").fetchone()[0]
         if found_id != app_id:
             return done("foreign", f"application_id {found_id:#x} is not an eventlog {kind} projection")
@@ -168,7 +171,10 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         status, detail = judge_meta(meta, kind, profile, log)
         if status in HEALTHY and kind == "fts" and state_seq is not None and isinstance(meta.get("last_seq"), int):
             if meta["last_seq"] > state_seq:
-                status, detail = "ahead", f"index at seq {meta['last_seq']}, state.db at {state_seq}"
+                # state.db was read first and a writer went on since: ahead only of state.db now
+                now = _cursor_now(pointer.parent / "state.db")
+                if now is None or meta["last_seq"] > now:
+                    status, detail = "ahead", f"index at seq {meta['last_seq']}, state.db at {now or state_seq}"
         if status in HEALTHY and kind == "fts":
             problem = fts_counts(conn, exact=full)
             if problem:
@@ -183,6 +189,23 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
     finally:
         conn.close()
         files.release(held, g)
+
+
+def _cursor_now(pointer: Path) -> int | None:
+    """The cursor (``meta.last_seq``) of the projection ``pointer`` names, read now; None when
+    it cannot be read."""
+    g = files.read_pointer(pointer)
+    if g is None:
+        return None
+    try:
+        conn = sql.connect_ro(g.path, fallback=False)
+        try:
+            seq = read_meta(conn).get("last_seq")
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError):
+        return None
+    return seq if isinstance(seq, int) else None
 
 
 def _status(e: BaseException, directory: Path) -> str:

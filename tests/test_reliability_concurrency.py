@@ -100,3 +100,55 @@ def test_writers_and_readers_in_parallel(tmp_path: Path) -> None:
 @pytest.mark.campaign
 def test_writers_and_readers_in_parallel_campaign(tmp_path: Path) -> None:
     run_load(tmp_path, size(400, 400), "concurrency campaign 4x4 writers + 2 readers")
+
+
+GATEWAY = """
+import sys, threading, time
+from eventlog import SessionStore
+home, seconds = sys.argv[1], float(sys.argv[2])
+stop = time.time() + seconds
+with SessionStore.open(home, "p") as st:
+    def work(i):
+        sid = st.create_session(source="gateway")
+        n = 0
+        while time.time() < stop:
+            st.append_message(sid, "user", f"hello t{i} n{n} zebra{n} word{n % 97}")
+            n += 1
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    for t in threads:
+        t.join()
+"""
+
+
+def test_doctor_beside_a_busy_gateway_finds_nothing_wrong_and_rebuilds_nothing(tmp_path: Path) -> None:
+    """doctor read the index's counts in separate snapshots and compared its cursor with a
+    state.db cursor read earlier: beside a gateway writing it called a healthy index corrupt or
+    ahead (exit 1), and doctor --fix rebuilt it again and again (found by an outside audit)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    root = str(Path(__file__).resolve().parent.parent)
+    gateway = subprocess.Popen([sys.executable, "-c", GATEWAY, str(tmp_path), "30"], stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ, PYTHONPATH=root))
+    alarms: list[tuple[str, str]] = []
+    fixed: list[str] = []
+    try:
+        assert gateway.stdout is not None and gateway.stdout.readline().strip() == "ready"
+        for i in range(16):
+            args = ["doctor", "--json"] if i % 2 == 0 else ["doctor", "--fix", "--json"]
+            r = subprocess.run([exe, "--home", str(tmp_path), "--profile", "p", *args], capture_output=True, text=True,
+                               timeout=120)
+            report = json.loads(r.stdout)
+            alarms += [(part, report[part]["status"]) for part in ("state", "fts")
+                       if report[part]["status"] in ("corrupt", "ahead", "foreign", "unreadable")]
+            fixed += [f for f in report.get("fixed", []) if f.startswith("rebuilt")]
+    finally:
+        gateway.kill()
+        gateway.wait()
+    assert not alarms and not fixed, (alarms, fixed)
