@@ -387,7 +387,8 @@ class Projector:
         """This process's follower runs and its polls have reached the log within the last
         :data:`FOLLOWER_TRUST_S` (a lease holder that is stopped, or a full disk, keeps it short)."""
         behind = self._behind_since
-        return self._follower.running and (behind is None or time.monotonic() - behind < FOLLOWER_TRUST_S)
+        return (self._follower.running and not self._follower.failures and not self.site.halt
+                and (behind is None or time.monotonic() - behind < FOLLOWER_TRUST_S))
 
     # ---- readers and lifetime --------------------------------------------------------------------
 

@@ -378,3 +378,35 @@ def test_a_stopped_lease_holder_holds_no_reader_of_a_process_that_writes(seeded:
         assert not store.read_status().get("stale")
         assert any(m["content"].startswith("written while") for s in store.list_sessions(limit=None)
                    for m in store.get_messages(s["id"]))
+
+
+def test_a_store_with_a_follower_says_stale_on_a_full_disk(tmp_path: Path) -> None:
+    """With the disk full the projections stop short of the log; a store with its own follower
+    trusted it and said its reads were not stale, missing its own acknowledged writes (found by
+    an outside audit). Both kinds of store now say stale."""
+    import json
+
+    code = """
+import json, sys
+from eventlog import SessionStore
+with SessionStore.open(sys.argv[1], 'p', follower=sys.argv[2] == 'True') as s:
+    sid = s.create_session(source='cli') if sys.argv[2] == 'True' else s.list_sessions()[0]['id']
+    acked, err = [], None
+    for i in range(100000):
+        try:
+            acked.append(s.append_message(sid, 'user', 'x' * 2000 + ' n%d' % i))
+        except Exception as e:
+            err = type(e).__name__
+            break
+    ids = [m['id'] for m in s.get_messages(sid, limit=3)]
+    print(json.dumps({'acked': acked[-1] if acked else None, 'err': err, 'ids': ids, 'status': s.read_status()}))
+"""
+    with tmpfs(tmp_path / "fs", "16m") as where:
+        (where / "filler").write_bytes(b"\0" * (10 << 20))
+        for follower in (True, False):
+            r = subprocess.run([sys.executable, "-c", code, str(where / "home"), str(follower)], capture_output=True,
+                               text=True, timeout=120)
+            assert r.returncode == 0, r.stderr
+            res = json.loads(r.stdout.strip().splitlines()[-1])
+            assert res["err"] == "DiskFullError" and res["acked"], res
+            assert res["acked"] in res["ids"] or res["status"]["stale"] is True, (follower, res)
