@@ -410,3 +410,22 @@ with SessionStore.open(sys.argv[1], 'p', follower=sys.argv[2] == 'True') as s:
             res = json.loads(r.stdout.strip().splitlines()[-1])
             assert res["err"] == "DiskFullError" and res["acked"], res
             assert res["acked"] in res["ids"] or res["status"]["stale"] is True, (follower, res)
+
+
+def test_a_snapshot_onto_a_full_disk_is_one_typed_error(seeded: Path, tmp_path: Path) -> None:
+    """replay --out and export --format sqlite onto a full file system ended in a traceback of
+    sqlite3.OperationalError (found by an outside audit): now DiskFullError, one line, nothing left."""
+    from eventlog.errors import DiskFullError
+
+    with tmpfs(tmp_path / "fs", "1m") as where:
+        (where / "filler").write_bytes(b"\0" * (900 << 10))
+        with SessionStore.open(seeded, PROFILE, follower=False) as store:
+            with pytest.raises(DiskFullError):
+                store.snapshot(where / "snap.db")
+        base = [EXE, "--home", str(seeded), "--profile", PROFILE]
+        for args in (["replay", "--until", "3", "--out", str(where / "r.db")], ["export", "--format", "sqlite",
+                                                                                str(where / "s.db")]):
+            r = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 1 and not has_traceback(r) and r.stderr.startswith("error: "), r.stderr
+            assert "disk is full" in r.stderr
+        assert sorted(p.name for p in where.iterdir()) == ["filler"]
