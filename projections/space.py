@@ -16,7 +16,7 @@ from pathlib import Path
 
 LOW_SPACE_BYTES = 4 * 1024 * 1024
 """Below this much free space an I/O error on a projection file is taken for a full disk."""
-_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int | None:
@@ -41,10 +41,24 @@ def cannot_write(path: str | os.PathLike[str]) -> str | None:
     full (N bytes free)"``), or None."""
     if read_only(path):
         return "read-only file system"
+    limit = file_size_limit()
+    if limit is not None:  # writes past it fail with EFBIG, which SQLite reports as an I/O error
+        return f"a file-size limit of {limit:,} bytes (ulimit -f)"
     free = free_bytes(path)
     if free is not None and free < LOW_SPACE_BYTES:
         return f"the disk is full ({free:,} bytes free)"
     return None
+
+
+def file_size_limit() -> int | None:
+    """This process's file-size limit (RLIMIT_FSIZE) in bytes, None when there is none."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def out_of_room(e: BaseException, path: str | os.PathLike[str]) -> str | None:

@@ -429,3 +429,43 @@ def test_a_snapshot_onto_a_full_disk_is_one_typed_error(seeded: Path, tmp_path: 
             assert r.returncode == 1 and not has_traceback(r) and r.stderr.startswith("error: "), r.stderr
             assert "disk is full" in r.stderr
         assert sorted(p.name for p in where.iterdir()) == ["filler"]
+
+
+def test_a_file_size_limit_is_room_not_damage(tmp_path: Path) -> None:
+    """Under `ulimit -f` SQLite reports EFBIG as a disk I/O error: reads took it for a damaged
+    projection, rebuilt, and died in a traceback (found by an outside audit). It reads as no
+    room: reads serve what the projections hold, flagged stale, with one warning."""
+    import resource
+
+    home = tmp_path / "home"
+    with SessionStore.open(home, "p", follower=False) as store:
+        store.create_session(id="s1", source="cli")
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (600 << 10, 600 << 10))
+
+    code = """
+import json, os, sys
+from eventlog import SessionStore
+with SessionStore.open(sys.argv[1], 'p', follower=False) as s:
+    n = 0
+    for i in range(100000):
+        try:
+            s.append_message('s1', 'user', os.urandom(1500).hex())
+            n += 1
+        except Exception as e:
+            break
+    got = s.get_messages('s1', limit=2)
+    print(json.dumps({'appended': n, 'stale': s.read_status()['stale']}))
+"""
+    r = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True, text=True, timeout=120,
+                       preexec_fn=limited)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["appended"] > 10 and res["stale"] is True, res
+    r = subprocess.run([EXE, "--home", str(home), "--profile", "p", "sessions", "list"], capture_output=True, text=True,
+                       timeout=60, preexec_fn=limited)
+    assert r.returncode == 0 and not has_traceback(r) and "file-size limit" in r.stderr, r.stderr[-2000:]
+    r = subprocess.run([EXE, "--home", str(home), "--profile", "p", "sessions", "show", "s1", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["messages"]) == res["appended"]  # no limit: caught up
