@@ -191,6 +191,24 @@ def publish(tmp: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
+def open_private(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE) -> int:
+    """``os.open`` of a file of the profile (a lock file, most often created here) that never
+    follows a symlink: one found in its place (a hostile or mistaken link, dangling or not) is
+    removed — the link, never what it points at — and the file made where it belongs. Raises
+    ``OSError`` as ``os.open`` does otherwise."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno != errno.ELOOP or not os.path.islink(path):
+            raise
+    import logging
+
+    logging.getLogger("eventlog").warning("%s was a symbolic link (to %r); replaced by the file it stands for",
+                                          path, os.readlink(path))
+    os.unlink(path)
+    return os.open(path, flags | os.O_NOFOLLOW | (os.O_CREAT if flags & os.O_CREAT else 0), mode)
+
+
 @contextmanager
 def atomic_write(path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> Iterator[BinaryIO]:
     """Write ``path`` all or nothing: yields a binary file beside it; when the block ends without
@@ -201,7 +219,7 @@ def atomic_write(path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> Iter
     ``USER_FILE_MODE``: what the umask allows)."""
     target = Path(path)
     tmp = temp_path(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
     try:
         if mode == FILE_MODE:
             os.fchmod(fd, FILE_MODE)

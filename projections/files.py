@@ -37,7 +37,7 @@ from pathlib import Path
 # The one place private directories are made and files written atomically (re-exported here).
 from eventlog.profiles import DIR_MODE as DIR_MODE
 from eventlog.profiles import FILE_MODE as FILE_MODE
-from eventlog.profiles import atomic_write
+from eventlog.profiles import atomic_write, open_private
 from eventlog.profiles import fsync_dir as fsync_dir
 from eventlog.profiles import fsync_file as fsync_file
 from eventlog.profiles import make_dir as make_dir
@@ -205,7 +205,7 @@ def _lock_fd(path: Path, op: int, create: bool) -> int | None:
     unlinked meanwhile, or the lock not taken)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | (os.O_CREAT if create else 0)
     try:
-        fd = os.open(path, flags, FILE_MODE)
+        fd = open_private(path, flags)
     except OSError:
         return None
     try:

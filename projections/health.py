@@ -131,6 +131,8 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
     if g is None:
         return done("foreign", f"{pointer.name} names {os.readlink(pointer)!r}, not a generation file")
     out.update(file=g.name, generation=g.gen, schema=g.schema)
+    if os.path.islink(g.path):  # SQLite would follow it and write wherever it points
+        return done("foreign", f"{g.name} is a symbolic link (to {os.readlink(g.path)!r}), not a generation file")
     try:
         st = os.stat(g.path)
     except FileNotFoundError:

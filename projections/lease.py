@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from eventlog.errors import LeaseError
-from projections.files import FILE_MODE
+from eventlog.profiles import open_private
 
 LOCK_NAME = "projector.lock"
 
@@ -47,7 +47,7 @@ class Lease:
     def _open(self) -> int:
         if self._fd is None:
             try:
-                os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
+                os.close(open_private(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC))
                 self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError as e:
                 raise LeaseError(f"cannot open the projector lease in {self.directory}: {e.strerror}",
@@ -141,7 +141,7 @@ def _flocked(path: Path, op: int) -> int | None:
     """An fd of ``path`` (created 0600 if missing) holding flock ``op``, or None when the file
     cannot be opened or the lock taken. Close the fd to release."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = open_private(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC)
     except OSError:
         return None
     try:

@@ -128,3 +128,46 @@ def test_a_profile_directory_that_cannot_be_made_is_a_storage_error(tmp_path: Pa
     assert isinstance(info.value.__cause__, OSError) and info.value.hint
     with pytest.raises(StorageError):
         SessionStore.open(unmakeable, "p")
+
+
+def test_nothing_is_written_through_a_symlink_in_the_profile(tmp_path: Path) -> None:
+    """A lock file replaced by a (dangling) symlink made eventlog create its target outside the
+    profile, even from a read-only command; a generation file replaced by a symlink to a file
+    elsewhere was written through, and doctor said ok (found by an outside audit). Links in
+    their place are replaced (the link, never its target) or the projection rebuilt."""
+    import os
+    import subprocess
+    import sys
+
+    from eventlog import SessionStore
+
+    home, outside = tmp_path / "home", tmp_path / "elsewhere"
+    outside.mkdir()
+    with SessionStore.open(home, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        store.append_message(sid, "user", "before")
+    d = home / "profiles" / "p"
+    links = [d / "projector.lock", d / "rules.lock", d / "log" / "writer.lock"]
+    links += [p for p in d.glob("*.lock") if p not in links][:3]
+    for i, lock in enumerate(links):
+        lock.unlink(missing_ok=True)
+        os.symlink(outside / f"lock{i}", lock)
+    state = d / os.readlink(d / "state.db")
+    moved = outside / "state-copy.db"
+    os.rename(state, moved)
+    os.symlink(moved, state)
+    before = moved.read_bytes()
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    for args in (["sessions", "list"], ["messages", "add", sid, "--role", "user", "--content", "after"],
+                 ["sessions", "title", sid, "a title"], ["doctor", "--fix"]):
+        r = subprocess.run([exe, "--home", str(home), "--profile", "p", *args], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, (args, r.stderr)
+    assert sorted(p.name for p in outside.iterdir()) == ["state-copy.db"], "nothing created outside the profile"
+    assert moved.read_bytes() == before, "nothing written through the link"
+    assert not any(p.is_symlink() for p in links if p.exists())
+    r = subprocess.run([exe, "--home", str(home), "--profile", "p", "sessions", "show", sid, "--json"],
+                       capture_output=True, text=True, timeout=60)
+    import json
+
+    assert [m["content"] for m in json.loads(r.stdout)["messages"]] == ["before", "after"]

@@ -68,7 +68,16 @@ from eventlog.log.base import (
     verify_chain,
 )
 from eventlog.log.stored import FORMAT_1, FORMAT_2
-from eventlog.profiles import FILE_MODE, flock_holder, flock_until, fsync_dir, fsync_file, make_dir, restrict_file
+from eventlog.profiles import (
+    FILE_MODE,
+    flock_holder,
+    flock_until,
+    fsync_dir,
+    fsync_file,
+    make_dir,
+    open_private,
+    restrict_file,
+)
 
 FORMAT_VERSION = FORMAT_2
 """The format new logs are written in (see :mod:`eventlog.log.stored`); a log keeps its format."""
@@ -549,7 +558,7 @@ class _Environment:
         if self._writer_fd is None:
             path = self.path / "writer.lock"
             try:
-                self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+                self._writer_fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
             except OSError as e:
                 raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
                                    hint="check the owner and permissions of the profile's log/ directory") from e
@@ -1727,7 +1736,7 @@ def _hold_shared(path: Path) -> int | None:
     file cannot be made (a read-only log: this process then counts as unaware, which only delays
     a dictionary's retirement)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     except OSError:
         return None
     try:

@@ -35,7 +35,15 @@ from eventlog.errors import (
 from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
-from eventlog.profiles import DEFAULT_PROFILE, flock_holder, flock_until, profile_dir, refuse_lost_log, resolve_home
+from eventlog.profiles import (
+    DEFAULT_PROFILE,
+    flock_holder,
+    flock_until,
+    open_private,
+    profile_dir,
+    refuse_lost_log,
+    resolve_home,
+)
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
@@ -594,7 +602,7 @@ class SessionStore:
         self._check()
         path = os.path.join(self._core.key[0], RULES_LOCK)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
         except OSError as e:  # a read-only or full file system: nothing was written
             raise StorageError(f"cannot take the profile's rules lock {path}: {e.strerror or e}",
                                hint="check that the profile directory is writable and has room") from e
