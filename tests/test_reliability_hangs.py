@@ -469,3 +469,28 @@ with SessionStore.open(sys.argv[1], 'p', follower=False) as s:
     r = subprocess.run([EXE, "--home", str(home), "--profile", "p", "sessions", "show", "s1", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and len(json.loads(r.stdout)["messages"]) == res["appended"]  # no limit: caught up
+
+
+def test_appends_on_a_read_only_file_system_are_disk_full_errors(tmp_path: Path) -> None:
+    """On a read-only file system an append failed with 'cannot open the log's writer lock' (a
+    StorageError) where the docs promise DiskFullError, and one to a session the projections
+    had not reached yet said the session was not found (found by an outside audit)."""
+    from eventlog.errors import DiskFullError
+
+    with tmpfs(tmp_path / "fs", "16m") as where:
+        home = where / "home"
+        with SessionStore.open(home, "p", follower=False) as store:
+            store.create_session(id="s_projected", source="cli")
+            store.list_sessions()
+        r = subprocess.run([EXE, "--home", str(home), "--profile", "p", "sessions", "new", "--id", "s_new"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        try:
+            with SessionStore.open(home, "p") as store:
+                for sid in ("s_projected", "s_new"):
+                    with pytest.raises(DiskFullError):
+                        store.append_message(sid, "user", "x")
+                assert {s["id"] for s in store.list_sessions()} >= {"s_projected"}
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(where)], check=True)

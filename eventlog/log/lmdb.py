@@ -560,6 +560,10 @@ class _Environment:
             try:
                 self._writer_fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
             except OSError as e:
+                if e.errno in (errno.EROFS, errno.ENOSPC, errno.EDQUOT):  # room, not a fault: nothing written
+                    raise DiskFullError(f"cannot write the log at {self.path}: {e.strerror}",
+                                        hint="make the file system writable (or free space), then retry: "
+                                             "nothing was written; reads go on") from e
                 raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
                                    hint="check the owner and permissions of the profile's log/ directory") from e
         return self._writer_fd
