@@ -244,14 +244,12 @@ class PostgresLog(LogBase):
                     denied = redact(str(e).strip().splitlines()[0]) if str(e).strip() else "permission denied"
             elif info is not None:
                 ensure_erase_function(conn, info)  # a profile provisioned before erase existed, if we may
-            if info is None and denied:
+            if info is None and ("schema" in denied or "profiles" in denied):  # an administrator, not the registry's
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, and this login may not "
-                                   f"create it: {denied}", hint=REGISTRY_OWNER_HINT if "schema" in denied or
-                                   "profiles" in denied else "create it with an administrator URL (CREATE on the "
-                                   "database, CREATEROLE), then grant its role to this login "
-                                   "(eventlog.log.pg_schema.grant_login)")
+                                   f"create it: {denied}", hint=REGISTRY_OWNER_HINT)
             if info is None:
-                raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it",
+                raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it"
+                                   + (f" (creating it was refused: {denied})" if denied else ""),
                                    hint="open it once with an administrator URL (it is created then), and grant "
                                         "its role to this login (eventlog.log.pg_schema.grant_login)")
             if info.format not in BODY_FORMATS:
