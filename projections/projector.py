@@ -223,8 +223,11 @@ class Projector:
             raise ValueError(f"which must be all, state or fts, not {which!r}")
         started = time.perf_counter()
         if out_path is not None:
-            stats = self._builder.standalone(Path(out_path), until_seq, as_of_ns, progress)
-            self.extensions.build_into(Path(out_path).absolute())
+            try:
+                stats = self._builder.standalone(Path(out_path), until_seq, as_of_ns, progress)
+                self.extensions.build_into(Path(out_path).absolute())
+            except (sqlite3.Error, OSError) as e:  # the output's disk (full, read-only): one typed error
+                raise sql.converted(e, f"writing the snapshot {out_path}") from e
         else:
             with self._locked(timeout):
                 stats = {"events": 0, "last_seq": None, "files": []}

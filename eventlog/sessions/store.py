@@ -1083,13 +1083,8 @@ class SessionStore:
         the whole log, up to ``until_seq``, or up to the last event appended at ``as_of_ns``."""
         if not isinstance(out, (str, os.PathLike)) or os.path.isdir(out):
             raise ValidationError("out", "must be the path of a file to write (not a directory)")
-        projector = self._need_projector()
-        try:
-            return projector.rebuild("all", until_seq=until_seq, as_of_ns=as_of_ns, out_path=out, progress=progress)
-        except (sqlite3.Error, OSError) as e:  # the output's disk (full, read-only): one typed error
-            from projections.db import converted
-
-            raise converted(e, f"writing the snapshot {out}") from e
+        return self._need_projector().rebuild("all", until_seq=until_seq, as_of_ns=as_of_ns, out_path=out,
+                                              progress=progress)
 
     def health(self, full: bool = True) -> dict[str, Any]:
         """The projections' health (``{"ok", "state": {"status", ...}, "fts": {...}}``); reads only."""
