@@ -1192,3 +1192,61 @@ def test_raw_writes_survive_the_rebuild_an_erase_of_another_session_makes(tmp_pa
         assert db.get_session("resumed")["end_reason"] is None and db.get_session("gone") is None
     finally:
         db.close()
+
+
+KILLED_AFTER_APPEND = """
+import os, signal, sys
+from eventlog.adapters.hermes import SessionDB
+db = SessionDB(db_path=sys.argv[1])
+real = db._engine.log.append
+def append(evs, *a, **k):
+    real(evs, *a, **k)
+    os.kill(os.getpid(), signal.SIGKILL)  # durable in the log, the projection not committed
+db._engine.log.append = append
+db.append_message("s", "user", "from the killed writer")
+db.try_acquire_compression_lock("s", "killed-holder")
+"""
+
+
+def test_a_write_after_a_killed_writers_tail_keeps_its_id_and_is_never_dropped(tmp_path: Path) -> None:
+    """A writer SIGKILLed between its log append and its projection commit: another process's
+    next write decided its message id on the projection without that tail, returned the dead
+    writer's id and was then dropped from every replay (found by an outside audit)."""
+    path = tmp_path / "state.db"
+    gateway = SessionDB(db_path=path)
+    try:
+        gateway.create_session("s", "telegram")
+        gateway.append_message("s", "user", "first")
+        root = str(Path(__file__).resolve().parent.parent)
+        child = subprocess.run([sys.executable, "-c", KILLED_AFTER_APPEND, str(path)], timeout=60,
+                               env=dict(os.environ, PYTHONPATH=root))
+        assert child.returncode == -signal.SIGKILL
+        mid = gateway.append_message("s", "assistant", "acknowledged reply")
+        assert [(m["id"], m["content"]) for m in gateway.get_messages("s")] == [
+            (1, "first"), (2, "from the killed writer"), (mid, "acknowledged reply")] and mid == 3
+    finally:
+        gateway.close()
+    again = SessionDB(db_path=path)
+    try:
+        assert [m["content"] for m in again.get_messages("s")][-1] == "acknowledged reply"
+        assert again.get_session("s")["message_count"] == 3
+    finally:
+        again.close()
+
+
+def test_a_relative_db_path_survives_a_chdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermes' connection keeps its file across os.chdir(); the facade reopened the projection by
+    the relative path and its reads failed with 'unable to open database file' (found by an
+    outside audit)."""
+    monkeypatch.chdir(tmp_path)
+    db = SessionDB(db_path=Path("state.db"))
+    try:
+        db.create_session("s", "cli")
+        (tmp_path / "elsewhere").mkdir()
+        os.chdir(tmp_path / "elsewhere")
+        assert db.get_session("s") is not None
+        db.create_session("t", "cli")
+        db.delete_session("t")  # the projection moves to a new file: followed by the absolute path
+        assert db.get_session("s") is not None and db.get_session("t") is None
+    finally:
+        db.close()

@@ -137,6 +137,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def __init__(self, db_path: Optional[Path] = None, read_only: bool = False) -> None:
         self.db_path = db_path or default_db_path()
+        # Hermes' connection keeps its file across a chdir(); reads here reopen the projection by
+        # path (after a swap), so a relative path is pinned now.
+        self._path = Path(os.path.abspath(self.db_path))
         self.read_only = read_only
         self._lock = threading.RLock()
         self._cadence = threading.local()  # set while the write path makes its periodic FTS merge
@@ -154,7 +157,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         try:
             if not read_only:
                 Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
-                self._engine = Engine.acquire(self.db_path)
+                self._engine = Engine.acquire(self._path)
                 self._finalizer = finalizer(self, self._engine)
             self._connect_reader()
             # The open just looked (the link's target; the engine's first open took a dead
@@ -175,7 +178,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     # ---- connections ----------------------------------------------------------------------
 
     def _connect_reader(self) -> None:
-        path = Path(self.db_path)
+        path = self._path
         if self._engine is not None:
             self._generation = self._engine.generation
         try:
@@ -216,7 +219,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             # Every read follows a swap another process made (one readlink): the writes acknowledged
             # since went into the new file, and the old one is only what it was at the swap.
             try:
-                target: str | None = os.readlink(self.db_path)
+                target: str | None = os.readlink(self._path)
             except OSError:
                 target = None
             if target != self._target:

@@ -310,6 +310,14 @@ class Engine:
         with self.mutex, self.lease:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
+            if projection.read_seq(conn) < self.log.head()[0]:
+                # The log holds events the projection has not applied (a writer killed between its
+                # append and its commit): apply them first, so that ids, conflicts and locks are
+                # decided on the whole log — else this write would reuse a dead writer's message id
+                # and be dropped from every replay after it was acknowledged.
+                conn.execute("ROLLBACK")
+                self._sync(conn)
+                conn.execute("BEGIN IMMEDIATE")
             events: list[dict[str, Any]] = []
             try:
                 cursor = projection.read_seq(conn)
