@@ -239,7 +239,10 @@ class EventlogSession:
             try:
                 store.create_session(self.key, **fields)
             except ConflictError:
-                pass  # created meanwhile by another task or process (or deleted: the append says so)
+                # Created meanwhile by another task or process (or deleted: the append says so).
+                # The other process's create is in the log but maybe not in this process's read
+                # model yet: catch up, so the append that follows finds the session.
+                store.sync(timeout=30)
         self._created = True
 
     def _refresh(self, store: SessionStore) -> _History:
