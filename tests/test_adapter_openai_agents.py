@@ -717,7 +717,10 @@ def test_two_processes_making_a_sessions_first_add_at_once_both_keep_their_items
     async def contents() -> list[list[str]]:
         from eventlog.adapters.openai_agents import EventlogSession
 
-        return [sorted(str(i["content"]) for i in await EventlogSession(f"chat-{n}", home=tmp_path).get_items())
-                for n in range(60)]
+        out = []
+        for n in range(60):
+            with EventlogSession(f"chat-{n}", home=tmp_path) as s:
+                out.append(sorted(str(i["content"]) for i in await s.get_items()))
+        return out
 
     assert all(c == ["from a", "from b"] for c in asyncio.run(contents()))
