@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import logging
 import os
 import re
 import stat
@@ -201,12 +202,10 @@ def open_private(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE
     except OSError as e:
         if e.errno != errno.ELOOP or not os.path.islink(path):
             raise
-    import logging
-
     logging.getLogger("eventlog").warning("%s was a symbolic link (to %r); replaced by the file it stands for",
                                           path, os.readlink(path))
     os.unlink(path)
-    return os.open(path, flags | os.O_NOFOLLOW | (os.O_CREAT if flags & os.O_CREAT else 0), mode)
+    return os.open(path, flags | os.O_NOFOLLOW, mode)
 
 
 @contextmanager

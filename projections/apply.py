@@ -214,7 +214,7 @@ class Applier:
         texts = (g("role"), g("tool_name"), g("tool_call_id"), g("finish_reason"), g("reasoning"), g("display_kind"))
         role, tool_name, tool_call_id, finish_reason, reasoning, display_kind = [
             v if type(v) is str else None for v in texts]
-        for i, v in enumerate(texts):
+        for i, v in enumerate(texts):  # the hot path: the values already read, not read again
             if v is not None and type(v) is not str:
                 self.odd.add(sid, seq, _MESSAGE_TEXT[i], v)
         content = g("content")
@@ -317,7 +317,7 @@ class Applier:
         if self._live(sid) or self.db.execute("SELECT 1 FROM tombstones WHERE id = ?", (sid,)).fetchone():
             return
         row = {key: as_str(data.get(key)) for key in CREATED_TEXT}
-        self._odd_texts(sid, seq, data, CREATED_TEXT)
+        self.odd.texts(sid, seq, data, CREATED_TEXT)
         config = json_text(data.get("model_config"), dict)
         if config is None and data.get("model_config") is not None:
             self.odd.add(sid, seq, "model_config", data.get("model_config"))
@@ -339,15 +339,8 @@ class Applier:
             sid, *(row[k] for k in CREATED_TEXT), config,
             started, started, *flags, self.profile_name, seq))
         if "title" in data:
-            self._odd_texts(sid, seq, data, ("title",))
+            self.odd.texts(sid, seq, data, ("title",))
             self._titled(sid, data.get("title"), data.get("title_source"))
-
-    def _odd_texts(self, sid: str, seq: int, data: dict[str, Any], keys: Any) -> None:
-        """Warn for each of ``keys`` present with a value that is not text (it reads as unknown)."""
-        for key in keys:
-            v = data.get(key)
-            if v is not None and type(v) is not str:
-                self.odd.add(sid, seq, key, v)
 
     def _flagged(self, sid: str, flag: str, value: bool) -> None:
         if self._settled_live(sid):
@@ -356,7 +349,7 @@ class Applier:
 
     def _retitled(self, sid: str, seq: int, data: dict[str, Any], now: float | None) -> None:
         if self._settled_live(sid):
-            self._odd_texts(sid, seq, data, ("title",))
+            self.odd.texts(sid, seq, data, ("title",))
             self._titled(sid, data.get("title"), data.get("source"))
 
     def _titled(self, sid: str, title: Any, source: Any) -> None:
@@ -389,7 +382,7 @@ class Applier:
         if not self._settled_live(sid):
             return
         sets: list[tuple[str, Any]] = [(k, as_str(data[k])) for k in META_TEXT if k in data]
-        self._odd_texts(sid, seq, data, META_TEXT)
+        self.odd.texts(sid, seq, data, META_TEXT)
         if "model_config" in data:
             sets.append(("model_config", json_text(data["model_config"], dict)))
             if sets[-1][1] is None and data["model_config"] is not None:

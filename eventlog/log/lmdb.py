@@ -1652,15 +1652,9 @@ class _Environment:
 
     def erase_finished(self, seq: int) -> None:
         """Forget the pending erase ``seq`` (a later erase's stays pending)."""
-        with self._writing():
-            txn = self._env.begin(write=True)
-            try:
-                if txn.get(ERASE_PENDING, db=self._meta) == b"%d" % seq:
-                    txn.delete(ERASE_PENDING, db=self._meta)
-                txn.commit()
-            except BaseException:
-                txn.abort()
-                raise
+        with self._writing(), self._env.begin(write=True) as txn:
+            if txn.get(ERASE_PENDING, db=self._meta) == b"%d" % seq:
+                txn.delete(ERASE_PENDING, db=self._meta)
 
     def stream_version(self, session: str) -> int:
         """The number of events in ``session``'s stream (0 for an unknown session)."""
@@ -1957,8 +1951,8 @@ class EventLog(LogBase):
     def erase_pending(self) -> int:
         """The seq of the last erase whose log compaction and projection purge were not
         confirmed finished (0: none) — a process killed between the erase's commit and the end
-        of its cleanup. :meth:`eventlog.sessions.SessionStore.finish_erase` (and a retried erase,
-        ``compact`` or ``doctor --fix``) finishes it."""
+        of its cleanup. :meth:`eventlog.sessions.SessionStore.finish_erase` (and a retried erase
+        or ``compact``) finishes it; ``doctor`` reports it."""
         return self._live().erase_pending()
 
     def erase_finished(self, seq: int) -> None:

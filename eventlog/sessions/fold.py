@@ -201,17 +201,10 @@ class Fold:
             self._titled(row, data.get("title"), data.get("title_source"))
 
     def _odd(self, sid: str, seq: int, data: dict[str, Any], texts: Any, read: dict[str, Any] | None = None) -> None:
-        """Warn for each of ``texts`` present with a value that is not text, and each of ``read``
-        (field -> what it read as) present but read as unknown — as the SQL applier does."""
-        if not self.warn:
-            return
-        for key in texts:
-            v = data.get(key)
-            if v is not None and type(v) is not str:
-                self.odd.add(sid, seq, key, v)
-        for key, value in (read or {}).items():
-            if value is None and data.get(key) is not None:
-                self.odd.add(sid, seq, key, data.get(key))
+        """Warnings for values of the wrong type (:class:`OddValues`), as the SQL applier gives."""
+        if self.warn:
+            self.odd.texts(sid, seq, data, texts)
+            self.odd.unread(sid, seq, data, read or {})
 
     def _flagged(self, sid: str, seq: int, data: dict[str, Any], now: float | None, flag: str, value: bool) -> None:
         for member in self.lineage(sid):

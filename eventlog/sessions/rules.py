@@ -119,6 +119,20 @@ class OddValues:
         elif self.count == self.LIMIT + 1:
             self.log.warning("more values shown as unknown; only the first %d are named", self.LIMIT)
 
+    def texts(self, sid: str, seq: int, data: dict[str, Any], keys: Any) -> None:
+        """One warning for each of ``keys`` present in ``data`` with a value that is not text."""
+        for key in keys:
+            v = data.get(key)
+            if v is not None and type(v) is not str:
+                self.add(sid, seq, key, v)
+
+    def unread(self, sid: str, seq: int, data: dict[str, Any], read: dict[str, Any]) -> None:
+        """One warning for each field of ``read`` (field -> what it read as) that ``data`` holds
+        but that read as unknown."""
+        for key, value in read.items():
+            if value is None and data.get(key) is not None:
+                self.add(sid, seq, key, data[key])
+
 
 def event_time(ts: Any) -> float | None:
     """An envelope's ``ts`` (int nanoseconds) as epoch seconds, or None when it is not valid."""

@@ -902,10 +902,9 @@ class SessionStore:
         if seq:
             self._core.appended(seq)
             if self._projector is not None:
-                self._projector.purge()
+                self._purge_after_erase(seq)
             else:
                 self._reads.advance(seq)
-            self._erase_done(seq)
         else:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
         return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
@@ -914,25 +913,27 @@ class SessionStore:
         """Finish an erase whose process was killed after the erase was committed but before
         the log was compacted and the projections purged (the log records it until then):
         compact, purge, and record it done. Returns its seq, 0 when none was pending. A retried
-        :meth:`erase_session`, :meth:`retention`, :meth:`compact` and ``doctor --fix`` call it."""
+        :meth:`erase_session` or :meth:`retention` calls it; :meth:`compact` does its part."""
         self._check()
-        pending = getattr(self.log, "erase_pending", None)
-        seq = int(pending()) if pending is not None else 0
-        if not seq:
-            return 0
-        _log.warning("finishing the cleanup of erase %d (its process stopped before the files were clean)", seq)
-        getattr(self.log, "compact")()
-        if self._projector is not None:
-            self._projector.purge()
-        self._erase_done(seq)
+        seq = self._erase_pending()
+        if seq:
+            _log.warning("finishing the cleanup of erase %d (its process stopped before the files were clean)", seq)
+            getattr(self.log, "compact")()
+            self._purge_after_erase(seq)
         return seq
 
-    def _erase_done(self, seq: int) -> None:
-        """Erase ``seq``'s files are clean: the log compacted (by the erase) and, with a
-        projector, the projections purged. Without a projector they are purged by the next
-        process that has one: the record stays."""
+    def _erase_pending(self) -> int:
+        pending = getattr(self.log, "erase_pending", None)
+        return int(pending()) if pending is not None else 0
+
+    def _purge_after_erase(self, seq: int) -> None:
+        """The log is compacted after erase ``seq``: purge the projections and record the erase
+        clean. Without a projector here the record stays for the next process that has one."""
+        if self._projector is None:
+            return
+        self._projector.purge()
         done = getattr(self.log, "erase_finished", None)
-        if done is not None and self._projector is not None:
+        if done is not None:
             done(seq)
 
     def _keep_lineage_flags(self, sid: str, erased: set[str]) -> None:
@@ -1006,9 +1007,7 @@ class SessionStore:
         self._deleted.update(members)
         if seq:
             self._core.appended(seq)
-            if self._projector is not None:
-                self._projector.purge()
-            self._erase_done(seq)
+            self._purge_after_erase(seq)
         else:
             self.finish_erase()
         return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
@@ -1043,11 +1042,9 @@ class SessionStore:
                                   hint="on PostgreSQL the server reclaims space (VACUUM, by its administrator): "
                                        "docs/POSTGRES.md")
         result: dict[str, Any] = compact()
-        pending = getattr(self.log, "erase_pending", None)
-        seq = int(pending()) if pending is not None else 0
-        if seq and self._projector is not None:  # an interrupted erase: its log part is done now
-            self._projector.purge()
-            self._erase_done(seq)
+        seq = self._erase_pending()
+        if seq:  # an interrupted erase: its log part is done now
+            self._purge_after_erase(seq)
         return result
 
     def erase_mark(self) -> int | None:
