@@ -283,6 +283,40 @@ def test_read_only_handles_never_take_the_writer(path: Path) -> None:
     db.close()
 
 
+def test_read_only_writes_that_would_change_nothing_fail_like_hermes(path: Path) -> None:
+    """Hermes' read-only connection refuses every write statement, including one that would
+    change nothing: an ``INSERT OR IGNORE`` of an existing session, an ``UPDATE`` to the same
+    value or of an unknown row. The facade used to answer those from its rows (found by an
+    outside audit; the calls were checked against Hermes 0.19.0's class one by one)."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli", system_prompt="P")
+    db.record_gateway_session_peer("s1", source="tg", session_key="k1", chat_id="c")
+    before = head(db)
+    ro = SessionDB(path, read_only=True)
+    try:
+        no_ops: list[Callable[[], Any]] = [
+            lambda: ro.create_session("s1", "cli"),
+            lambda: ro.ensure_session("s1"),
+            lambda: ro.update_system_prompt("s1", "P"),
+            lambda: ro.update_system_prompt("unknown", "P"),
+            lambda: ro.record_gateway_session_peer("s1", source="tg", session_key="k1", chat_id="c"),
+            lambda: ro.delete_session_if_empty("unknown"),
+        ]
+        for call in no_ops:
+            with pytest.raises(sqlite3.OperationalError, match="attempt to write a readonly database"):
+                call()
+        # Hermes binds before it steps: a value it cannot bind fails as a binding error first.
+        with pytest.raises(sqlite3.ProgrammingError):
+            ro.record_gateway_session_peer("s1", source={"not": "bindable"}, session_key="k1")  # type: ignore[arg-type]
+        # Calls Hermes returns from before any write statement still return.
+        assert ro.delete_session("unknown") is False and ro.delete_sessions(["unknown"]) == 0
+        assert ro.record_gateway_session_peer("s1", source="tg") is None  # no session_key: nothing to do
+    finally:
+        ro.close()
+    assert head(db) == before
+    db.close()
+
+
 @pytest.mark.parametrize("read_only", [False, True])
 def test_the_schema_is_loaded_by_the_constructor_not_by_the_first_read(path: Path, read_only: bool) -> None:
     """A one-shot process makes one call: Hermes' constructor parses the schema (its DDL), so the

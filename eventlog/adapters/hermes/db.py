@@ -101,6 +101,10 @@ def _refuse_nan_usage(*values: Any) -> None:
         if isinstance(value, float) and math.isnan(value):
             raise sqlite3.IntegrityError(f"NOT NULL constraint failed: session_model_usage.{column}")
 
+def _read_only_error() -> sqlite3.OperationalError:
+    return sqlite3.OperationalError("attempt to write a readonly database")
+
+
 class SessionDB(Reads, RuntimeReads, ImportSessions):
     """Hermes' ``SessionDB`` on an eventlog log. Thread-safe; any number of instances per path
     and per process share one log environment."""
@@ -254,9 +258,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self, fn: Callable[[Tx], Any]) -> Any:
+    def _write(self, fn: Callable[[Tx], Any], *, statement: bool = False) -> Any:
+        """Run ``fn`` as one write. ``statement``: Hermes runs a write statement for this call
+        whatever the rows hold (an ``INSERT OR IGNORE``, an ``UPDATE`` that may match nothing), so
+        on a read_only handle it fails even when nothing would change."""
         if self.read_only:
-            return self._read_only_write(fn)
+            return self._read_only_write(fn, statement)
         engine = self._engine
         if engine is None or self._reader is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
@@ -272,18 +279,19 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 self._cadence.on = False
         return result
 
-    def _read_only_write(self, fn: Callable[[Tx], Any]) -> Any:
+    def _read_only_write(self, fn: Callable[[Tx], Any], statement: bool = False) -> Any:
         """A write call on a read_only handle: run on its read-only connection, as Hermes' own
         read-only connection would run it -- a call with nothing to do (a prune that matches no
-        session) returns its empty answer, one that would change a row raises OperationalError
-        ('attempt to write a readonly database'). Nothing reaches the log either way."""
+        session) returns its empty answer, one that would change a row, or that Hermes answers
+        with a write statement (``statement``), raises OperationalError ('attempt to write a
+        readonly database'). Nothing reaches the log either way."""
         with self._reading() as conn:
             conn.execute("SAVEPOINT read_only_write")
             try:
                 tx = Tx(conn)
                 result = fn(tx)
-                if tx.events:
-                    raise sqlite3.OperationalError("attempt to write a readonly database")
+                if tx.events or statement:
+                    raise _read_only_error()
                 return result
             finally:
                 conn.execute("ROLLBACK TO read_only_write")
@@ -363,12 +371,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             tx.emit("hermes.session_enriched", session_id, fill)
 
     def create_session(self, session_id: str, source: str, **kwargs: Any) -> str:
-        self._write(lambda tx: self._upsert_session(tx, session_id, source, **kwargs))
+        self._write(lambda tx: self._upsert_session(tx, session_id, source, **kwargs), statement=True)
         return session_id
 
     def ensure_session(self, session_id: str, source: str = "unknown", model: Optional[str] = None,
                        **kwargs: Any) -> str:
-        self._write(lambda tx: self._upsert_session(tx, session_id, source, model=model, **kwargs))
+        self._write(lambda tx: self._upsert_session(tx, session_id, source, model=model, **kwargs), statement=True)
         return session_id
 
     def record_gateway_session_peer(self, session_id: str, *, source: str, user_id: Optional[str] = None,
@@ -388,6 +396,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return row is not None and all(_same(row[i], v) for i, v in enumerate(values.values())) and all(
                 v is None or _same(row[6 + i], v) for i, v in enumerate(optional.values()))
 
+        if self.read_only:  # Hermes binds, then runs its UPDATE whatever the row holds
+            for k, v in {**values, **optional}.items():
+                sql_value(v, k)
+            raise _read_only_error()
         if unchanged(self._row(peer_sql, (session_id,))):  # the gateway re-records it every turn
             return
 
@@ -518,6 +530,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         """The assembled system prompt snapshot (nothing is written when it is unchanged)."""
         value = sql_value(system_prompt, "system_prompt")
+        if self.read_only:  # Hermes runs its UPDATE even when it would change nothing
+            raise _read_only_error()
         # The common case (every agent init re-stores the same prompt) answers from a read: the
         # call takes effect at that read, no writer is waited for.
         current = self._row("SELECT system_prompt FROM sessions WHERE id = ?", (session_id,))
@@ -832,14 +846,15 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         except OSError:
             pass
 
-    def _delete(self, ids_sql: Callable[[sqlite3.Connection], list[Any]], flags: dict[str, Any]) -> list[Any]:
+    def _delete(self, ids_sql: Callable[[sqlite3.Connection], list[Any]], flags: dict[str, Any],
+                statement: bool = False) -> list[Any]:
         def fn(tx: Tx) -> list[Any]:
             ids = ids_sql(tx.conn)
             if not ids:
                 return []
             return list(tx.emit("hermes.sessions_deleted", None, {"ids": [sql_value(i) for i in ids], **flags}) or [])
 
-        gone = list(self._write(fn))
+        gone = list(self._write(fn, statement=statement))
         if gone:
             # What Hermes deletes is gone from the disk, not only from the views (an erase).
             assert self._engine is not None
@@ -861,7 +876,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def delete_session_if_empty(self, session_id: str, sessions_dir: Optional[Path] = None) -> bool:
         """Delete a session that never got content: no title, no messages, no children."""
-        gone = self._delete(lambda conn: [session_id], {"if_empty": True})
+        gone = self._delete(lambda conn: [session_id], {"if_empty": True}, statement=True)
         if gone:
             self._remove_session_files(sessions_dir, session_id)
         return bool(gone)
