@@ -986,6 +986,59 @@ def test_nan_usage_is_refused_like_hermes_and_writes_nothing(tmp_path: Path) -> 
         db.close()
 
 
+def test_usage_key_columns_take_what_hermes_binds(tmp_path: Path) -> None:
+    """``session_model_usage``'s key columns (model, route, task) are NOT NULL too: a NaN there
+    fails the call as in Hermes, after the session row Hermes inserts in a transaction of its own
+    (the facade used to write it with an empty key, or, for a NaN task, add an auxiliary call to
+    the session's totals). bytes and +-inf are values Hermes stores (the facade raised
+    ProgrammingError for a task): they are kept, through a rebuild from the log. Each case was
+    checked against Hermes 0.19.0's class."""
+    nan, inf = float("nan"), float("inf")
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    try:
+        db.create_session("s", "cli")
+        before = head(db)
+        calls: list[tuple[Callable[[], Any], str]] = [
+            (lambda: db.record_auxiliary_usage("s", nan, input_tokens=3), "task"),  # type: ignore[arg-type]
+            (lambda: db.record_auxiliary_usage("s", "t", model=nan), "model"),
+            (lambda: db.record_auxiliary_usage("s", "t", billing_base_url=nan), "billing_base_url"),
+            (lambda: db.update_token_counts("s", 5, model="m", billing_provider=nan), "billing_provider"),
+            (lambda: db.update_token_counts("s", 5, model="m", billing_mode=nan), "billing_mode"),
+            (lambda: db.update_token_counts("s", 5, model="m", actual_cost_usd=nan), "actual_cost_usd")]
+        for i, (call, column) in enumerate(calls):
+            with pytest.raises(sqlite3.IntegrityError, match=f"NOT NULL constraint failed: session_model_usage.{column}$"):
+                call()
+            if i == 2:
+                assert head(db) == before
+        row = db.get_session("s")
+        # Hermes' session-row insert (before the usage transaction) backfills the model; no more.
+        assert (row["model"], row["input_tokens"], row["billing_provider"], row["api_call_count"]) == ("m", 0, None, 0)
+        assert sqlite3.connect(path_of(db)).execute("SELECT count(*) FROM session_model_usage").fetchone() == (0,)
+        # Not per-model usage: the NaN reaches only the session row, where Hermes takes it.
+        db.update_token_counts("s", 5, model=nan, absolute=True)
+        assert db.get_session("s")["input_tokens"] == 5
+        # An unknown session: its row is created, then the usage fails.
+        with pytest.raises(sqlite3.IntegrityError, match="session_model_usage.model"):
+            db.update_token_counts("new", 5, model=nan)
+        assert db.get_session("new")["source"] == "unknown" and db.get_session("new")["input_tokens"] == 0
+        for task in (b"ab\xff", inf, -inf):
+            db.record_auxiliary_usage("s", task, model="small", input_tokens=2)  # type: ignore[arg-type]
+            db.record_auxiliary_usage("s", task, model="small", input_tokens=2)  # type: ignore[arg-type]
+        query = "SELECT task, input_tokens, api_call_count FROM session_model_usage WHERE model = 'small' ORDER BY rowid"
+        expected = [(b"ab\xff", 4, 2), ("Inf", 4, 2), ("-Inf", 4, 2)]
+        assert sqlite3.connect(path_of(db)).execute(query).fetchall() == expected
+    finally:
+        db.close()
+    os.remove(path)  # rebuilt from the log alone
+    db = SessionDB(path)
+    try:
+        assert sqlite3.connect(path_of(db)).execute(query).fetchall() == expected
+        assert db.get_session("s")["input_tokens"] == 5
+    finally:
+        db.close()
+
+
 def test_deleting_an_imported_session_keeps_the_other_sessions_imported_rows(tmp_path: Path) -> None:
     """An imported side table is one event; after an erase its replay meets rows whose session
     is gone. Only those rows are left out: every other session's binding and usage stays

@@ -327,7 +327,7 @@ def _usage(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
     est, act = _v(d, "estimated_cost_usd"), _v(d, "actual_cost_usd")
     model, provider, base_url, mode = _v(d, "model"), _v(d, "provider"), _v(d, "base_url"), _v(d, "billing_mode")
     calls = from_json(g("api_call_count", 0))
-    task = g("task") or ""
+    task = _v(d, "task") or ""  # bytes and +-inf travel encoded (sql_value), as Hermes stores them
     changed = 0
     if not task:
         accounted = bool(g("accounted"))

@@ -88,18 +88,27 @@ def _tool_call_count(tool_calls: Any) -> int:
 
 
 
-_USAGE_COLUMNS = ("api_call_count", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                  "reasoning_tokens", "estimated_cost_usd")
+_USAGE_COLUMNS = ("model", "billing_provider", "billing_base_url", "billing_mode", "task", "api_call_count",
+                  "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
+                  "estimated_cost_usd", "actual_cost_usd")
+"""``session_model_usage``'s NOT NULL columns in table order (the order SQLite checks them)."""
+_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
-def _refuse_nan_usage(*values: Any) -> None:
-    """Hermes adds a call's usage to its ``session_model_usage`` row, whose counters are NOT NULL:
-    a NaN (bound as NULL) fails the whole call with IntegrityError, naming the first such column
-    in table order, and nothing is written. The facade refuses it the same way, before any event
-    (it used to store NULL and lose every later increment; found by an outside audit)."""
-    for column, value in zip(_USAGE_COLUMNS, values):
+def _nan_usage_column(**values: Any) -> Optional[str]:
+    """The column a NaN would fail in Hermes' ``session_model_usage`` upsert, if any.
+
+    Hermes binds each key (``model or "unknown"``, ``billing_provider or ""``, ...: NaN is truthy,
+    so it stays) and each counter as given; a NaN is bound as NULL and the NOT NULL constraint of
+    the first such column in table order fails the call's transaction with IntegrityError. The
+    session row Hermes inserts before that transaction stays. ``values``: the call's value per
+    column name (columns it does not bind may be left out)."""
+    for column in _USAGE_COLUMNS:
+        value = values.get(column)
         if isinstance(value, float) and math.isnan(value):
-            raise sqlite3.IntegrityError(f"NOT NULL constraint failed: session_model_usage.{column}")
+            return column
+    return None
+
 
 def _read_only_error() -> sqlite3.OperationalError:
     return sqlite3.OperationalError("attempt to write a readonly database")
@@ -569,10 +578,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         accounted = bool(any(tokens) or api_call_count or estimated_cost_usd or actual_cost_usd)
         per_model = (not absolute) and bool(any(tokens) or api_call_count or estimated_cost_usd)
         if per_model:
-            _refuse_nan_usage(api_call_count, *tokens, estimated_cost_usd)
+            self._refuse_nan_usage(session_id, model, _nan_usage_column(
+                model=model, billing_provider=billing_provider, billing_base_url=billing_base_url,
+                billing_mode=billing_mode, api_call_count=api_call_count, estimated_cost_usd=estimated_cost_usd,
+                actual_cost_usd=actual_cost_usd, **dict(zip(_TOKENS, tokens))))
         data: dict[str, Any] = {}
-        for name, value in zip(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
-                                "reasoning_tokens"), tokens):
+        for name, value in zip(_TOKENS, tokens):
             if not (type(value) is int and value == 0):
                 data[name] = sql_value(value, name)
         extra: tuple[tuple[str, Any], ...] = (("estimated_cost_usd", estimated_cost_usd), ("actual_cost_usd", actual_cost_usd),
@@ -597,6 +608,16 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
         self._write(fn)
 
+    def _refuse_nan_usage(self, session_id: str, model: Any, column: Optional[str]) -> None:
+        """Fail a usage call Hermes' upsert would fail (:func:`_nan_usage_column`) as Hermes does:
+        the session row it inserts first is written, no usage is, IntegrityError names the column.
+        (Storing it instead kept a NULL key or counter that lost every later increment; found by
+        outside audits.)"""
+        if column is None:
+            return
+        self._write(lambda tx: self._upsert_session(tx, session_id, "unknown", model=model), statement=True)
+        raise sqlite3.IntegrityError(f"NOT NULL constraint failed: session_model_usage.{column}")
+
     def record_auxiliary_usage(self, session_id: str, task: str, *, model: Optional[str] = None,
                                billing_provider: Optional[str] = None, billing_base_url: Optional[str] = None,
                                input_tokens: int = 0, output_tokens: int = 0, cache_read_tokens: int = 0,
@@ -606,8 +627,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         the session's totals, which the gateway overwrites with main-loop totals, stay apart."""
         if not session_id or not task:
             return
-        _refuse_nan_usage(1, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
-                          estimated_cost_usd)
+        self._refuse_nan_usage(session_id, None, _nan_usage_column(
+            model=model, billing_provider=billing_provider, billing_base_url=billing_base_url, task=task,
+            input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens, reasoning_tokens=reasoning_tokens,
+            estimated_cost_usd=estimated_cost_usd))
         if isinstance(estimated_cost_usd, int) and not isinstance(estimated_cost_usd, bool):
             estimated_cost_usd = float(estimated_cost_usd)  # Hermes binds float(cost): 2**63 is a REAL, not an overflow
         data: dict[str, Any] = {"task": sql_value(task, "task"), "api_call_count": 1, "now": time.time()}
