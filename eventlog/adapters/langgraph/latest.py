@@ -26,7 +26,8 @@ each read deserializes them anew (callers may mutate what they get).
 Events of a thread are always in the thread's stream (the event types refuse any other, see
 :mod:`model`), so the stream version covers every event that changes the thread's rows. An
 erase rewrites a stream without changing its version: the saver compares the log's erase mark
-(:meth:`SessionStore.erase_mark`) on every call and drops every copy when it moved.
+(:meth:`SessionStore.erase_mark`) on its reads and drops every copy when it moved; its writes
+are appended at an expected version, which the log refuses for an erased stream.
 """
 from __future__ import annotations
 

@@ -10,7 +10,14 @@ Events (namespace ``langgraph``, each in the stream of the thread's session, see
                                writes [{idx, channel, type, data}]
 ``langgraph.thread_deleted``   thread_id
 ``langgraph.runs_deleted``     thread_id, run_ids
-``langgraph.thread_copied``    thread_id (the target), source_thread_id
+``langgraph.thread_copied``    v2: thread_id (the target), source_thread_id, and the source's rows
+                               as the copy read them: checkpoints [{checkpoint_ns, checkpoint_id,
+                               parent_checkpoint_id, run_id, checkpoint, metadata,
+                               channel_versions}], blobs [{checkpoint_ns, channel, version, type,
+                               data}], writes [{checkpoint_ns, checkpoint_id, task_id, task_path,
+                               idx, channel, type, data}] (a large thread: several events in one
+                               batch, each with part of the rows); v1 (logs of earlier releases):
+                               thread_id, source_thread_id only
 ``langgraph.thread_pruned``    thread_id, strategy (keep_latest | delete)
 
 Serialized values are the saver's ``(type, bytes)`` pairs with the bytes in standard base64
@@ -18,6 +25,12 @@ Serialized values are the saver's ``(type, bytes)`` pairs with the bytes in stan
 plus padding in the log (the log's zstd compression takes part of it back); the read model
 keeps the raw bytes. ``run_id``, ``source`` and ``step`` repeat plain metadata values so an
 audit of the log can read them without the serializer.
+
+A copy carries its rows (v2) because a copy that only named its source (v1) was rebuilt from the
+source's rows: an erase of the source (``delete_thread`` with ``erase_deleted``,
+``SessionStore.erase_session``, ``retention``) emptied them, and the copy read as missing after the
+projections were rebuilt (found by an outside audit). A v1 event of an older log is still applied
+as it was: the source's rows as the read model holds them at that point of the log.
 
 Read model ``langgraph`` (tables ``langgraph_*`` in the projection database): checkpoints,
 channel blobs and pending writes keyed as LangGraph keys them, plus the LangGraph message ids
@@ -62,14 +75,14 @@ def version_key(version: Any) -> str:
 
 # ---------------------------------------------------------------- validation (writers)
 
-def _text(data: dict[str, Any], name: str, *, optional: bool = False, empty: bool = True) -> None:
+def _text(data: dict[str, Any], name: str, *, optional: bool = False, empty: bool = True, where: str = "") -> None:
     value = data.get(name)
     if value is None and optional:
         return
     if not isinstance(value, str):
-        raise ValidationError(name, f"must be a string, got {type(value).__name__}")
+        raise ValidationError(where + name, f"must be a string, got {type(value).__name__}")
     if len(value) > MAX_TEXT or (not empty and not value):
-        raise ValidationError(name, f"must be {'1' if not empty else '0'}-{MAX_TEXT} characters")
+        raise ValidationError(where + name, f"must be {'1' if not empty else '0'}-{MAX_TEXT} characters")
 
 
 def _blob(value: Any, field: str, *, nullable: bool = False) -> None:
@@ -141,9 +154,51 @@ def check_runs(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _list(data: dict[str, Any], name: str) -> list[Any]:
+    value = data.get(name)
+    if not isinstance(value, list):
+        raise ValidationError(name, "must be a list")
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValidationError(f"{name}[{i}]", "must be an object")
+    return value
+
+
 def check_copy(data: dict[str, Any]) -> dict[str, Any]:
+    """A ``thread_copied`` v2: the target, the source and the rows copied (see :func:`copy_parts`)."""
     _text(data, "thread_id")
     _text(data, "source_thread_id")
+    for i, c in enumerate(_list(data, "checkpoints")):
+        where = f"checkpoints[{i}]."
+        _text(c, "checkpoint_ns", where=where)
+        _text(c, "checkpoint_id", empty=False, where=where)
+        _text(c, "parent_checkpoint_id", optional=True, where=where)
+        _text(c, "run_id", optional=True, where=where)
+        _blob(c.get("checkpoint"), where + "checkpoint")
+        _blob(c.get("metadata"), where + "metadata")
+        versions = c.get("channel_versions")
+        if not isinstance(versions, dict):
+            raise ValidationError(where + "channel_versions", "must be an object")
+        for k, v in versions.items():
+            _scalar_version(v, f"{where}channel_versions.{k}")
+    for i, b in enumerate(_list(data, "blobs")):
+        where = f"blobs[{i}]."
+        _text(b, "checkpoint_ns", where=where)
+        if not isinstance(b.get("channel"), str):
+            raise ValidationError(where + "channel", "must be a string")
+        _scalar_version(b.get("version"), where + "version")
+        _blob(b, f"blobs[{i}]", nullable=True)
+    for i, w in enumerate(_list(data, "writes")):
+        where = f"writes[{i}]."
+        for name in ("checkpoint_ns", "task_path"):
+            _text(w, name, where=where)
+        if not isinstance(w.get("channel"), str):
+            raise ValidationError(where + "channel", "must be a string")
+        for name in ("checkpoint_id", "task_id"):
+            _text(w, name, empty=False, where=where)
+        if isinstance(w.get("idx"), bool) or not isinstance(w.get("idx"), int):
+            raise ValidationError(where + "idx", "must be an integer")
+        _blob(w, f"writes[{i}]")
     return data
 
 
@@ -254,7 +309,89 @@ def _runs_deleted(conn: sqlite3.Connection, d: dict[str, Any]) -> None:
         _drop_checkpoints(conn, keys)
 
 
+def _b64_text(raw: Any) -> str | None:
+    return base64.b64encode(raw).decode("ascii") if isinstance(raw, bytes) else None
+
+
+COPY_PART_BYTES = 4 << 20
+"""About how many encoded bytes of rows one ``thread_copied`` event carries: a larger thread is
+copied as several events in one atomic batch (one row alone is always small enough: each came
+from one event under the log's 16 MiB limit)."""
+
+
+def copy_parts(conn: sqlite3.Connection, source: str, target: str) -> list[dict[str, Any]]:
+    """The data of the ``thread_copied`` (v2) events that copy thread ``source``'s rows, as
+    ``conn`` holds them, to ``target``: values as base64, as in the other events, so that
+    :func:`apply` stores the same bytes again. Empty when the source has no checkpoint. Read it
+    in one transaction of ``conn`` for a consistent copy."""
+    checkpoints = [{"checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent, "run_id": run,
+                    "checkpoint": {"type": ctype, "data": _b64_text(cdata)},
+                    "metadata": {"type": mtype, "data": _b64_text(mdata)},
+                    "channel_versions": orjson.loads(versions) if versions else {}}
+                   for ns, cid, parent, run, ctype, cdata, mtype, mdata, versions in conn.execute(
+                       "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint_type, checkpoint, "
+                       "metadata_type, metadata, channel_versions FROM langgraph_checkpoints WHERE thread_id = ? "
+                       "ORDER BY checkpoint_ns, checkpoint_id", (source,))]
+    if not checkpoints:
+        return []
+    blobs = [{"checkpoint_ns": ns, "channel": ch, "version": orjson.loads(v), "type": t, "data": _b64_text(d)}
+             for ns, ch, v, t, d in conn.execute(
+                 "SELECT checkpoint_ns, channel, version, type, data FROM langgraph_blobs WHERE thread_id = ? "
+                 "ORDER BY checkpoint_ns, channel, version", (source,))]
+    writes = [{"checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path, "idx": idx,
+               "channel": ch, "type": t, "data": _b64_text(d)}
+              for ns, cid, task, idx, ch, t, d, path in conn.execute(
+                  "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path FROM langgraph_writes "
+                  "WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx", (source,))]
+    parts: list[dict[str, Any]] = []
+    part: dict[str, Any] = {}
+    size = 0
+    for name, rows in (("checkpoints", checkpoints), ("blobs", blobs), ("writes", writes)):
+        for row in rows:
+            n = len(orjson.dumps(row))
+            if not part or (size and size + n > COPY_PART_BYTES):
+                part = {"thread_id": target, "source_thread_id": source, "checkpoints": [], "blobs": [], "writes": []}
+                parts.append(part)
+                size = 0
+            part[name].append(row)
+            size += n
+    return parts
+
+
+def _copied_rows(conn: sqlite3.Connection, seq: int, d: dict[str, Any]) -> None:
+    """A ``thread_copied`` v2: the rows it carries, stored for its target as the copy read them
+    (a row the target has already is replaced, as v1 did)."""
+    dst = _s(d.get("thread_id"))
+    if dst is None:
+        return
+    rows: list[tuple[Any, ...]] = []
+    for c in _dicts(d.get("checkpoints")):
+        ns, cid = _s(c.get("checkpoint_ns")), _s(c.get("checkpoint_id"))
+        if ns is None or cid is None:
+            continue
+        versions = c.get("channel_versions")
+        rows.append((dst, ns, cid, _s(c.get("parent_checkpoint_id")), _s(c.get("run_id")), seq,
+                     *_pair(c.get("checkpoint")), *_pair(c.get("metadata")),
+                     orjson.dumps(versions if isinstance(versions, dict) else {}).decode()))
+    conn.executemany("INSERT OR REPLACE INTO langgraph_checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.executemany("INSERT OR REPLACE INTO langgraph_blobs VALUES (?, ?, ?, ?, ?, ?)", [
+        (dst, b["checkpoint_ns"], b["channel"], version_key(b["version"]), _s(b.get("type")), _b64(b.get("data")))
+        for b in _dicts(d.get("blobs"))
+        if isinstance(b.get("checkpoint_ns"), str) and isinstance(b.get("channel"), str) and "version" in b])
+    conn.executemany("INSERT OR REPLACE INTO langgraph_writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        (dst, w["checkpoint_ns"], w["checkpoint_id"], w["task_id"], w["idx"], _s(w.get("channel")), _s(w.get("type")),
+         _b64(w.get("data")), _s(w.get("task_path")))
+        for w in _dicts(d.get("writes"))
+        if all(isinstance(w.get(k), str) for k in ("checkpoint_ns", "checkpoint_id", "task_id"))
+        and isinstance(w.get("idx"), int) and not isinstance(w.get("idx"), bool)])
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
 def _copied(conn: sqlite3.Connection, d: dict[str, Any]) -> None:
+    """A ``thread_copied`` v1 (logs of earlier releases): the source's rows as they are now."""
     dst, src = _s(d.get("thread_id")), _s(d.get("source_thread_id"))
     if dst is None or src is None or dst == src:
         return
@@ -326,7 +463,10 @@ def apply(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
     elif kind == "langgraph.runs_deleted":
         _runs_deleted(conn, data)
     elif kind == "langgraph.thread_copied":
-        _copied(conn, data)
+        if env.get("v", 1) == 1:
+            _copied(conn, data)
+        else:
+            _copied_rows(conn, seq, data)
     elif kind == "langgraph.thread_pruned":
         _pruned(conn, data, session)
 
@@ -351,7 +491,9 @@ EXTENSION = Extension(
         ThreadEventType("langgraph.writes_put", version=1, validate=check_writes, upcasters={}),
         ThreadEventType("langgraph.thread_deleted", version=1, validate=check_thread, upcasters={}),
         ThreadEventType("langgraph.runs_deleted", version=1, validate=check_runs, upcasters={}),
-        ThreadEventType("langgraph.thread_copied", version=1, validate=check_copy, upcasters={}),
+        # v2 carries the rows; v1 (no upcaster: its rows are the source's when it is applied)
+        # is applied as it was.
+        ThreadEventType("langgraph.thread_copied", version=2, validate=check_copy, upcasters={}),
         ThreadEventType("langgraph.thread_pruned", version=1, validate=check_prune, upcasters={}),
     ],
     read_models=[ReadModel(name=NAMESPACE, version=1, ddl=DDL, apply=apply)],

@@ -35,6 +35,9 @@ _ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assi
           "developer": "system", "tool": "tool", "function": "tool"}
 _COLUMNS = ("thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, checkpoint, "
             "metadata_type, metadata, channel_versions")
+_APPEND_TRIES = 100
+"""Versions a write tries while other writers keep appending to its thread before it gives up
+(ConcurrencyError, nothing written): each refusal means another write went in."""
 
 
 def _text(value: Any, field: str = "id") -> str:
@@ -85,6 +88,13 @@ def message_fields(message: Any) -> dict[str, Any] | None:
     if role == "tool" and isinstance(name, str) and 0 < len(name) <= 1024:
         fields["tool_name"] = name
     return fields
+
+
+def _mirror_key(message: dict[str, Any]) -> str | None:
+    """The LangGraph id of a message the mirror wrote (None for any other message)."""
+    meta = message.get("display_metadata")
+    key = meta.get("langgraph_id") if isinstance(meta, dict) else None
+    return key if message.get("display_kind") == model.MESSAGE_KIND and isinstance(key, str) else None
 
 
 class _Handle:
@@ -172,9 +182,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         """An erase (this process or another) rewrites streams without changing their versions:
         when the log's erase mark moved, nothing this saver knows of a thread is trusted any
         more -- its copies, the sessions it saw live (a write to an erased thread is then
-        refused) and what it mirrored. Asked by the reads (a graph's run starts with one), not
-        by each write: a read of the mark is a few system calls, and on the write path every
-        GIL release spreads a step's concurrent writes apart, which costs their shared commit."""
+        refused) and what it mirrored. Asked by the reads (a graph's run starts with one) and the
+        operations on whole threads, not by each put/put_writes: those are appended at an
+        expected stream version, which the log refuses for an erased stream inside its write
+        transaction (:meth:`_append_batch`), so they need no look at the mark."""
         mark = store.erase_mark()
         if mark != self._erase_mark:
             self._copies.clear()
@@ -245,30 +256,50 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._combiner.write(sid, events, (store, change))
 
     def _append_batch(self, sid: str, batch: builtins.list[combine.Request]) -> None:
-        """One atomic append of ``batch``'s events, at the copy's version when there is a copy,
-        so that the log refuses them if anything else reached the stream since (then the copy
-        is dropped and they are appended anyway)."""
+        """One atomic append of ``batch``'s events at an expected stream version: the copy's
+        when there is a copy, so that the log refuses them if anything else reached the stream
+        since (then the copy is dropped and they are appended at the version read then), else
+        the version read just before.
+
+        Never without a version: the log also refuses an append at a version to a stream that
+        was erased (an erase changes no count), inside its write transaction. So a write to a
+        thread that another process erased is refused even by a saver that has not read the
+        thread since (an outside audit found such writes landing in the erased stream): it
+        raises NotFoundError and nothing is written."""
         store: SessionStore = batch[0].change[0]
         events = [e for r in batch for e in r.events]
         with self._copies.lock(sid):
             copy = self._copies.get(sid)
-            if copy is None:
-                self._append(store, events)
+            version = copy.version if copy is not None else store.version(sid)
+            for _ in range(_APPEND_TRIES):
+                try:
+                    self._append(store, events, version)
+                except ConcurrencyError as e:
+                    refused = e
+                    if copy is not None:
+                        self._copies.drop(sid)
+                        copy = None
+                    now = store.version(sid)
+                    if now == version:  # refused at the stream's own count: the stream was erased
+                        break
+                    version = now  # another writer's events came first: again after them
+                    continue
+                except ValidationError:
+                    raise  # nothing was appended: the copy still holds
+                except BaseException:
+                    self._copies.drop(sid)
+                    raise
+                if copy is not None:
+                    for r in batch:
+                        copy = copy.after(len(r.events), r.change[1])
+                    self._copies.set(sid, copy)
                 return
-            try:
-                self._append(store, events, copy.version)
-            except ConcurrencyError:
-                self._copies.drop(sid)
-                self._append(store, events)
-                return
-            except ValidationError:
-                raise  # nothing was appended: the copy still holds
-            except BaseException:
-                self._copies.drop(sid)
-                raise
-            for r in batch:
-                copy = copy.after(len(r.events), r.change[1])
-            self._copies.set(sid, copy)
+            else:
+                raise refused  # other writers kept appending to the thread: nothing of this was written
+        self._check_erases(store)
+        self._sessions.discard(sid)
+        self._mirrored.pop(sid, None)
+        raise NotFoundError("thread", str(events[0]["data"]["thread_id"]))
 
     def _forget(self, *sids: str) -> None:
         """Drop the copies of threads an operation on whole threads changed."""
@@ -539,6 +570,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         rewind its mirrored messages."""
         tid = _text(thread_id, "thread_id")
         store = self._open()
+        self._check_erases(store)
         sid = model.thread_session(tid)
         known = self._threads_with(store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (tid,))
         if not known and store.get_session(sid) is None:
@@ -574,6 +606,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if not runs:
             return
         store = self._open()
+        self._check_erases(store)
         threads = self._threads_where_in(store, "run_id", runs)
         events: builtins.list[dict[str, Any]] = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
                    "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
@@ -582,20 +615,38 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             self._forget(*(e["session"] for e in events))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint, blob and write of one thread to another (and the mirrored messages)."""
+        """Copy every checkpoint, blob and write of one thread to another, and the mirrored
+        messages the target does not show yet.
+
+        The rows go into the target's own events (``langgraph.thread_copied`` v2 carries them,
+        read from the read model in one snapshot): the copy owes nothing to the source's events,
+        so an erase of the source (``erase_deleted``, ``SessionStore.erase_session``,
+        ``retention``) or a rebuild of the projections leaves it whole. Messages are matched by
+        their LangGraph id against the target's active messages: a target that shows some of the
+        source's messages already (an earlier copy) gets only the others, so its transcript holds
+        each turn once (both found by an outside audit)."""
         src, dst = _text(source_thread_id, "source_thread_id"), _text(target_thread_id, "target_thread_id")
         store = self._open()
-        if src == dst or not self._threads_with(
-                store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (src,)):
+        self._check_erases(store)
+        if src == dst:
+            return
+        with self._reads(store) as conn:
+            conn.execute("BEGIN")  # one snapshot of the source's rows
+            try:
+                parts = model.copy_parts(conn, src, dst)
+            finally:
+                conn.execute("COMMIT")
+        if not parts:
             return
         dst_sid = self._session(store, dst)
-        self._append(store, [{"type": "langgraph.thread_copied", "session": dst_sid,
-                              "data": {"thread_id": dst, "source_thread_id": src}}])
+        self._append(store, [{"type": "langgraph.thread_copied", "session": dst_sid, "data": part} for part in parts])
         self._forget(dst_sid)
         if self._mirror:
+            skip: set[str | None] = {None}  # None: not a message the mirror wrote
+            skip.update(_mirror_key(m) for m in store.get_messages(dst_sid))
             keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
             msgs = [{k: m[k] for k in keep if m.get(k) is not None}
-                    for m in store.get_messages(model.thread_session(src)) if m.get("display_kind") == model.MESSAGE_KIND]
+                    for m in store.get_messages(model.thread_session(src)) if _mirror_key(m) not in skip]
             self._mirrored.pop(dst_sid, None)
             if msgs:
                 store.append_messages(dst_sid, msgs)
@@ -610,6 +661,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if not tids:
             return
         store = self._open()
+        self._check_erases(store)
         known = self._threads_where_in(store, "thread_id", tids)
         events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
                    "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
