@@ -772,6 +772,57 @@ def test_what_hermes_deletes_is_erased_from_every_file(path: Path) -> None:
         assert res.ok and res.erased >= 22
 
 
+@pytest.mark.parametrize("then", ["another write", "the delete again"])
+@pytest.mark.parametrize("sid", ["secret", "secret id/with space"])
+def test_a_delete_killed_before_its_erase_is_erased_by_the_next_writer(path: Path, sid: str, then: str) -> None:
+    """A delete and its erase are two commits. A process SIGKILLed between them left the session
+    gone for readers but its words in the log for good (the retry found nothing to delete; an
+    outside audit). The projection keeps the ids whose erase is due, in the delete's own
+    transaction, and the next writer of any process finishes the erase."""
+    marker = "KilledDeleteMarker77"
+    script = textwrap.dedent(f"""
+        import os, signal
+        from eventlog.adapters.hermes import SessionDB
+        from eventlog.adapters.hermes.engine import Engine
+        db = SessionDB({str(path)!r})
+        db.create_session({sid!r}, "cli")
+        db.create_session("other", "cli")
+        for i in range(5):
+            db.append_message({sid!r}, "user", "{marker} " + str(i))
+        db.append_message("other", "user", "plain words")
+        Engine.erase = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        db.delete_session({sid!r})
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+    def traces() -> list[str]:
+        return [str(p) for p in path.parent.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
+
+    assert traces()  # the kill came after the delete's commit, before the erase
+    db = SessionDB(path)
+    try:
+        assert db.get_session(sid) is None and db.message_count("other") == 1
+        if then == "another write":
+            db.append_message("other", "assistant", "after the kill")
+        else:
+            assert db.delete_session(sid) is False  # as Hermes: nothing left to delete
+        assert traces() == []
+        assert [m["content"] for m in db.get_messages("other")][:1] == ["plain words"]
+        with sqlite3.connect(path_of(db)) as conn:
+            assert conn.execute("SELECT erase_due FROM eventlog_projection").fetchone() == ("[]",)
+    finally:
+        db.close()
+    os.remove(path)  # a rebuild from the log alone: still deleted, nothing due
+    db = SessionDB(path)
+    try:
+        assert db.get_session(sid) is None and db.message_count("other") >= 1
+        with sqlite3.connect(path_of(db)) as conn:
+            assert conn.execute("SELECT erase_due FROM eventlog_projection").fetchone() == ("[]",)
+    finally:
+        db.close()
+
+
 def test_a_child_orphaned_by_a_delete_survives_the_erase_and_every_rebuild(path: Path) -> None:
     """Hermes orphans the children of a deleted session (parent set to NULL); once the parent's
     events are erased, a rebuild must still give the child back, orphaned, with its messages."""

@@ -12,11 +12,12 @@ Each rule states the Hermes 0.19.0 behaviour it reproduces; see docs/HERMES.md f
 """
 from __future__ import annotations
 
+import json
 import sqlite3
 from typing import Any, Callable, Iterable
 
 from eventlog.adapters.hermes import schema
-from eventlog.adapters.hermes.events import from_json, session_of
+from eventlog.adapters.hermes.events import from_json, map_session_id, session_of
 
 Handler = Callable[[sqlite3.Connection, Any, dict[str, Any]], Any]
 _HANDLERS: dict[str, Handler] = {}
@@ -549,10 +550,12 @@ def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> list[Any]
     ids = [from_json(x) for x in d.get("ids") or []]
     ids = [r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id IN ({','.join('?' * len(ids))})", ids)]
     if d.get("if_empty"):
-        return [s for s in ids if conn.execute(
+        gone = [s for s in ids if conn.execute(
             "DELETE FROM sessions WHERE id = ? AND title IS NULL AND NOT EXISTS (SELECT 1 FROM messages m WHERE"
             " m.session_id = sessions.id) AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id ="
             " sessions.id)", (s,)).rowcount]
+        _erase_due(conn, add=gone)
+        return gone
     if not ids:
         return []
     gone = list(ids)
@@ -569,7 +572,26 @@ def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> list[Any]
         conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({marks})", ids)
         conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", ids)
     conn.execute(f"DELETE FROM sessions WHERE id IN ({marks})", ids)
+    _erase_due(conn, add=gone)
     return gone
+
+
+def erase_due(conn: sqlite3.Connection) -> list[str]:
+    """The Hermes ids of deleted sessions whose erase has not run yet (see ``schema.CURSOR_SQL``)."""
+    row = conn.execute(f"SELECT erase_due FROM {schema.CURSOR_TABLE} WHERE id = 1").fetchone()
+    due = json.loads(row[0]) if row is not None else []
+    return [x for x in due if isinstance(x, str)] if isinstance(due, list) else []
+
+
+def _erase_due(conn: sqlite3.Connection, *, add: Iterable[Any] = (), erased: Iterable[Any] = ()) -> None:
+    """Add the (string) ids just deleted to ``erase_due``; drop those an erase record names, by
+    Hermes id (the facade's record) or by stream (an ``eventlog sessions erase`` of a mapped id)."""
+    due = erase_due(conn)
+    done = {x for x in erased if isinstance(x, str)}
+    kept = [x for x in due if x not in done and map_session_id(x) not in done]
+    kept += [x for x in dict.fromkeys(add) if isinstance(x, str) and x not in kept]
+    if kept != due:
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET erase_due = ? WHERE id = 1", (json.dumps(kept),))
 
 
 @rule("hermes.sessions_finalized")
@@ -849,8 +871,12 @@ def _handoff_failed(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> in
 
 @rule("log.erased")
 def _erased(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> None:
-    """eventlog's erase record: the erased sessions' events are stubs (never applied again);
-    the AUTOINCREMENT counters it carries keep a rebuild from reusing a deleted row's id."""
+    """eventlog's erase record: the erased sessions' events are stubs (never applied again), so
+    their erase is no longer due; the AUTOINCREMENT counters it carries keep a rebuild from
+    reusing a deleted row's id."""
+    sessions = d.get("sessions")
+    if isinstance(sessions, list):
+        _erase_due(conn, erased=sessions)
     counters = d.get("sqlite_sequence")
     for name, seq in (counters.items() if isinstance(counters, dict) else ()):
         if isinstance(name, str) and isinstance(seq, int) and not isinstance(seq, bool):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.adapters.hermes import events, projection
-from eventlog.adapters.hermes.apply import apply
+from eventlog.adapters.hermes.apply import apply, erase_due
 from eventlog.errors import ValidationError
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir
@@ -119,6 +119,8 @@ class Engine:
         self._turn = threading.Condition(threading.Lock())
         self._forked = False
         self.closed = False
+        self._erases_checked = False
+        """Whether this engine's first write has looked for erases left due (:meth:`finish_erases`)."""
 
     # ---- lifecycle ----------------------------------------------------------------------
 
@@ -261,6 +263,8 @@ class Engine:
         every queued function in one projection transaction (each in its own savepoint, so one
         that raises undoes only its own rows) and appends all their events in one log append, so
         one sync serves them all."""
+        if not self._erases_checked:
+            self.finish_erases()
         req = _Request(fn)
         turn = self._turn
         with turn:
@@ -431,6 +435,11 @@ class Engine:
         keeps what Hermes deleted. The AUTOINCREMENT counters are carried in the record, so a
         rebuild never hands out an id a deleted row had. Returns the record's seq (0: nothing)."""
         with self.mutex, self.lease:
+            conn = self._connection()
+            self._sync(conn)
+            # Sessions deleted earlier whose erase never ran (a process killed between the two
+            # commits) are erased with these.
+            session_ids = list(dict.fromkeys([*session_ids, *erase_due(conn)]))
             # A Hermes id eventlog's stream ids cannot hold lives in a mapped stream (the id in
             # the data): read that stream, and only that id's events (the differential test found
             # such a session's events left unerased, so a rebuild brought back a deleted delegate).
@@ -438,7 +447,6 @@ class Engine:
                     if env["type"] not in KEPT_BY_DELETE and events.session_of(env) == sid]
             if not seqs:
                 return 0
-            conn = self._connection()
             sequences = {str(n): int(s) for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")}
             import getpass
 
@@ -455,6 +463,20 @@ class Engine:
             if seq:
                 self.log.erase_finished(seq)  # compacted and the projection purged: files clean
             self._sync(self._connection())
+            return seq
+
+    def finish_erases(self) -> int:
+        """Erase the sessions deleted whose erase never ran (``erase_due``: a process killed
+        between a delete's commit and its erase). A process's first write does this, so what
+        Hermes deleted does not stay in the log because a delete was interrupted. Returns the
+        erase record's seq (0: nothing was due)."""
+        with self.mutex:
+            if self._erases_checked:
+                return 0
+            conn = self._connection()
+            due = erase_due(conn)
+            seq = self.erase([], "deleted through Hermes' SessionDB (an interrupted delete, finished)") if due else 0
+            self._erases_checked = True
             return seq
 
     def heal(self, error: BaseException) -> None:
