@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from test_adapter_langgraph import cfg, checkpoint
 
 from eventlog import SessionStore
 from eventlog.adapters.langgraph import EventlogSaver
@@ -20,20 +20,6 @@ from eventlog.adapters.langgraph import model as lg_model
 from eventlog.errors import NotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def cfg(thread: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
-    if checkpoint_id:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def checkpoint(values: dict[str, Any], versions: dict[str, Any]) -> Any:
-    cp = empty_checkpoint()
-    cp["channel_values"] = values
-    cp["channel_versions"] = versions
-    return cp
 
 
 def _chat_graph(saver: EventlogSaver) -> Any:
