@@ -41,6 +41,11 @@ class ProjectionReadModel:
         """The reader as the projections stand, without applying new events first."""
         return self.reader
 
+    def peek_seq(self) -> int:
+        """A seq the projections are known to include: what :meth:`peek` answers covers at least
+        the log up to it (a writer checks the log itself past it)."""
+        return int(self.projector.site.known_seq)
+
     def _reads(self) -> Reader:
         self._local.reach = self.visibility.before_read()
         return self.reader

@@ -209,6 +209,93 @@ def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Pa
         s.close()
 
 
+def test_an_append_right_after_another_process_deleted_the_session_is_refused(tmp_path: Path) -> None:
+    """The refusal's recheck must see the deletion the refused version counted, not the read model
+    as this process's follower last left it: a child deletes on command and answers at once, and
+    the parent appends to the same session straight away, many times (without the catch-up this
+    acknowledged most of those appends)."""
+    from eventlog.errors import NotFoundError
+
+    s = SessionStore.open(tmp_path, follower=True)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from eventlog.sessions.store import SessionStore
+        s = SessionStore.open(sys.argv[1], follower=False)
+        for line in sys.stdin:
+            s.delete_session(line.strip())
+            print("ok", flush=True)
+        s.close()
+    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    acknowledged = []
+    try:
+        for i in range(25):
+            sid = f"chat-{i}"
+            s.create_session(sid)
+            s.append_message(sid, "user", "a")
+            assert child.stdin is not None and child.stdout is not None
+            child.stdin.write(sid + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "ok"
+            try:
+                s.append_message(sid, "user", "written after the delete")
+                acknowledged.append(sid)
+            except NotFoundError:
+                pass
+        assert acknowledged == []
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(timeout=60)
+        s.close()
+
+
+def test_a_first_append_to_a_session_another_process_just_deleted_is_refused(tmp_path: Path) -> None:
+    """A session this store never appended to is checked on its read model as it stands (no
+    catch-up wait) — plus the stream's events that model may not hold yet: a child creates a
+    session, the parent's follower shows it, the child deletes it and answers at once, and the
+    parent's first append to it must be refused."""
+    from eventlog.errors import NotFoundError
+
+    s = SessionStore.open(tmp_path, follower=True)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from eventlog.sessions.store import SessionStore
+        s = SessionStore.open(sys.argv[1], follower=False)
+        for line in sys.stdin:
+            verb, sid = line.split()
+            s.create_session(sid) if verb == "create" else s.delete_session(sid)
+            print("ok", flush=True)
+        s.close()
+    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdin is not None and child.stdout is not None
+
+    def ask(verb: str, sid: str) -> None:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(f"{verb} {sid}\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "ok"
+
+    acknowledged = []
+    try:
+        for i in range(25):
+            sid = f"chat-{i}"
+            ask("create", sid)
+            deadline = time.monotonic() + 30
+            while s.get_session(sid) is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            ask("delete", sid)
+            try:
+                s.append_message(sid, "user", "written after the delete")
+                acknowledged.append(sid)
+            except NotFoundError:
+                pass
+        assert acknowledged == []
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+        s.close()
+
+
 def test_two_handles_appending_to_one_session_lose_nothing(tmp_path: Path) -> None:
     """The version-checked fast path under a second writer of the same stream: every append
     lands once, in each writer's order."""

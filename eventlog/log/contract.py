@@ -203,6 +203,9 @@ class LogContract:
         assert [s for s, _ in log.read(2, 3, raw=True)] == [2, 3]
         assert [e["data"]["i"] for e in log.read_session("odd")] == [1, 3, 5, 7, 9]
         assert list(log.read_session("missing")) == []
+        assert [e["seq"] for e in log.read_session("odd", after=6)] == [8, 10]
+        assert [e["seq"] for e in log.read_session("odd", after=2)] == [4, 6, 8, 10]
+        assert list(log.read_session("odd", after=10)) == []
         got = log.get(3)
         assert log.get(11) is None and got is not None and got["data"] == {"i": 2}
         assert log.stream_version("even") == 5 and log.stream_version("missing") == 0
@@ -215,6 +218,7 @@ class LogContract:
             ("from_seq", lambda: next(iter(log.follow("x", timeout=0)))),  # type: ignore[arg-type]
             ("seq", lambda: log.get("1")),  # type: ignore[arg-type]
             ("session", lambda: list(log.read_session(5))),  # type: ignore[arg-type]
+            ("after", lambda: list(log.read_session("s1", after="1"))),  # type: ignore[arg-type]
             ("session", lambda: log.stream_version(None)),  # type: ignore[arg-type]
             ("event_id", lambda: log.event_seq(5)),  # type: ignore[arg-type]
         ]

@@ -1662,10 +1662,10 @@ class _Environment:
             cur = txn.cursor(db=self._streams)
             return cur.count() if cur.set_key(session.encode()) else 0
 
-    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
-        """The envelopes of one session stream, in seq order, in bounded read transactions."""
+    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        """The envelopes of one session stream with ``seq > after``, in seq order, in bounded
+        read transactions."""
         key = session.encode()
-        after = 0
         while True:
             chunk: list[tuple[int, bytes | None]] = []
             with self._read() as txn:
@@ -1942,8 +1942,8 @@ class EventLog(LogBase):
                 raise ClosedError("this event log handle is closed", hint="open the log again")
             yield item
 
-    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
-        return self._live().read_session(str_arg(session, "session"))
+    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        return self._live().read_session(str_arg(session, "session"), after=max(0, seq_arg(after, "after")))
 
     def stream_version(self, session: str) -> int:
         return self._live().stream_version(str_arg(session, "session"))

@@ -182,12 +182,13 @@ class MemoryLog(LogBase):
         with self._lock:
             return len(self.storage.streams.get(session, []))
 
-    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
+    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         self._check_open()
         str_arg(session, "session")
+        after = seq_arg(after, "after")
         with self._lock:
             stored = self.storage.events
-            chunk = [stored[s] for s in self.storage.streams.get(session, []) if s in stored]
+            chunk = [stored[s] for s in self.storage.streams.get(session, []) if s > after and s in stored]
         for v in chunk:
             yield codec.decode(v)
 

@@ -940,11 +940,11 @@ class PostgresLog(LogBase):
                 return
             nxt = int(rows[-1][0]) + 1
 
-    def read_session(self, session: str) -> Iterator[dict[str, Any]]:
-        """The envelopes of one session stream in seq order."""
+    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        """The envelopes of one session stream with ``seq > after``, in seq order."""
         self._check_open()
         str_arg(session, "session")
-        after = 0
+        after = max(0, seq_arg(after, "after"))
         while True:
             rows = self._retrying("cannot read the log", lambda c: c.execute(
                 self._sql.session, (session, after, READ_CHUNK), binary=True).fetchall())

@@ -19,7 +19,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Protocol
 
 from eventlog.errors import (
     ClosedError,
@@ -519,10 +519,10 @@ class SessionStore:
         self._core.appended(top)
         return seqs
 
-    def _fresh(self) -> ReadModel:
-        """The read model, caught up at least to this store's own last append."""
+    def _fresh(self, seen: int = 0) -> ReadModel:
+        """The read model, caught up at least to this store's own last append (and to ``seen``)."""
         self._check()
-        self._reads.advance(self._core.last_seq)
+        self._reads.advance(max(self._core.last_seq, seen))
         return self._reads
 
     def _append_live(self, sid: str, batch: list[dict[str, Any]]) -> list[int]:
@@ -531,17 +531,21 @@ class SessionStore:
         A session this store saw live is not looked up again: the append is made at the stream
         version it knew then, so anything another handle or process appended to the stream
         since — a deletion — or an erase of it makes the log refuse it (nothing written), and
-        the session is then checked again on the caught-up read model. An established session this store has not
-        seen is checked on the read model as it stands (no catch-up wait); only an unknown
-        session pays for read-your-writes."""
+        the session is then checked again on the read model caught up to the log head. An
+        established session this store has not seen is checked on the read model as it stands
+        (no catch-up wait) plus the stream's own events past what that model holds; only an
+        unknown or deleted session pays for the catch-up."""
         recheck = False
         for _ in range(3):  # at most twice at a freshly read version after the first refusal
             version = self._live.get(sid)
             if version is None:
                 version = self.log.stream_version(sid)  # before the check: a later change is refused
                 peek = getattr(self._reads, "peek", None)
-                if recheck or sid in self._deleted or peek is None or not peek().is_live(sid):
-                    self._need_live(sid)
+                if recheck or sid in self._deleted or peek is None or not self._peek_live(sid, peek):
+                    # The check must see at least what that version counts (a deletion by another
+                    # process), so the read model is caught up to the log head as read after it,
+                    # not only to this store's own writes.
+                    self._need_live(sid, seen=self.log.head()[0])
             try:
                 seqs = self._append(batch, expected_version=version)
             except ConcurrencyError:
@@ -553,8 +557,20 @@ class SessionStore:
         # Refused again at versions read just before: other writers keep appending to the stream,
         # or its first and last events were erased while the session lives on. Checked live just
         # now: appended without a version.
-        self._need_live(sid)
+        self._need_live(sid, seen=self.log.head()[0])
         return self._append(batch)
+
+    def _peek_live(self, sid: str, peek: Callable[[], Any]) -> bool:
+        """Whether ``sid`` is live on the read model as it stands (no catch-up wait), with the
+        stream's events the model may not hold yet read from the log: a deletion another process
+        appended a moment ago counts. (An ancestor's deletion there, which names no event in this
+        stream, counts once the read model holds it — as on the version-checked fast path.)"""
+        seen = getattr(self._reads, "peek_seq", None)
+        after = seen() if seen is not None else None  # before the read: it covers at least this much
+        if not peek().is_live(sid):
+            return False
+        return after is None or not any(env.get("type") == "session.deleted"
+                                        for env in self.log.read_session(sid, after=after))
 
     def _remember(self, sid: str, version: int | None = None) -> None:
         """``sid`` is live, its stream at ``version`` events (None: not known)."""
@@ -562,9 +578,11 @@ class SessionStore:
             self._live.clear()
         self._live[sid] = version
 
-    def _need_live(self, session_id: Any) -> str:
+    def _need_live(self, session_id: Any, seen: int = 0) -> str:
+        """``session_id``, checked live on the read model caught up to this store's writes and to
+        ``seen`` (a log seq the caller already counted); NotFoundError when it is not."""
         sid = ev.validate_session_id(session_id)
-        if not self._fresh().is_live(sid) and not (self._stale() and self._live_in_log(sid)):
+        if not self._fresh(seen).is_live(sid) and not (self._stale() and self._live_in_log(sid)):
             raise NotFoundError("session", sid)
         return sid
 
