@@ -201,3 +201,76 @@ def test_two_hosts_racing_for_one_title_on_postgres_get_one_acknowledgement(tmp_
         with SessionStore.open(homes[1], pg_profile, log=pg_url, follower=False) as st:
             st.sync(5)
             assert sorted(str((st.get_session(s) or {}).get("title")) for s in sids) == ["None", title]
+
+
+_ERASE_OTHER = """
+import sys
+from eventlog import SessionStore
+home, profile, url, sid = sys.argv[1:5]
+with SessionStore.open(home, profile, log=url, follower=False) as st:
+    st.erase_session(sid, "asked to forget", by="test")
+print("erased")
+"""
+
+
+def test_a_write_to_a_session_another_process_erased_is_refused_on_postgres(tmp_path: Path, pg_url: str,
+                                                                             pg_profile: str) -> None:
+    """An erase changes no stream version, so a handle that appended to a session (its fast path
+    appends at the version it knew) wrote on into the erased stream: acknowledged, then gone.
+    The PostgreSQL log now refuses an append at a version to a stream whose first and last
+    events are erased, as the LMDB log does; the store then finds the session gone."""
+    import subprocess
+    import sys
+
+    from eventlog.errors import NotFoundError
+
+    home = tmp_path / "h"
+    with SessionStore.open(home, pg_profile, log=pg_url, follower=False) as store:
+        fill(store, "doomed", 2)
+        fill(store, "kept", 1)
+        done = subprocess.run([sys.executable, "-c", _ERASE_OTHER, str(home), pg_profile, pg_url, "doomed"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == "erased", done.stderr
+        head = store.log.head()[0]
+        with pytest.raises(NotFoundError):
+            store.append_message("doomed", "user", "written after the erase")
+        assert store.log.head()[0] == head
+        store.append_message("kept", "user", "still taken")
+        assert [m["content"] for m in store.get_messages("kept")][-1] == "still taken"
+
+
+def test_a_langgraph_write_to_a_thread_another_process_erased_is_refused_on_postgres(
+        tmp_path: Path, pg_url: str, pg_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The saver's put/put_writes append at the thread stream's version: on PostgreSQL that was
+    not refused after another process erased the thread (a documented gap until now)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("langgraph")
+    from eventlog.adapters.langgraph import EventlogSaver
+    from eventlog.errors import NotFoundError
+
+    monkeypatch.setenv("EVENTLOG_LOG_URL", pg_url)
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    eraser = ("import sys\nfrom eventlog.adapters.langgraph import EventlogSaver\n"
+              "with EventlogSaver(home=sys.argv[1], profile=sys.argv[2], erase_deleted=True) as s:\n"
+              "    s.delete_thread('t')\nprint('erased')\n")
+
+    def checkpoint(n: int) -> dict[str, Any]:
+        return {"v": 4, "id": f"1ef0000{n}-0000-6000-8000-000000000000", "ts": "2026-12-06T00:00:00+00:00",
+                "channel_values": {"v": f"value {n}"}, "channel_versions": {"v": n}, "versions_seen": {},
+                "updated_channels": ["v"]}
+
+    with EventlogSaver(home=tmp_path, profile=pg_profile) as s:
+        c = s.put(config, checkpoint(1), {"step": 0}, {"v": 1})  # type: ignore[arg-type]
+        s.put_writes(c, [("v", "pending")], "task-1")
+        done = subprocess.run([sys.executable, "-c", eraser, str(tmp_path), pg_profile], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == "erased", done.stderr
+        store = s._open()
+        head = store.log.head()[0]
+        with pytest.raises(NotFoundError):
+            s.put(c, checkpoint(2), {"step": 1}, {"v": 2})  # type: ignore[arg-type]
+        with pytest.raises(NotFoundError):
+            s.put_writes(c, [("v", "again")], "task-2")
+        assert store.log.head()[0] == head and s.get_tuple(config) is None  # type: ignore[arg-type]

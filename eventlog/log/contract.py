@@ -574,6 +574,29 @@ class EraseContract:
         finally:
             lg.close()
 
+    def test_an_erased_stream_refuses_an_append_at_the_count_seen_before(self, tmp_path: Path) -> None:
+        """An erase changes no stream's version (its events stay, as stubs), so a writer that
+        counted a stream before it was erased must not append past the erase: an append at an
+        expected version to a stream whose first and last events are erased is refused
+        (ConcurrencyError, nothing written) — right after the erase and after a write of the
+        same handle. A stream erased only in part (retention of old messages) takes it."""
+        lg = self.make_log(tmp_path)
+        try:
+            lg.append([ev("e", n=0), ev("e", n=1), ev("p", n=0), ev("p", n=1), ev("s", n=0)])
+            assert lg.append([ev("e", n=2)], expected_version=2) == [6]
+            lg.erase([1, 2, 6], {"reason": "all of e"})
+            lg.erase([3], {"reason": "the oldest of p"})
+            for _ in range(2):
+                head = lg.head()
+                with pytest.raises(ConcurrencyError):
+                    lg.append([ev("e", n=3)], expected_version=3)
+                assert lg.head() == head and lg.stream_version("e") == 3
+                lg.append([ev("s", more=1)])  # the next try goes out after a write of this handle
+            assert lg.append([ev("p", n=2)], expected_version=2) == [lg.head()[0]]
+            assert lg.stream_version("p") == 3 and lg.verify().ok
+        finally:
+            lg.close()
+
     def test_bad_erase_requests_change_nothing(self, tmp_path: Path) -> None:
         lg = self.make_log(tmp_path)
         try:

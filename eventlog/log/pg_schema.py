@@ -320,7 +320,14 @@ class Statements:
         self.get_dict = q("SELECT dict FROM {s}.zdicts WHERE id = %s")
         self.add_dict = q("INSERT INTO {s}.zdicts (id, dict) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING")
         self.find_ids = q("SELECT id, seq, body FROM {s}.events WHERE id = ANY(%s::text[])")
-        self.versions = q("SELECT session, version FROM {s}.streams WHERE session = ANY(%s::text[])")
+        # A stream whose first and last events are erased stubs (kind 3: eventlog.log.stored) is
+        # not the stream a writer counted before the erase, though the erase changed no version:
+        # an append at an expected version to it is refused (as the LMDB log does).
+        erased = ("coalesce((SELECT get_byte(e.body, 0) = 3 FROM {s}.events e WHERE e.session = {col} "
+                  "ORDER BY e.seq LIMIT 1) AND (SELECT get_byte(e.body, 0) = 3 FROM {s}.events e "
+                  "WHERE e.session = {col} ORDER BY e.seq DESC LIMIT 1), false)")
+        self.versions = q("SELECT st.session, st.version, " + erased.replace("{col}", "st.session")
+                          + " FROM {s}.streams st WHERE st.session = ANY(%s::text[])")
         # The writes of one append in one statement: the events, the stream versions, the head.
         writes = ("WITH ins AS (INSERT INTO {s}.events (seq, id, session, body) "
                   "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[])), "
@@ -331,7 +338,8 @@ class Statements:
         # is what it was sealed on: a failed check divides by zero and the whole statement fails.
         self.write_guarded = q(
             "WITH guard_head AS (SELECT 1 / count(*)::integer AS ok FROM {s}.head WHERE seq = %s AND hash = %s), "
-            "guard_streams AS (SELECT 1 / (count(*) FILTER (WHERE coalesce(st.version, 0) <> g.version) = 0)::integer "
+            "guard_streams AS (SELECT 1 / (count(*) FILTER (WHERE coalesce(st.version, 0) <> g.version OR "
+            + erased.replace("{col}", "g.session") + ") = 0)::integer "
             "AS ok FROM unnest(%s::text[], %s::bigint[]) AS g(session, version) "
             "LEFT JOIN {s}.streams st ON st.session = g.session), "
             + writes[len("WITH "):]

@@ -489,9 +489,11 @@ class PostgresLog(LogBase):
                 self._maybe_train(top)
 
     def _seal(self, group: list[_Request], start: int, prev: str, found: dict[str, tuple[int, Any]],
-              versions: dict[str, int] | None, guards: list[tuple[str, int]]) -> tuple[int, str, list[Any]]:
+              versions: dict[str, int] | None, guards: list[tuple[str, int]],
+              erased: set[str] | None = None) -> tuple[int, str, list[Any]]:
         """Plan and seal ``group`` on head ``(start, prev)``: returns the new head and the rows of
-        the ``write`` statement (empty when nothing is to be written)."""
+        the ``write`` statement (empty when nothing is to be written). ``erased``: the guarded
+        streams whose first and last events are erased (refused at any expected version)."""
         seq = start
         new: Counter[str] = Counter()
         pending: dict[str, tuple[int, bytes]] = {}
@@ -500,7 +502,7 @@ class PostgresLog(LogBase):
         sessions: list[str | None] = []
         bodies: list[bytes] = []
         for r in group:
-            for i, it in self._plan(r, found, pending, versions, new, guards):
+            for i, it in self._plan(r, found, pending, versions, new, guards, erased or set()):
                 seq += 1
                 ts = time.time_ns()
                 raw, digest = codec.seal(it, seq, ts, prev)
@@ -533,9 +535,12 @@ class PostgresLog(LogBase):
             with conn.pipeline():
                 conn.execute("BEGIN")
                 conn.execute(st.lock, st.lock_args)
-                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev))
-                conn.execute("COMMIT")
-                conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
+                # A failed guard skips what follows it in the pipeline; psycopg (3.3) then believes
+                # a statement it meant to prepare there exists (the next use of it fails with
+                # "prepared statement ... does not exist"), so nothing from here on is prepared.
+                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev), prepare=False)
+                conn.execute("COMMIT", prepare=False)
+                conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
         except BaseException:
             self._abort(conn)
             self._cached_head = None
@@ -562,9 +567,11 @@ class PostgresLog(LogBase):
                 if head is None:
                     raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
                 found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
-                versions: dict[str, int] = {str(k): int(v) for k, v in ver_cur.fetchall()} if ver_cur else {}
+                counted = ver_cur.fetchall() if ver_cur else []
+                versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
+                erased = {str(k) for k, _, gone in counted if gone}
                 start, newest_dict = int(head[0]), int(head[2] or 0)
-                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [])
+                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
                 if rows:
                     conn.execute(st.write, (*rows, seq, prev))
                     conn.execute("COMMIT")
@@ -592,7 +599,7 @@ class PostgresLog(LogBase):
 
     def _plan(self, r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
               versions: dict[str, int] | None, new: Counter[str],
-              guards: list[tuple[str, int]]) -> list[tuple[int, codec.Prepared]]:
+              guards: list[tuple[str, int]], erased: set[str]) -> list[tuple[int, codec.Prepared]]:
         """What of request ``r`` to write, as ``(input index, event)``; sets ``r.seqs`` (stored
         seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``.
         ``versions`` None (the fast path): an ``expected_version`` is taken as right and becomes
@@ -617,7 +624,7 @@ class PostgresLog(LogBase):
                 guards.append((stream, r.expected - new[stream]))
                 return fresh
             actual = versions.get(stream, 0) + new[stream]  # earlier requests of this group count
-            if actual != r.expected:
+            if actual != r.expected or stream in erased:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
         return fresh
