@@ -296,6 +296,44 @@ def test_a_first_append_to_a_session_another_process_just_deleted_is_refused(tmp
         s.close()
 
 
+@pytest.mark.parametrize("expected", [False, True], ids=["plain", "at-a-version"])
+def test_an_append_to_a_child_of_a_session_another_process_deleted_is_refused(tmp_path: Path, expected: bool) -> None:
+    """A deletion takes the session's descendants with it, but it was one event in the parent's
+    stream: a handle appending to a child at the child's stream version was not refused, and its
+    appends were acknowledged into a session that no read could show. Each live descendant now
+    gets a deletion of its own, in the same delete."""
+    from eventlog.errors import NotFoundError
+
+    s = SessionStore.open(tmp_path, follower=True)
+    try:
+        s.create_session("root")
+        s.create_session("child", parent_session_id="root")
+        s.create_session("grandchild", parent_session_id="child")
+        s.create_session("sibling")
+        for sid in ("child", "grandchild", "sibling"):
+            s.append_message(sid, "user", "before")
+        version = s.version("root") if expected else None
+        r = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+            import sys
+            from eventlog.sessions.store import SessionStore
+            with SessionStore.open(sys.argv[1], follower=False) as other:
+                other.delete_session("root", expected_version=None if sys.argv[2] == "-" else int(sys.argv[2]))
+        """), str(tmp_path), "-" if version is None else str(version)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        head = s.log.head()[0]
+        for sid in ("child", "grandchild"):
+            with pytest.raises(NotFoundError):
+                s.append_message(sid, "user", "written after the delete")
+        assert s.log.head()[0] == head  # nothing appended
+        s.append_message("sibling", "user", "after")
+        assert [m["content"] for m in s.get_messages("sibling")] == ["before", "after"]
+        assert {x["id"] for x in s.list_sessions()} == {"sibling"}
+        deletions = [e["session"] for e in s.log.read() if e["type"] == "session.deleted"]
+        assert deletions == ["root", "child", "grandchild"]
+    finally:
+        s.close()
+
+
 def test_two_handles_appending_to_one_session_lose_nothing(tmp_path: Path) -> None:
     """The version-checked fast path under a second writer of the same stream: every append
     lands once, in each writer's order."""

@@ -819,12 +819,32 @@ class SessionStore:
                             expected_version=expected_version)[0]
 
     def delete_session(self, session_id: str, expected_version: int | None = None) -> int:
-        """Tombstone the session and its descendants; they vanish from every read model."""
-        sid = self._need_live(session_id)
+        """Tombstone the session and its descendants; they vanish from every read model.
+
+        The session's ``session.deleted`` deletes its descendants too (the cascade of every read
+        model); each live descendant also gets a ``session.deleted`` of its own in the same batch
+        (after the session's, in a second append when ``expected_version`` is given), so that a
+        writer in another process that counted a descendant's stream is refused instead of
+        appending to a session that is gone. The descendants are read with the read model
+        caught up to the log head."""
+        sid = self._need_live(session_id, seen=self.log.head()[0])
+        reads = self._reads
         # The whole lineage (a superset of what the cascade deletes): members only lose the
         # append fast path and are checked against the caught-up read model again.
-        doomed = [sid, *self._reads.lineage(sid)]
-        seq = self._append([self._event("session.deleted", sid, {})], expected_version=expected_version)[0]
+        doomed = [sid, *reads.lineage(sid)]
+        parent_of = {m: (reads.get_session(m) or {}).get("parent_session_id") for m in doomed if m != sid}
+        below, frontier = [], {sid}
+        while frontier:
+            frontier = {m for m, p in parent_of.items() if p in frontier and m not in below and m != sid}
+            below.extend(sorted(frontier))
+        own = [self._event("session.deleted", sid, {})]
+        cascade = [self._event("session.deleted", m, {}) for m in below]
+        if expected_version is None:
+            seq = self._append(own + cascade)[0]
+        else:
+            seq = self._append(own, expected_version=expected_version)[0]
+            if cascade:
+                self._append(cascade)
         self._deleted.update(doomed)
         for gone in doomed:
             self._live.pop(gone, None)
