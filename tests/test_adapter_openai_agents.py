@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
@@ -79,7 +82,44 @@ def test_add_then_get_keeps_order_and_exact_items(home: Path) -> None:
         s.close()
         return got
 
-    assert run(go()) == items
+    got = run(go())
+    assert got == items
+    assert json.dumps(got) == json.dumps(items)  # each object's keys in the order the SDK gave them
+
+
+def shape(value: Any) -> Any:
+    """The key order of every object in ``value`` (values left out: ids and times differ per run)."""
+    if isinstance(value, dict):
+        return [(k, shape(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [shape(v) for v in value]
+    return None
+
+
+def test_runner_items_come_back_with_the_key_order_sqlite_session_gives(home: Path) -> None:
+    """The log keeps canonical JSON (keys sorted); items came back equal but with sorted keys
+    (an outside audit's gap). The same Runner turns through SQLiteSession and EventlogSession:
+    every item, and every object inside it, has its keys in the same order."""
+    from agents import SQLiteSession, function_tool
+
+    @function_tool
+    def weather(city: str) -> str:
+        """The weather of a city."""
+        return f"sunny in {city}"
+
+    got = []
+    for session in (SQLiteSession("order"), make(home, "order")):
+        model = ScriptedModel()
+        agent = Agent(name="test", model=model, tools=[weather])
+        model.enqueue([function_call("weather", {"city": "Oslo"}, call_id="call_1")])
+        model.enqueue([assistant_message("It is sunny in Oslo.")])
+        _run_agent("run", agent, "Weather in Oslo?", session=session)
+        got.append(run(session.get_items()))
+        session.close()
+    sqlite_items, eventlog_items = got
+    assert len(eventlog_items) == len(sqlite_items) == 4
+    assert [shape(i) for i in eventlog_items] == [shape(i) for i in sqlite_items]
+    assert any(list(i) != sorted(i) for i in sqlite_items)  # the SDK's order is not the sorted one
 
 
 def test_roles_and_json_content_as_stored(home: Path) -> None:
@@ -349,6 +389,7 @@ def test_bad_session_ids_are_refused(home: Path) -> None:
     {"role": "user", "content": object()},
     {"role": "user", "content": float("nan")},
     {"role": "user", "content": "ok", "extra": {1: "non-string key"}},
+    {"role": "user", "content": "ok", "extra": {"b": 1, 2: "keys of two types", "a": 0}},
     {"role": "user", "content": "ok", "n": 2**70},
     "not a dict",
 ])
@@ -724,3 +765,24 @@ def test_two_processes_making_a_sessions_first_add_at_once_both_keep_their_items
         return out
 
     assert all(c == ["from a", "from b"] for c in asyncio.run(contents()))
+
+
+_JSON_KEYS = st.text(min_size=0, max_size=6)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_JSON_KEYS, inner, max_size=5),
+                     max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(item=st.dictionaries(_JSON_KEYS, _JSON, max_size=6))
+def test_any_item_comes_back_with_its_key_order_through_canonical_json(item: dict[str, Any]) -> None:
+    """What the log does to a message (canonical JSON: keys sorted) undone on the way back: the
+    item is equal and every object in it has its keys in the caller's order."""
+    import orjson
+
+    from eventlog.adapters.openai_agents import item_to_message, message_to_item
+    from eventlog.log.codec import canonical
+
+    stored = orjson.loads(canonical(item_to_message(item)))
+    back = message_to_item(stored)
+    assert back == item and json.dumps(back) == json.dumps(item)

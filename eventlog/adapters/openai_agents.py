@@ -11,6 +11,9 @@ An item keeps its exact JSON: its main payload (``content``, else ``output``, ``
 ``summary``: the first that is a string, list or object) becomes the message's content (what
 search and transcripts show) and the rest of the item is kept in ``display_metadata``
 (``{"item": rest, "content_key": key}``); ``display_kind`` is ``openai_agents:<type>``.
+The log keeps canonical JSON (object keys sorted), so the order of the keys of every object
+in the item that were not sorted already is kept too, as a permutation of its sorted keys
+(``"key_order": [[path, permutation], ...]``): items come back in the SDK's own key order.
 Roles: user/assistant/system/tool as given, ``developer`` -> system, items of a ``*_output``
 type -> tool, other items without a role (function calls, reasoning, ...) -> assistant. The
 item read back is always rebuilt from the stored item, never from the role.
@@ -82,6 +85,58 @@ def _short(value: Any) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 1024 else None
 
 
+def _key_orders(value: Any, path: list[Any], out: list[list[Any]]) -> list[list[Any]]:
+    """``[path, permutation]`` for each object in ``value`` whose keys are not in sorted order
+    (the log keeps canonical JSON, whose objects come back sorted): the permutation lists, for
+    each key in the caller's order, its place among the sorted keys."""
+    if isinstance(value, dict):
+        keys = list(value)
+        if not all(type(k) is str for k in keys):
+            return out  # not JSON: the store's validator refuses it, naming the field
+        ordered = sorted(keys)
+        if keys != ordered:
+            place = {k: i for i, k in enumerate(ordered)}
+            out.append([list(path), [place[k] for k in keys]])
+        children: Any = value.items()
+    elif isinstance(value, list):
+        children = enumerate(value)
+    else:
+        return out
+    for k, v in children:
+        if isinstance(v, (dict, list)):
+            path.append(k)
+            _key_orders(v, path, out)
+            path.pop()
+    return out
+
+
+def _restore_order(item: dict[str, Any], orders: Any) -> dict[str, Any]:
+    """``item`` with each recorded object's keys back in the order :func:`_key_orders` saw
+    (an entry that no longer fits the item is skipped: the item stays equal either way)."""
+    if not isinstance(orders, list):
+        return item
+    root: Any = item
+    for entry in orders:
+        try:
+            path, perm = entry
+            parent, target = None, root
+            for step in path:
+                parent, target = target, target[step]
+            if not isinstance(target, dict):
+                continue
+            ordered = sorted(target)
+            if sorted(perm) != list(range(len(ordered))):
+                continue
+            again = {ordered[i]: target[ordered[i]] for i in perm}
+        except (TypeError, KeyError, IndexError, ValueError):
+            continue
+        if parent is None:
+            root = again
+        else:
+            parent[path[-1]] = again
+    return dict(root)
+
+
 def item_to_message(item: Any, index: int = 0) -> dict[str, Any]:
     """The ``append_messages`` fields that store one SDK item (see the module docstring)."""
     if not isinstance(item, dict):
@@ -97,6 +152,9 @@ def item_to_message(item: Any, index: int = 0) -> dict[str, Any]:
         "display_kind": (KIND_PREFIX + kind_name)[:1024],
         "display_metadata": {"item": rest, "content_key": key},
     }
+    orders = _key_orders(item, [], [])
+    if orders:
+        message["display_metadata"]["key_order"] = orders
     call_id = _short(item.get("call_id"))
     if call_id is not None:
         message["tool_call_id"] = call_id
@@ -124,7 +182,8 @@ def message_to_item(message: dict[str, Any]) -> dict[str, Any] | None:
     key = meta.get("content_key")
     if isinstance(key, str):
         item[key] = message.get("content")
-    return item
+    item = {k: item[k] for k in sorted(item)}  # as the log has it, the content key in its place
+    return _restore_order(item, meta.get("key_order")) if "key_order" in meta else item
 
 
 _MESSAGE_FIELD = re.compile(r"^(?:messages\[(\d+)\]|events\[(\d+)\]\.data)(?:\.(.*))?$")
