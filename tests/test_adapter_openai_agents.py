@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.memory import Session, SessionSettings
 from agents.testing import ScriptedModel, assistant_message, function_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eventlog import SessionStore
 from eventlog.adapters import _shared
