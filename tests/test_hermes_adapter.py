@@ -823,6 +823,101 @@ def test_a_delete_killed_before_its_erase_is_erased_by_the_next_writer(path: Pat
         db.close()
 
 
+def _killed_before_its_erase(path: Path, body: str) -> None:
+    """Run ``body`` (SessionDB ``db`` open on ``path``) in a child whose erase SIGKILLs it: what
+    it deleted is committed, its erase never runs (the widest window another writer can hit)."""
+    script = ("import os, signal\nfrom eventlog.adapters.hermes import SessionDB\n"
+              "from eventlog.adapters.hermes.engine import Engine\n"
+              f"db = SessionDB({str(path)!r})\n"
+              "Engine.erase = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n" + textwrap.dedent(body))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def _first_write_of_a_new_process(path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", "import sys\nfrom eventlog.adapters.hermes import SessionDB\n"
+                           "db = SessionDB(sys.argv[1]); db.create_session('bystander', 'cli'); db.close()",
+                           str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_writes_made_between_a_delete_and_its_erase_survive_the_erase(path: Path) -> None:
+    """Hermes keeps a session that a gateway writes to again after another process deleted it
+    (update_token_counts and append_message make the row again). The facade's erase took every
+    event of the id's stream, those written after the delete too: acknowledged writes vanished
+    when the erase ran (in the same instant, or at the next process's first write after a
+    killed delete; an outside audit). The erase now stops at the deletion's seq."""
+    marker = "DeletedWordsMarker41"
+    db = SessionDB(path)
+    try:
+        db.create_session("s", "telegram")
+        db.append_message("s", "user", f"{marker} before the delete")
+        _killed_before_its_erase(path, "db.delete_session('s')\n")
+        db.update_token_counts("s", input_tokens=7)  # as Hermes: the row is made again
+        after = db.append_message("s", "user", "written after the delete")
+        assert [m["content"] for m in db.get_messages("s")] == ["written after the delete"]
+        _first_write_of_a_new_process(path)  # finishes the killed delete's erase
+        session = db.get_session("s")
+        assert session is not None and session["input_tokens"] == 7
+        assert [(m["id"], m["content"]) for m in db.get_messages("s")] == [(after, "written after the delete")]
+        assert not [p for p in path.parent.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
+        db.append_message("s", "assistant", "and on")
+        assert db.message_count("s") == 2
+    finally:
+        db.close()
+    os.remove(path)  # a rebuild from the log alone gives the same
+    db = SessionDB(path)
+    try:
+        assert [m["content"] for m in db.get_messages("s")] == ["written after the delete", "and on"]
+        assert db.get_session("s")["input_tokens"] == 7  # type: ignore[index]
+        with sqlite3.connect(path_of(db)) as conn:
+            assert conn.execute("SELECT erase_due FROM eventlog_projection").fetchone() == ("[]",)
+    finally:
+        db.close()
+
+
+def test_a_deleted_session_made_by_raw_sql_is_not_left_due_for_erase(path: Path) -> None:
+    """Hermes' API server makes sessions with raw SQL (no events of the session's own). Deleted,
+    such a session stayed due for erase for good (no erase record ever named it), and the next
+    erase of anything took the messages of a session made again under its id."""
+    db = SessionDB(path)
+    try:
+        db.create_session("t", "cli")
+        insert = "INSERT INTO sessions (id, source, started_at) VALUES (?, 'api_server', ?)"
+        db._execute_write(lambda conn: conn.execute(insert, ("s", time.time())))
+        assert db.delete_session("s") is True
+        with sqlite3.connect(path_of(db)) as conn:
+            assert conn.execute("SELECT erase_due FROM eventlog_projection").fetchone() == ("[]",)
+        db._execute_write(lambda conn: conn.execute(insert, ("s", time.time())))
+        kept = db.append_message("s", "user", "important words")
+        assert db.delete_session("t") is True  # an erase of something else
+        _first_write_of_a_new_process(path)
+        assert [(m["id"], m["content"]) for m in db.get_messages("s")] == [(kept, "important words")]
+    finally:
+        db.close()
+
+
+def test_a_ghost_sweep_erases_at_once_and_a_later_write_to_the_id_survives(path: Path) -> None:
+    """prune_empty_ghost_sessions deleted without erasing: the session's words stayed in the log
+    until some other process's erase, which then also took what had been written to the id
+    since."""
+    marker = "GhostMarker93"
+    db = SessionDB(path)
+    try:
+        db.create_session("g", "tui", model=marker)
+        db.end_session("g", "user_exit")
+        db._execute_write(lambda conn: conn.execute("UPDATE sessions SET started_at = ? WHERE id = 'g'",
+                                                    (time.time() - 3 * 86400,)))
+        assert db.prune_empty_ghost_sessions() == 1
+        assert not [p for p in path.parent.rglob("*") if p.is_file() and marker.encode() in p.read_bytes()]
+        db.ensure_session("g", "tui")
+        kept = db.append_message("g", "user", "acknowledged words")
+        _first_write_of_a_new_process(path)
+        assert [(m["id"], m["content"]) for m in db.get_messages("g")] == [(kept, "acknowledged words")]
+    finally:
+        db.close()
+
+
 def test_a_child_orphaned_by_a_delete_survives_the_erase_and_every_rebuild(path: Path) -> None:
     """Hermes orphans the children of a deleted session (parent set to NULL); once the parent's
     events are erased, a rebuild must still give the child back, orphaned, with its messages."""

@@ -25,18 +25,22 @@ _HANDLERS: dict[str, Handler] = {}
 RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap")
 
 
-def apply(conn: sqlite3.Connection, envelope: dict[str, Any]) -> Any:
+def apply(conn: sqlite3.Connection, envelope: dict[str, Any], seq: int | None = None) -> Any:
     """Apply one envelope (its ``type``, ``session`` and ``data``); returns the handler's result.
+    ``seq``: the seq a live write's event will get (a replayed envelope carries its own).
     Raises what SQLite raises for a row the rules refuse (the writer turns that into the
     caller's exception; a replay skips the event)."""
-    handler = _HANDLERS.get(envelope.get("type"))  # type: ignore[arg-type]
+    kind = envelope.get("type")
+    handler = _HANDLERS.get(kind)  # type: ignore[arg-type]
     if handler is None:
         return None
     data = envelope.get("data")
     if type(data) is not dict:
         return None
-    if "seq" in envelope and "parent_session_id" in data and envelope.get("type") in _LINKING:
+    if "seq" in envelope and "parent_session_id" in data and kind in _LINKING:
         data = _orphaned_if_erased(conn, data, session_of(envelope))
+    if kind == "hermes.sessions_deleted":
+        return _deleted(conn, session_of(envelope), data, envelope.get("seq", seq))
     return handler(conn, session_of(envelope), data)
 
 
@@ -540,13 +544,13 @@ def delegate_children(conn: sqlite3.Connection, parents: list[Any]) -> list[Any]
     return [s for s in found if s not in seeds]
 
 
-@rule("hermes.sessions_deleted")
-def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> list[Any]:
+def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any], seq: int | None = None) -> list[Any]:
     """Sessions deleted with their messages (usage and topic bindings cascade).
 
     ``delegates``: their delegate subagents go too. ``orphan``: surviving children lose their
     parent link. A plain delete (neither) is Hermes' ghost-session sweep. ``if_empty``: only an
-    untitled session without messages or children. Returns the ids actually deleted."""
+    untitled session without messages or children. Returns the ids actually deleted, each now
+    due for erase up to ``seq`` (this event's)."""
     ids = [from_json(x) for x in d.get("ids") or []]
     ids = [r[0] for r in conn.execute(f"SELECT id FROM sessions WHERE id IN ({','.join('?' * len(ids))})", ids)]
     if d.get("if_empty"):
@@ -554,7 +558,7 @@ def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> list[Any]
             "DELETE FROM sessions WHERE id = ? AND title IS NULL AND NOT EXISTS (SELECT 1 FROM messages m WHERE"
             " m.session_id = sessions.id) AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id ="
             " sessions.id)", (s,)).rowcount]
-        _erase_due(conn, add=gone)
+        _erase_due(conn, add=gone, at=seq)
         return gone
     if not ids:
         return []
@@ -572,26 +576,48 @@ def _deleted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> list[Any]
         conn.execute(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id IN ({marks})", ids)
         conn.execute(f"DELETE FROM messages WHERE session_id IN ({marks})", ids)
     conn.execute(f"DELETE FROM sessions WHERE id IN ({marks})", ids)
-    _erase_due(conn, add=gone)
+    _erase_due(conn, add=gone, at=seq)
     return gone
 
 
-def erase_due(conn: sqlite3.Connection) -> list[str]:
-    """The Hermes ids of deleted sessions whose erase has not run yet (see ``schema.CURSOR_SQL``)."""
+_HANDLERS["hermes.sessions_deleted"] = _deleted  # apply() calls it with the event's seq
+
+
+def erase_due(conn: sqlite3.Connection) -> dict[str, int | None]:
+    """Hermes id -> the seq of its deletion, for the deleted sessions whose erase has not run yet
+    (see ``schema.CURSOR_SQL``; None: not known, the erase takes the whole stream)."""
     row = conn.execute(f"SELECT erase_due FROM {schema.CURSOR_TABLE} WHERE id = 1").fetchone()
     due = json.loads(row[0]) if row is not None else []
-    return [x for x in due if isinstance(x, str)] if isinstance(due, list) else []
+    out: dict[str, int | None] = {}
+    for entry in due if isinstance(due, list) else []:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str):
+            out[entry[0]] = entry[1] if type(entry[1]) is int else None
+    return out
 
 
-def _erase_due(conn: sqlite3.Connection, *, add: Iterable[Any] = (), erased: Iterable[Any] = ()) -> None:
-    """Add the (string) ids just deleted to ``erase_due``; drop those an erase record names, by
-    Hermes id (the facade's record) or by stream (an ``eventlog sessions erase`` of a mapped id)."""
+def _erase_due(conn: sqlite3.Connection, *, add: Iterable[Any] = (), at: int | None = None,
+               erased: Iterable[Any] = ()) -> None:
+    """Make the (string) ids just deleted due for erase up to ``at``; drop those an erase record
+    names, by Hermes id (the facade's record) or by stream (an ``eventlog sessions erase`` of a
+    mapped id), or that :func:`settle_erase_due` found nothing left of."""
     due = erase_due(conn)
     done = {x for x in erased if isinstance(x, str)}
-    kept = [x for x in due if x not in done and map_session_id(x) not in done]
-    kept += [x for x in dict.fromkeys(add) if isinstance(x, str) and x not in kept]
+    kept = {x: b for x, b in due.items() if x not in done and map_session_id(x) not in done}
+    for x in dict.fromkeys(add):
+        if isinstance(x, str):
+            old = kept.get(x, 0)
+            kept[x] = None if at is None or old is None else max(old, at)
     if kept != due:
-        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET erase_due = ? WHERE id = 1", (json.dumps(kept),))
+        conn.execute(f"UPDATE {schema.CURSOR_TABLE} SET erase_due = ? WHERE id = 1",
+                     (json.dumps([[x, b] for x, b in kept.items()]),))
+
+
+def settle_erase_due(conn: sqlite3.Connection, ids: Iterable[str]) -> None:
+    """Drop ``ids`` from ``erase_due``: the log holds nothing of theirs up to their deletion (a
+    session Hermes made by raw SQL has no events of its own). The log does not record this; a
+    rebuild makes them due again and the next erase settles them again, finding the same
+    nothing (their deletion's seq bounds what it looks at)."""
+    _erase_due(conn, erased=ids)
 
 
 @rule("hermes.sessions_finalized")

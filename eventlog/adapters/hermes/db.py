@@ -667,6 +667,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return ids
 
         removed = self._write(fn) or []
+        if removed:
+            assert self._engine is not None
+            self._engine.erase("deleted through Hermes' SessionDB")
         if sessions_dir and removed:
             for sid in removed:
                 self._remove_session_files(sessions_dir, sid)
@@ -882,7 +885,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if gone:
             # What Hermes deletes is gone from the disk, not only from the views (an erase).
             assert self._engine is not None
-            self._engine.erase([g for g in gone if isinstance(g, str)], "deleted through Hermes' SessionDB")
+            self._engine.erase("deleted through Hermes' SessionDB")
         return gone
 
     def delete_session(self, session_id: str, sessions_dir: Optional[Path] = None) -> bool:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from eventlog.adapters.hermes import events, projection
-from eventlog.adapters.hermes.apply import apply, erase_due
+from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
 from eventlog.errors import ValidationError
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir
@@ -57,18 +57,19 @@ class Tx:
     """What a write function gets: the projection connection inside the open transaction, and
     :meth:`emit` to apply an event and keep it for the log."""
 
-    __slots__ = ("conn", "events")
+    __slots__ = ("conn", "events", "base")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, base: int | None = None) -> None:
         self.conn = conn
         self.events: list[dict[str, Any]] = []
+        self.base = base  # the seq this write's first event gets (None: a write that never commits)
 
     def emit(self, type_: str, session_id: Any, data: dict[str, Any]) -> Any:
         """Apply the event now; keep it only when it changed rows (an event that changed
         nothing would replay to nothing)."""
         ev = events.event(type_, session_id, data)
         before = self.conn.total_changes
-        result = apply(self.conn, ev)
+        result = apply(self.conn, ev, None if self.base is None else self.base + len(self.events))
         if self.conn.total_changes != before:
             self.events.append(ev)
         return result
@@ -327,7 +328,7 @@ class Engine:
                 cursor = projection.read_seq(conn)
                 alone = len(group) == 1
                 for r in group:
-                    tx = Tx(conn)
+                    tx = Tx(conn, cursor + 1 + len(events))  # the log takes the group's events in order
                     if alone:
                         try:
                             r.result = r.fn(tx)
@@ -428,23 +429,33 @@ class Engine:
         finally:
             self.mutex.release()
 
-    def erase(self, session_ids: list[str], reason: str) -> int:
-        """Make the content of these (deleted) sessions unrecoverable: their events become stubs
-        with one ``log.erased`` record (eventlog's erase; the log is compacted), then the
-        projection is rebuilt into a new generation and every older one removed, so no file
-        keeps what Hermes deleted. The AUTOINCREMENT counters are carried in the record, so a
-        rebuild never hands out an id a deleted row had. Returns the record's seq (0: nothing)."""
+    def erase(self, reason: str) -> int:
+        """Make the content of the sessions deleted and not erased yet (``erase_due``: the
+        delete just committed, and any whose process was killed before its erase) unrecoverable:
+        their events up to their deletion become stubs with one ``log.erased`` record (eventlog's
+        erase; the log is compacted), then the projection is rebuilt into a new generation and
+        every older one removed, so no file keeps what Hermes deleted. A session of the same id
+        that another process made again after the deletion keeps its events (they come after
+        it). The AUTOINCREMENT counters are carried in the record, so a rebuild never hands out
+        an id a deleted row had. Returns the record's seq (0: nothing)."""
         with self.mutex, self.lease:
             conn = self._connection()
             self._sync(conn)
-            # Sessions deleted earlier whose erase never ran (a process killed between the two
-            # commits) are erased with these.
-            session_ids = list(dict.fromkeys([*session_ids, *erase_due(conn)]))
+            due = erase_due(conn)
             # A Hermes id eventlog's stream ids cannot hold lives in a mapped stream (the id in
             # the data): read that stream, and only that id's events (the differential test found
             # such a session's events left unerased, so a rebuild brought back a deleted delegate).
-            seqs = [env["seq"] for sid in session_ids for env in self.log.read_session(events.map_session_id(sid))
-                    if env["type"] not in KEPT_BY_DELETE and events.session_of(env) == sid]
+            found = {sid: [env["seq"] for env in self.log.read_session(events.map_session_id(sid))
+                           if (bound is None or env["seq"] <= bound) and env["type"] not in KEPT_BY_DELETE
+                           and not env.get("erased") and events.session_of(env) == sid]
+                     for sid, bound in due.items()}
+            session_ids = [sid for sid, seqs_of in found.items() if seqs_of]
+            seqs = [q for sid in session_ids for q in found[sid]]
+            empty = [sid for sid, seqs_of in found.items() if not seqs_of]
+            if empty:  # nothing of theirs in the log (made by raw SQL): no longer due
+                conn.execute("BEGIN IMMEDIATE")
+                settle_erase_due(conn, empty)
+                conn.execute("COMMIT")
             if not seqs:
                 return 0
             sequences = {str(n): int(s) for n, s in conn.execute("SELECT name, seq FROM sqlite_sequence")}
@@ -454,7 +465,8 @@ class Engine:
                 who = getpass.getuser()
             except Exception:  # no user database entry (a container)
                 who = "unknown"
-            seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": session_ids,
+            # The record names every id it settles (a rebuild then finds none of them due).
+            seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": list(found),
                                             "sqlite_sequence": sequences}))
             path = projection.rebuild(self.layout, self.log)
             for name in os.listdir(self.layout.dir):  # the replaced generation held the words
@@ -475,7 +487,7 @@ class Engine:
                 return 0
             conn = self._connection()
             due = erase_due(conn)
-            seq = self.erase([], "deleted through Hermes' SessionDB (an interrupted delete, finished)") if due else 0
+            seq = self.erase("deleted through Hermes' SessionDB (an interrupted delete, finished)") if due else 0
             self._erases_checked = True
             return seq
 

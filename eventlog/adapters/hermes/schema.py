@@ -14,8 +14,9 @@ from __future__ import annotations
 import sqlite3
 
 HERMES_SCHEMA_VERSION = 22
-PROJECTION_VERSION = 3
-"""3: the cursor row keeps ``erase_due`` (sessions deleted whose erase has not run yet)."""
+PROJECTION_VERSION = 4
+"""3: the cursor row keeps ``erase_due`` (sessions deleted whose erase has not run yet).
+4: each ``erase_due`` entry carries the seq of its deletion (the erase takes no event after it)."""
 APPLICATION_ID = 0x48654C67  # "HeLg": marks a file as an eventlog Hermes projection
 
 # (name, declaration) in Hermes' column order: ``SELECT *`` dicts keep this key order.
@@ -241,9 +242,11 @@ the first explicit ``/topic`` opt-in, never at startup)."""
 # The projection's own bookkeeping, one row: how far it is (``seq``, the last event applied) and
 # which log it derives from (``hash`` of the event at ``hash_seq``, one it applied; the writer
 # refreshes it every so often rather than on every write, which would cost a log read each), and
-# ``erase_due``: the Hermes ids (a JSON list) of sessions deleted whose events no ``log.erased``
-# record has erased yet. Deleting a session and erasing it are two commits; a process killed
-# between them leaves the ids here, and the next writer finishes the erase.
+# ``erase_due``: ``[Hermes id, seq of its deletion]`` (a JSON list) for each session deleted whose
+# events no ``log.erased`` record has erased yet. Deleting a session and erasing it are two
+# commits; a process killed between them leaves the ids here, and the next writer finishes the
+# erase. The erase takes the session's events up to its deletion only: a session of the same id
+# that another process made again in between keeps what it was acknowledged.
 CURSOR_TABLE = "eventlog_projection"
 CURSOR_SQL = (
     f"CREATE TABLE IF NOT EXISTS {CURSOR_TABLE} (\n"
