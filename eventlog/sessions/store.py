@@ -60,6 +60,11 @@ RULES_LOCK_TIMEOUT = 10.0
 """How long a rule check waits for another process's, when the log has no lock timeout of its own."""
 
 
+ERASE_ROUNDS = 50
+"""How many erase records one erase_session may take while other processes keep appending to the
+session (each round erases what they appended before it; they are refused after the last)."""
+
+
 class FoldReadModel:
     """The reference fold, caught up from the log before every read (in-process only)."""
 
@@ -534,18 +539,22 @@ class SessionStore:
         the session is then checked again on the read model caught up to the log head. An
         established session this store has not seen is checked on the read model as it stands
         (no catch-up wait) plus the stream's own events past what that model holds; only an
-        unknown or deleted session pays for the catch-up."""
+        unknown or deleted session pays for the catch-up.
+
+        Refused three times in a row (other processes keep appending to the same stream, each
+        winning the log's lock first), the append is made under the profile's rules lock
+        (:meth:`_ruled`), which every deletion and erase of a session also takes: checked on the
+        read model caught up to the log head inside it, it cannot land after a deletion."""
         recheck = False
-        for _ in range(3):  # at most twice at a freshly read version after the first refusal
+        for _ in range(3):
             version = self._live.get(sid)
             if version is None:
-                version = self.log.stream_version(sid)  # before the check: a later change is refused
-                peek = getattr(self._reads, "peek", None)
-                if recheck or sid in self._deleted or peek is None or not self._peek_live(sid, peek):
-                    # The check must see at least what that version counts (a deletion by another
-                    # process), so the read model is caught up to the log head as read after it,
-                    # not only to this store's own writes.
-                    self._need_live(sid, seen=self.log.head()[0])
+                if recheck or sid in self._deleted:
+                    # Caught up before the version is read, so that the check after it — which
+                    # must cover what that version counts, a deletion by another process — is
+                    # short: other writers of the stream get little time to move it on meanwhile.
+                    self._fresh(self.log.head()[0])
+                version = self._version_if_live(sid)
             try:
                 seqs = self._append(batch, expected_version=version)
             except ConcurrencyError:
@@ -554,11 +563,33 @@ class SessionStore:
                 continue
             self._remember(sid, version + len(batch))
             return seqs
-        # Refused again at versions read just before: other writers keep appending to the stream,
-        # or its first and last events were erased while the session lives on. Checked live just
-        # now: appended without a version.
-        self._need_live(sid, seen=self.log.head()[0])
-        return self._append(batch)
+        with self._ruled():
+            self._need_live(sid, seen=self.log.head()[0])
+            return self._append(batch)
+
+    def _version_if_live(self, sid: str) -> int:
+        """The stream version of ``sid``, read before a check that covers every event it counts:
+        the read model as it stands plus the stream's events past it (:meth:`_peek_live`), or,
+        when that says no, the read model caught up to the log head. NotFoundError when the
+        session is not live. Appending at the version then refuses any change made since."""
+        version = self.log.stream_version(sid)
+        peek = getattr(self._reads, "peek", None)
+        if sid in self._deleted or peek is None or not self._peek_live(sid, peek):
+            self._need_live(sid, seen=self.log.head()[0])
+        return version
+
+    def _append_ruled(self, sid: str, make: Callable[[ReadModel], dict[str, Any] | None]) -> int | None:
+        """Append the event ``make(reads)`` returns (None: nothing to append) to live session
+        ``sid`` under the rules lock (:meth:`_ruled`): the check sees every write before it, and
+        no deletion or erase (they take the lock too) can come between the check and the append."""
+        with self._ruled() as reads:  # the read model caught up to the log head
+            self._need_live(sid, seen=self.log.head()[0])
+            event = make(reads)
+            if event is None:
+                return None
+            seq: int = self._append([event])[0]
+        self._live.pop(sid, None)  # its stream grew: the fast path reads the version again
+        return seq
 
     def _peek_live(self, sid: str, peek: Callable[[], Any]) -> bool:
         """Whether ``sid`` is live on the read model as it stands (no catch-up wait), with the
@@ -616,7 +647,9 @@ class SessionStore:
         profile (:data:`RULES_LOCK`) serializes the writers that check such a rule, and the read
         model is brought up to the log head inside it, so each check sees every write that came
         before it — the loser of a race is told (``TitleConflictError``, ``None``) instead of
-        being acknowledged for a write the fold then ignores. Other writes never take it."""
+        being acknowledged for a write the fold then ignores. Deletions and erases take it too,
+        and so does an append that fell back from its version check (:meth:`_append_live`), so
+        such an append cannot land after a deletion. Other writes never take it."""
         self._check()
         path = os.path.join(self._core.key[0], RULES_LOCK)
         try:
@@ -706,25 +739,26 @@ class SessionStore:
 
         Raises TitleConflictError if another live session holds the title.
         """
-        event = self._event("session.titled", ev.validate_session_id(session_id), {"title": title, "source": source})
-        with self._ruled() as reads:
-            sid = self._need_live(session_id)
+        sid = ev.validate_session_id(session_id)
+        event = self._event("session.titled", sid, {"title": title, "source": source})
+
+        def make(reads: ReadModel) -> dict[str, Any] | None:
             t = event["data"]["title"]
             holder = reads.title_holder(t)
             if holder is not None and holder != sid:
                 raise TitleConflictError(t, holder)
             cur = reads.get_session(sid) or {}
-            if rules.outranked(cur.get("title_source"), event["data"]["source"]):
-                return None
-            return self._append([event])[0]
+            return None if rules.outranked(cur.get("title_source"), event["data"]["source"]) else event
+
+        return self._append_ruled(sid, make)
 
     def next_title(self, base: str) -> str:
         """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ..."""
         return ev.next_title(base, self._fresh().titles())
 
     def _flag(self, which: str, session_id: str) -> int:
-        sid = self._need_live(session_id)
-        return self._append([self._event(_FLAG_EVENTS[which], sid, {})])[0]
+        sid = ev.validate_session_id(session_id)
+        return self._append_live(sid, [self._event(_FLAG_EVENTS[which], sid, {})])[0]
 
     def archive(self, session_id: str) -> int:
         """Archive the session's whole lineage."""
@@ -758,13 +792,13 @@ class SessionStore:
     def react(self, message_id: int, author: str, emoji: str) -> int:
         """Set ``author``'s reaction on a message (the same emoji again retracts it, another replaces it)."""
         sid = self._message_session(message_id)
-        return self._append([self._event("message.reaction_set", sid,
-                                         {"message_id": message_id, "author": author, "emoji": emoji})])[0]
+        return self._append_live(sid, [self._event("message.reaction_set", sid,
+                                                   {"message_id": message_id, "author": author, "emoji": emoji})])[0]
 
     def remove_reaction(self, message_id: int, author: str) -> int:
         sid = self._message_session(message_id)
-        return self._append([self._event("message.reaction_removed", sid,
-                                         {"message_id": message_id, "author": author})])[0]
+        return self._append_live(sid, [self._event("message.reaction_removed", sid,
+                                                   {"message_id": message_id, "author": author})])[0]
 
     def take_unseen_reactions(self, session_id: str) -> list[dict[str, Any]]:
         """Return the session's unseen reactions and mark them seen: each is taken exactly once,
@@ -793,58 +827,54 @@ class SessionStore:
         """Update model, model_config, cwd, git_repo_root, git_branch, tool_names or source."""
         sid = ev.validate_session_id(session_id)
         event = self._event("session.meta_updated", sid, fields)
-        self._need_live(sid)
-        return self._append([event])[0]
+        return self._append_live(sid, [event])[0]
 
     def end_session(self, session_id: str, reason: str) -> int | None:
         """End the session; the first reason wins (returns None if it was already ended)."""
-        event = self._event("session.ended", ev.validate_session_id(session_id), {"reason": reason})
-        with self._ruled() as reads:
-            sid = self._need_live(session_id)
-            cur = reads.get_session(sid) or {}
-            if cur.get("end_reason") is not None:
-                return None
-            return self._append([event])[0]
+        sid = ev.validate_session_id(session_id)
+        event = self._event("session.ended", sid, {"reason": reason})
+        return self._append_ruled(sid, lambda reads: None if (reads.get_session(sid) or {}).get("end_reason")
+                                  is not None else event)
 
     def reopen(self, session_id: str) -> int:
-        sid = self._need_live(session_id)
-        return self._append([self._event("session.reopened", sid, {})])[0]
+        sid = ev.validate_session_id(session_id)
+        return self._append_live(sid, [self._event("session.reopened", sid, {})])[0]
 
     def rewind(self, session_id: str, message_id: int, expected_version: int | None = None) -> int:
         """Hide ``message_id`` and every later message of the session (the log keeps them)."""
         sid = self._need_live(session_id)
         if self._message_session(message_id) != sid:
             raise NotFoundError("message", message_id)
-        return self._append([self._event("messages.rewound", sid, {"message_id": message_id})],
-                            expected_version=expected_version)[0]
+        event = self._event("messages.rewound", sid, {"message_id": message_id})
+        if expected_version is None:
+            return self._append_live(sid, [event])[0]
+        return self._append([event], expected_version=expected_version)[0]
 
     def delete_session(self, session_id: str, expected_version: int | None = None) -> int:
         """Tombstone the session and its descendants; they vanish from every read model.
 
         The session's ``session.deleted`` deletes its descendants too (the cascade of every read
-        model); each live descendant also gets a ``session.deleted`` of its own in the same batch
-        (after the session's, in a second append when ``expected_version`` is given), so that a
-        writer in another process that counted a descendant's stream is refused instead of
-        appending to a session that is gone. The descendants are read with the read model
-        caught up to the log head."""
-        sid = self._need_live(session_id, seen=self.log.head()[0])
-        reads = self._reads
-        # The whole lineage (a superset of what the cascade deletes): members only lose the
-        # append fast path and are checked against the caught-up read model again.
-        doomed = [sid, *reads.lineage(sid)]
-        parent_of = {m: (reads.get_session(m) or {}).get("parent_session_id") for m in doomed if m != sid}
-        below, frontier = [], {sid}
-        while frontier:
-            frontier = {m for m, p in parent_of.items() if p in frontier and m not in below and m != sid}
-            below.extend(sorted(frontier))
-        own = [self._event("session.deleted", sid, {})]
-        cascade = [self._event("session.deleted", m, {}) for m in below]
-        if expected_version is None:
-            seq = self._append(own + cascade)[0]
-        else:
-            seq = self._append(own, expected_version=expected_version)[0]
-            if cascade:
-                self._append(cascade)
+        model); each live descendant also gets a ``session.deleted`` of its own, appended right
+        after the session's, so that a writer in another process that counted a descendant's
+        stream is refused instead of appending to a session that is gone. The descendants are
+        read with the read model caught up to the log head, under the rules lock
+        (:meth:`_ruled`), which a writer that fell back from the version-checked append takes
+        too."""
+        sid = ev.validate_session_id(session_id)
+        with self._ruled() as reads:
+            self._need_live(sid, seen=self.log.head()[0])
+            # The whole lineage (a superset of what the cascade deletes): members only lose the
+            # append fast path and are checked against the caught-up read model again.
+            doomed = [sid, *reads.lineage(sid)]
+            parent_of = {m: (reads.get_session(m) or {}).get("parent_session_id") for m in doomed if m != sid}
+            below: list[str] = []
+            frontier = {sid}
+            while frontier:
+                frontier = {m for m, p in parent_of.items() if p in frontier and m not in below and m != sid}
+                below.extend(sorted(frontier))
+            seq: int = self._append([self._event("session.deleted", sid, {})], expected_version=expected_version)[0]
+            if below:
+                self._append([self._event("session.deleted", m, {}) for m in below])
         self._deleted.update(doomed)
         for gone in doomed:
             self._live.pop(gone, None)
@@ -879,15 +909,25 @@ class SessionStore:
         if not batch:
             return []
         created = {e["session"] for e in batch if e["type"] == "session.created"}
-        for i, e in enumerate(batch):
-            sid = e["session"]
-            if (registry.is_catalogue(e["type"]) and e["type"] != "session.created" and sid not in created
-                    and sid not in self._live):
-                try:
-                    self._need_live(sid)
-                except NotFoundError:
-                    raise NotFoundError("session", sid) from None
-                self._remember(sid)
+        streams = {e["session"] for e in batch}
+        if (expected_version is None and len(streams) == 1 and not created
+                and all(registry.is_catalogue(e["type"]) for e in batch)):
+            # Events of one live session: appended as its own methods do, at the version checked
+            # (a deletion or erase by another process refuses it), so never into a session gone.
+            sid = batch[0]["session"]
+            try:
+                return self._append_live(sid, batch)
+            except NotFoundError:
+                raise NotFoundError("session", sid) from None
+        head = self.log.head()[0] if expected_version is None else 0
+        for sid in dict.fromkeys(e["session"] for e in batch if registry.is_catalogue(e["type"])
+                                 and e["type"] != "session.created" and e["session"] not in created):
+            # Several sessions in one batch cannot be appended at versions: each is checked on
+            # the read model caught up to the log head (the version guards the single-stream case).
+            try:
+                self._need_live(sid, seen=head)
+            except NotFoundError:
+                raise NotFoundError("session", sid) from None
         seqs = self._append(batch, expected_version=expected_version)
         for sid in {e["session"] for e in batch}:
             if self._live.get(sid) is not None:
@@ -928,15 +968,35 @@ class SessionStore:
         if not members:
             raise NotFoundError("session", sid)
         events = [env for member in members for env in self.log.read_session(member)]
-        seqs = [env["seq"] for env in events]
         if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
             self._keep_lineage_flags(sid, set(members))
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
         erase = getattr(self.log, "erase")
-        seq = int(erase(seqs, data))
+        compact = getattr(self.log, "compact", None)
         for gone in members:
             self._live.pop(gone, None)
         self._deleted.update(members)
+        # The streams are read outside the log's write lock: another process may append to them
+        # until the erase lands (its append was acknowledged before the erase, so it goes with
+        # the session). Erased again until nothing of them is left; once a stream ends in an
+        # erased event, the log refuses every append counted before (ConcurrencyError) and the
+        # writer finds the session gone.
+        seq = erased = 0
+        seen = {m: 0 for m in members}  # per stream, the last seq read (each round reads what is new)
+        with self._ruled():  # a writer that fell back from the version-checked append waits
+            for _ in range(ERASE_ROUNDS):
+                for env in events:
+                    seen[env["session"]] = max(seen[env["session"]], env["seq"])
+                seqs = [env["seq"] for env in events if not env.get("erased")]
+                if not seqs:
+                    break
+                got = int(erase(seqs, data, compact=False) if compact is not None else erase(seqs, data))
+                seq, erased = max(seq, got), erased + (len(seqs) if got else 0)
+                events = [env for member in members for env in self.log.read_session(member, after=seen[member])]
+            else:
+                raise ConcurrencyError(members[0], 0, len(events))
+        if seq and compact is not None:
+            compact()
         if seq:
             self._core.appended(seq)
             if self._projector is not None:
@@ -945,7 +1005,7 @@ class SessionStore:
                 self._reads.advance(seq)
         else:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
-        return {"seq": seq, "sessions": members, "events": len(seqs) if seq else 0}
+        return {"seq": seq, "sessions": members, "events": erased}
 
     def finish_erase(self) -> int:
         """Finish an erase whose process was killed after the erase was committed but before
