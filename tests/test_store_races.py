@@ -152,3 +152,28 @@ def test_every_write_of_a_handle_that_knows_the_session_is_refused_after_another
         assert s.log.head()[0] == head
     finally:
         s.close()
+
+
+def test_a_projection_file_going_away_under_the_bare_read_is_not_the_writes_error(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The append path's quick look at the read model (no catch-up) uses the bare reader; another
+    process deleting or swapping state.db under it made add_items raise projections.site.Broken,
+    an error outside the store's typed errors (an outside audit). The full check, which heals,
+    answers instead."""
+    from projections.site import Broken
+
+    s = SessionStore.open(tmp_path, follower=False)
+    try:
+        s.create_session("chat")
+        _child(tmp_path, 's.append_message("chat", "user", "from elsewhere")')
+        s._live.clear()  # as a handle that never wrote to the session
+
+        class Gone:
+            def is_live(self, sid: str) -> bool:
+                raise Broken("missing", "no state.db generation")
+
+        monkeypatch.setattr(s._reads, "peek", lambda: Gone())
+        seq = s.append_message("chat", "user", "still written")
+        assert [m["id"] for m in s.get_messages("chat")][-1] == seq
+    finally:
+        s.close()

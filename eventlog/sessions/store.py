@@ -598,7 +598,11 @@ class SessionStore:
         stream, counts once the read model holds it — as on the version-checked fast path.)"""
         seen = getattr(self._reads, "peek_seq", None)
         after = seen() if seen is not None else None  # before the read: it covers at least this much
-        if not peek().is_live(sid):
+        try:
+            if not peek().is_live(sid):
+                return False
+        except Exception:  # noqa: BLE001 - a projection file going away under the bare reader (another
+            # process rebuilding or deleting it) is not this write's error: the full check heals it
             return False
         return after is None or not any(env.get("type") == "session.deleted"
                                         for env in self.log.read_session(sid, after=after))
