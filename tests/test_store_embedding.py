@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from eventlog.errors import ClosedError, ValidationError
+from eventlog.errors import ClosedError, NotFoundError, ValidationError
 from eventlog.sessions import store as store_module
 from eventlog.sessions.store import SessionStore
 
@@ -209,43 +209,61 @@ def test_a_session_deleted_by_another_process_takes_no_more_appends(tmp_path: Pa
         s.close()
 
 
+class Remote:
+    """A child process that creates or deletes sessions of the profile on request and answers at
+    once, so that the parent acts a moment after the child's write (the narrowest window)."""
+
+    def __init__(self, home: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+            import sys
+            from eventlog.sessions.store import SessionStore
+            s = SessionStore.open(sys.argv[1], follower=False)
+            for line in sys.stdin:
+                verb, sid = line.split()
+                s.create_session(sid) if verb == "create" else s.delete_session(sid)
+                print("ok", flush=True)
+            s.close()
+        """), str(home)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def ask(self, verb: str, sid: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{verb} {sid}\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def _refused_after_remote_delete(s: SessionStore, remote: Remote, sid: str) -> bool:
+    remote.ask("delete", sid)
+    try:
+        s.append_message(sid, "user", "written after the delete")
+    except NotFoundError:
+        return True
+    return False
+
+
 def test_an_append_right_after_another_process_deleted_the_session_is_refused(tmp_path: Path) -> None:
     """The refusal's recheck must see the deletion the refused version counted, not the read model
     as this process's follower last left it: a child deletes on command and answers at once, and
     the parent appends to the same session straight away, many times (without the catch-up this
     acknowledged most of those appends)."""
-    from eventlog.errors import NotFoundError
-
     s = SessionStore.open(tmp_path, follower=True)
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import sys
-        from eventlog.sessions.store import SessionStore
-        s = SessionStore.open(sys.argv[1], follower=False)
-        for line in sys.stdin:
-            s.delete_session(line.strip())
-            print("ok", flush=True)
-        s.close()
-    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    acknowledged = []
+    remote = Remote(tmp_path)
     try:
+        acknowledged = []
         for i in range(25):
             sid = f"chat-{i}"
             s.create_session(sid)
             s.append_message(sid, "user", "a")
-            assert child.stdin is not None and child.stdout is not None
-            child.stdin.write(sid + "\n")
-            child.stdin.flush()
-            assert child.stdout.readline().strip() == "ok"
-            try:
-                s.append_message(sid, "user", "written after the delete")
+            if not _refused_after_remote_delete(s, remote, sid):
                 acknowledged.append(sid)
-            except NotFoundError:
-                pass
         assert acknowledged == []
     finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait(timeout=60)
+        remote.close()
         s.close()
 
 
@@ -254,45 +272,21 @@ def test_a_first_append_to_a_session_another_process_just_deleted_is_refused(tmp
     catch-up wait) — plus the stream's events that model may not hold yet: a child creates a
     session, the parent's follower shows it, the child deletes it and answers at once, and the
     parent's first append to it must be refused."""
-    from eventlog.errors import NotFoundError
-
     s = SessionStore.open(tmp_path, follower=True)
-    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
-        import sys
-        from eventlog.sessions.store import SessionStore
-        s = SessionStore.open(sys.argv[1], follower=False)
-        for line in sys.stdin:
-            verb, sid = line.split()
-            s.create_session(sid) if verb == "create" else s.delete_session(sid)
-            print("ok", flush=True)
-        s.close()
-    """), str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert child.stdin is not None and child.stdout is not None
-
-    def ask(verb: str, sid: str) -> None:
-        assert child.stdin is not None and child.stdout is not None
-        child.stdin.write(f"{verb} {sid}\n")
-        child.stdin.flush()
-        assert child.stdout.readline().strip() == "ok"
-
-    acknowledged = []
+    remote = Remote(tmp_path)
     try:
+        acknowledged = []
         for i in range(25):
             sid = f"chat-{i}"
-            ask("create", sid)
+            remote.ask("create", sid)
             deadline = time.monotonic() + 30
             while s.get_session(sid) is None and time.monotonic() < deadline:
                 time.sleep(0.005)
-            ask("delete", sid)
-            try:
-                s.append_message(sid, "user", "written after the delete")
+            if not _refused_after_remote_delete(s, remote, sid):
                 acknowledged.append(sid)
-            except NotFoundError:
-                pass
         assert acknowledged == []
     finally:
-        child.stdin.close()
-        child.wait(timeout=60)
+        remote.close()
         s.close()
 
 
@@ -302,8 +296,6 @@ def test_an_append_to_a_child_of_a_session_another_process_deleted_is_refused(tm
     stream: a handle appending to a child at the child's stream version was not refused, and its
     appends were acknowledged into a session that no read could show. Each live descendant now
     gets a deletion of its own, in the same delete."""
-    from eventlog.errors import NotFoundError
-
     s = SessionStore.open(tmp_path, follower=True)
     try:
         s.create_session("root")

@@ -870,12 +870,10 @@ class SessionStore:
             # The whole lineage (a superset of what the cascade deletes): members only lose the
             # append fast path and are checked against the caught-up read model again.
             doomed = [sid, *reads.lineage(sid)]
-            parent_of = {m: (reads.get_session(m) or {}).get("parent_session_id") for m in doomed if m != sid}
-            below: list[str] = []
-            frontier = {sid}
-            while frontier:
-                frontier = {m for m, p in parent_of.items() if p in frontier and m not in below and m != sid}
-                below.extend(sorted(frontier))
+            children: dict[str | None, list[str]] = {}
+            for m in doomed[1:]:
+                children.setdefault((reads.get_session(m) or {}).get("parent_session_id"), []).append(m)
+            below = rules.descendants(sid, lambda s: children.get(s, ()))
             seq: int = self._append([self._event("session.deleted", sid, {})], expected_version=expected_version)[0]
             if below:
                 self._append([self._event("session.deleted", m, {}) for m in below])
