@@ -137,3 +137,75 @@ def test_a_compaction_killed_at_any_moment_loses_nothing(tmp_path: Path, seed: i
         lg.compact()  # finishes cleanly and removes what the killed one left
         assert sorted(n for n in os.listdir(p) if n.startswith("g") or n.endswith(".tmp")) == [generation_dir(p).name]
         assert lg.verify().ok and lg.head()[0] == len(expect) + 1
+
+
+def compact_elsewhere(p: Path, times: int = 1) -> None:
+    """Compact the log at ``p`` in another process (its folder of the moment is retired)."""
+    script = "import sys\nfrom eventlog.log.lmdb import EventLog\nwith EventLog.open(sys.argv[1]) as lg:\n" \
+             f"    for _ in range({times}): lg.compact()\n"
+    subprocess.run([sys.executable, "-c", script, str(p)], check=True, timeout=60)
+
+
+def generations(p: Path) -> list[str]:
+    return sorted(n for n in os.listdir(p) if n.startswith("g") or n.endswith(".tmp"))
+
+
+def test_a_first_write_after_another_process_compacted_goes_to_the_new_generation(tmp_path: Path) -> None:
+    # A handle that has only read opens the environment read-only; its first write reopens it
+    # for writing, in the generation that is current by then (the one it read from is gone).
+    p = tmp_path / "log"
+    fill(p, 300)
+    with EventLog.open(p) as first:
+        first.compact()
+    with EventLog.open(p) as lg:
+        assert lg.head()[0] == 300
+        compact_elsewhere(p)
+        assert lg.append([ev(n="after")]) == [301]
+        assert [e["data"] for e in lg.read(301)] == [{"n": "after"}]
+        assert lg.verify().ok
+    assert generations(p) == [generation_dir(p).name] == ["g2"]
+
+
+@pytest.mark.parametrize("where", ["open", "reopen"])
+def test_an_open_meeting_a_compaction_follows_current_to_the_newer_generation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    # Another process's compaction retires the folder ``current`` named between this process
+    # reading the link and opening the environment there (readers do not hold compactions
+    # back). The open follows the link again; it never fails, and never starts an empty log in
+    # the retired folder. A real compaction in a real process, run at that exact moment.
+    import eventlog.log.lmdb as lmdb_log
+
+    p = tmp_path / "log"
+    fill(p, 300)
+    with EventLog.open(p) as first:
+        first.compact()
+    real = lmdb_log.generation_dir
+    armed = {"left": 1}
+
+    def generation_then_compaction(log_dir: Path) -> Path:
+        found = real(log_dir)
+        # only where the folder found is then opened (not in the checks whether it moved)
+        opening = sys._getframe(1).f_code.co_name in ("__init__", "_open_first", "_ensure_lock", "_open_current")
+        if armed["left"] and opening and found.name.startswith("g"):
+            armed["left"] -= 1
+            compact_elsewhere(p)  # retires ``found``
+        return found
+
+    if where == "open":
+        monkeypatch.setattr(lmdb_log, "generation_dir", generation_then_compaction)
+        lg = EventLog.open(p)
+    else:
+        lg = EventLog.open(p)
+        assert lg.head()[0] == 300
+        compact_elsewhere(p)  # this handle reopens at its next read, and meets another compaction
+        monkeypatch.setattr(lmdb_log, "generation_dir", generation_then_compaction)
+    try:
+        assert armed["left"] == 0 or where == "reopen"
+        assert lg.head()[0] == 300 and len(list(lg.read())) == 300
+        assert armed["left"] == 0
+        assert lg.append([ev(n="after")]) == [301]
+        assert lg.verify().ok
+    finally:
+        lg.close()
+    monkeypatch.setattr(lmdb_log, "generation_dir", real)
+    assert generations(p) == [generation_dir(p).name]

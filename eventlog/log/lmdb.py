@@ -98,6 +98,9 @@ DEFAULT_LOCK_TIMEOUT_S = 10.0
 """How long an append waits for another process's write to finish before WriterBusyError."""
 READER_SWEEP_S = 1.0
 """How often a process that reads clears reader slots left by dead processes."""
+OPEN_MOVED_RETRIES = 20
+"""How many times an open follows ``current`` to a newer generation when the one it named was
+retired under it (each time means another whole compaction finished meanwhile)."""
 RETIRE_AWARE_LOCK = "dictionaries.lock"
 """In the log directory: every process of this version with the log open holds a shared flock on
 it. A compression dictionary is only retired (dropped after re-encoding) when every process with
@@ -391,12 +394,36 @@ class _Environment:
         self._trained: bytes | None = None
         self._trainer: threading.Thread | None = None
         self._stopping = threading.Event()
+        self._lock_map: int | None = None
+        for attempt in range(OPEN_MOVED_RETRIES):
+            try:
+                self._open_first(readonly)
+                break
+            except (StorageError, OSError):
+                # The generation ``current`` named was retired by another process's compaction
+                # while this one opened it: open the one it names now.
+                if attempt == OPEN_MOVED_RETRIES - 1 or generation_dir(path) == self.env_dir:
+                    raise
+        self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK)
+        _live_logs.add(self)
+        self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
+        self._sweeper.start()
+
+    def _open_first(self, readonly: bool) -> None:
+        """Open the environment of the log's current generation and its named databases."""
+        path = self.path
+        self.env_dir = generation_dir(path)
+        if self.env_dir != path and not (self.env_dir / "data.mdb").exists():
+            # A compaction's folder has its data file before ``current`` names it: it was retired
+            # since (the caller retries) -- never start an empty log in its place.
+            raise StorageError(f"cannot open log at {path}: its generation {self.env_dir.name} has no data.mdb",
+                               hint="restore the profile's log/ directory from a backup")
         # An existing log is opened read-only first: opening LMDB's named databases on a
         # writable environment takes the write lock, so a process stopped inside a write
         # transaction would block every reader that merely opens the log. The environment
         # becomes writable at this process's first write (_ensure_writable).
         self._env_readonly = readonly or (self.env_dir / "data.mdb").exists()
-        self._lock_map: int | None = None
+        map_size, max_readers, durability = self._open_args
         try:
             env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
         except StorageError:
@@ -421,17 +448,13 @@ class _Environment:
                 self._env_readonly = False
                 env = self._open_env(self.env_dir, map_size, max_readers, durability, False)
                 self._attach(env)
-            self._init_meta(profile)
+            self._init_meta(self.profile)
         except lmdb.Error as e:
             env.close()
             raise storage_error(e, f"cannot open log at {path}") from e
         except BaseException:
             env.close()
             raise
-        self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK)
-        _live_logs.add(self)
-        self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
-        self._sweeper.start()
 
     def _attach(self, env: lmdb.Environment) -> None:
         create = not self._env_readonly
@@ -573,11 +596,14 @@ class _Environment:
         return WriterBusyError(self.path, holder, self.lock_timeout)
 
     def _ensure_writable(self) -> None:
-        """Reopen the read-only environment for writing (the writer lock is held)."""
+        """Reopen the read-only environment for writing (the writer lock is held), in the
+        log's current generation: another process may have compacted it since this one last
+        read (the folder opened then is gone, and no compaction can start while the lock is held)."""
         if not self._env_readonly:
             return
         if self.readonly:
             raise StorageError("this event log was opened read-only", hint="open it without readonly=True to append")
+        moved = False
         with self._exclusive():
             if not self._env_readonly:
                 return
@@ -585,7 +611,11 @@ class _Environment:
                 self._lock_map = None
                 self._env.close()
                 self._env_readonly = False
-                self._attach(self._open_env(self.env_dir, *self._open_args, False))
+                before = self.env_dir
+                self._open_current(False)
+                moved = self.env_dir != before
+        if moved:
+            self._init_meta(self.profile)  # a compaction may have migrated the format
 
     # ---------------------------------------------------------------- open / close
 
@@ -776,21 +806,44 @@ class _Environment:
                 _remove_tree(self.path / name)
         fsync_dir(self.path)
 
+    def _open_current(self, readonly: bool) -> None:
+        """Open and attach the environment of the log's current generation (this process's
+        previous one is closed), setting :attr:`env_dir` to it. Another process's compaction
+        may retire the folder ``current`` named between reading the link and opening it
+        (readers do not hold compactions back): then the link names a newer one, opened instead."""
+        for attempt in range(OPEN_MOVED_RETRIES):
+            self.env_dir = generation_dir(self.path)
+            env = None
+            try:
+                # never create: a folder retired meanwhile must not come back as an empty log
+                env = self._open_env(self.env_dir, *self._open_args, readonly, create=False)
+                self._attach(env)
+                return
+            except (StorageError, OSError, lmdb.Error) as e:
+                if env is not None:
+                    env.close()
+                if generation_dir(self.path) == self.env_dir or attempt == OPEN_MOVED_RETRIES - 1:
+                    if isinstance(e, lmdb.Error):
+                        raise storage_error(e, f"cannot open log at {self.path}") from e
+                    raise
+
     @staticmethod
-    def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
+    def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
+                  create: bool = True) -> lmdb.Environment:
         # py-lmdb begins a read transaction while opening: with the reader table full of slots
         # of dead processes, wait for a live process's sweep (READER_SWEEP_S) before giving up.
         deadline = time.monotonic() + 3 * READER_SWEEP_S
         while True:
             try:
-                return _Environment._open_env_once(p, map_size, max_readers, durability, readonly)
+                return _Environment._open_env_once(p, map_size, max_readers, durability, readonly, create)
             except lmdb.ReadersFullError as e:
                 if time.monotonic() > deadline:
                     raise storage_error(e, f"cannot open log at {p}") from e
                 time.sleep(0.05)
 
     @staticmethod
-    def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool) -> lmdb.Environment:
+    def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
+                       create: bool = True) -> lmdb.Environment:
         try:
             return lmdb.open(
                 str(p),
@@ -801,7 +854,7 @@ class _Environment:
                 sync=durability == "sync",
                 metasync=durability == "sync",
                 readonly=readonly,
-                create=not readonly,
+                create=create and not readonly,
                 mode=FILE_MODE,
                 readahead=False,
                 lock=True,
@@ -1274,14 +1327,12 @@ class _Environment:
             with self._exclusive():
                 if not self._lock_replaced():
                     return
-                moved = generation_dir(self.path)
-                if moved == self.env_dir:
+                if generation_dir(self.path) == self.env_dir:
                     log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
                 with self._sweep_lock:
                     self._lock_map = None
                     self._env.close()
-                    self.env_dir = moved
-                    self._attach(self._open_env(moved, *self._open_args, self._env_readonly))
+                    self._open_current(self._env_readonly)
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     def _plan(
