@@ -267,6 +267,31 @@ def test_an_append_right_after_another_process_deleted_the_session_is_refused(tm
         s.close()
 
 
+def test_a_child_of_a_session_another_process_just_deleted_is_refused(tmp_path: Path) -> None:
+    """Creating a session under a parent checks the parent on the read model brought up to the log
+    head, under the rules lock that deletions take: a child deletes the parent on command and
+    answers at once, and the parent process's create under it right after must be refused
+    (otherwise an orphan no delete would ever take, listed as live)."""
+    s = SessionStore.open(tmp_path, follower=True)
+    remote = Remote(tmp_path)
+    try:
+        orphans = []
+        for i in range(25):
+            parent = f"chat-{i}"
+            s.create_session(parent)
+            s.append_message(parent, "user", "a")
+            remote.ask("delete", parent)
+            try:
+                orphans.append(s.create_session(f"child-{i}", parent_session_id=parent))
+            except NotFoundError:
+                pass
+        assert orphans == []
+        assert [x["id"] for x in s.list_sessions(limit=100)] == []
+    finally:
+        remote.close()
+        s.close()
+
+
 def test_a_first_append_to_a_session_another_process_just_deleted_is_refused(tmp_path: Path) -> None:
     """A session this store never appended to is checked on its read model as it stands (no
     catch-up wait) — plus the stream's events that model may not hold yet: a child creates a

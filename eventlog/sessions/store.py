@@ -698,9 +698,12 @@ class SessionStore:
         sid = new_id() if id is None else ev.validate_session_id(id)
         data = {k: v for k, v in fields.items() if v is not None}
         event = self._event("session.created", sid, data)
-        title = event["data"].get("title")
-        with self._ruled() if title is not None else contextlib.nullcontext(self._fresh()) as reads:
-            parent = event["data"].get("parent_session_id")
+        title, parent = event["data"].get("title"), event["data"].get("parent_session_id")
+        # A title is a rule across sessions, and so is a parent's being live: checked on the read
+        # model at the log head inside the rules lock, which deletions take too (a child created
+        # after its parent's deletion would be an orphan no delete ever takes).
+        ruled = title is not None or parent is not None
+        with self._ruled() if ruled else contextlib.nullcontext(self._fresh()) as reads:
             if parent is not None and not reads.is_live(parent):
                 raise NotFoundError("session", parent)
             if title is not None:
