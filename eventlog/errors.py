@@ -65,6 +65,20 @@ class ConcurrencyError(EventLogError):
         self.actual = actual
 
 
+class HeadMovedError(ConcurrencyError):
+    """``expected_head`` (an append conditional on the log's last seq) did not match; nothing was
+    appended."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        EventLogError.__init__(
+            self, f"the log ends at seq {actual}, caller expected {expected}",
+            hint="bring what the events were derived from up to the log, and retry",
+        )
+        self.stream = None
+        self.expected = expected
+        self.actual = actual
+
+
 class NotFoundError(EventLogError, LookupError):
     """An operation named a session or message that does not exist (or was deleted)."""
 

@@ -274,3 +274,50 @@ def test_bad_open_arguments_are_validation_errors_and_create_nothing(tmp_path: P
         EventLog.open(args.pop("path"), **args)
     assert info.value.field == field
     assert os.listdir(tmp_path) == []
+
+
+def test_an_append_conditional_on_the_head_writes_nothing_when_the_log_moved(tmp_path: Path) -> None:
+    """``expected_head`` (the Hermes facade's guard): checked inside the write transaction, and
+    within a group of concurrent appends against the events of the requests before it."""
+    import threading
+
+    from eventlog.errors import HeadMovedError
+
+    with EventLog.open(tmp_path / "log") as lg:
+        lg.append([ev(i=0), ev(i=1)])
+        with pytest.raises(HeadMovedError) as e:
+            lg.append([ev(i=2)], expected_head=1)
+        assert (e.value.expected, e.value.actual) == (1, 2) and isinstance(e.value, ConcurrencyError)
+        assert lg.head()[0] == 2
+        assert lg.append([ev(i=2)], expected_head=2) == [3]
+        # Eight threads, each appending at the head it read: exactly one wins per head, the
+        # others are refused having written nothing, whatever the group commits look like.
+        won: list[int] = []
+        refused = 0
+        mu = threading.Lock()
+        start = threading.Barrier(8)
+
+        def race(k: int) -> None:
+            nonlocal refused
+            start.wait()
+            for _ in range(20):
+                at = lg.head()[0]
+                try:
+                    seqs = lg.append([ev(k=k, at=at)], expected_head=at)
+                except HeadMovedError:
+                    with mu:
+                        refused += 1
+                    continue
+                assert seqs == [at + 1]
+                with mu:
+                    won.append(at)
+
+        threads = [threading.Thread(target=race, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == len(set(won)) and len(won) + refused == 160
+        assert lg.head()[0] == 3 + len(won)
+        assert all(e["data"]["at"] == e["seq"] - 1 for e in lg.read(4))
+        assert lg.verify().ok

@@ -49,6 +49,7 @@ from eventlog.errors import (
     DuplicateEventError,
     EventLogError,
     ForkedEnvironmentError,
+    HeadMovedError,
     IntegrityError,
     StorageError,
     ValidationError,
@@ -158,13 +159,14 @@ def log_warn(message: str) -> None:
 
 
 class _Request:
-    __slots__ = ("items", "payloads", "expected", "size", "owner", "wake", "done", "seqs", "error")
+    __slots__ = ("items", "payloads", "expected", "expected_head", "size", "owner", "wake", "done", "seqs", "error")
 
     def __init__(self, items: list[codec.Prepared], payloads: list[tuple[int, int, bytes]] | None,
-                 expected: int | None) -> None:
+                 expected: int | None, expected_head: int | None = None) -> None:
         self.items = items
         self.payloads = payloads  # format 2: each event's (codec, dictionary, data), made outside the txn
         self.expected = expected
+        self.expected_head = expected_head
         self.size = sum(len(it.data_bytes) for it in items)
         self.owner = threading.get_ident()
         self.wake: threading.Lock | None = None  # made (held) only when the caller has to wait
@@ -1083,15 +1085,21 @@ class _Environment:
 
     # ---------------------------------------------------------------- append
 
-    def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
+    def append(self, events: Iterable[Any], expected_version: int | None = None, *,
+               expected_head: int | None = None) -> list[int]:
         """Append ``events`` atomically and return their seqs.
 
         Each event is ``{"type", "session"?, "data", "id"?, "v"?}``. The batch is all or nothing.
         ``expected_version``: the number of events the caller believes the (single) session
         stream of this batch holds; a mismatch raises :class:`ConcurrencyError` and writes
-        nothing. An event whose id is already stored with the same content is not written
-        again: its original seq is returned. The same id with other content raises
-        :class:`DuplicateEventError`. Returns only once the events are durable under the
+        nothing. ``expected_head``: the seq the caller believes the log ends at (its events
+        would follow it); checked inside the write transaction, a mismatch raises
+        :class:`HeadMovedError` and writes nothing — for a caller whose events were derived from
+        a read model of the whole log at that seq (a read transaction can see an older head
+        than a writer does: a process killed inside its commit leaves its last event readable
+        only once the next writer has recovered LMDB's lock). An event whose id is already
+        stored with the same content is not written again: its original seq is returned. The
+        same id with other content raises :class:`DuplicateEventError`. Returns only once the events are durable under the
         log's durability. Invalid input raises :class:`ValidationError` naming the field.
         """
         self._check()
@@ -1100,7 +1108,7 @@ class _Environment:
             return []
         log_damage.refuse_if_damaged(self, "append refused")  # a known broken chain takes no more events
         payloads = [self.compression.compress(it.data_bytes) for it in items] if self.format == FORMAT_2 else None
-        req = _Request(items, payloads, expected_version)
+        req = _Request(items, payloads, expected_version, expected_head)
         with self._mu:
             self._queue.append(req)
             lead = not self._leader
@@ -1352,6 +1360,9 @@ class _Environment:
         end at. A new caller id of the derived form that names a seq not written yet raises
         ``pending.claim`` to it (see :meth:`_derive`).
         """
+        if r.expected_head is not None and r.expected_head != last:
+            r.seqs, r.error = [], HeadMovedError(r.expected_head, last)
+            return []
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
         for i, it in enumerate(r.items):
@@ -1949,11 +1960,13 @@ class EventLog(LogBase):
             raise ClosedError("this event log handle is closed", hint="open the log again")
         return self._core
 
-    def append(self, events: Iterable[Any], expected_version: int | None = None) -> list[int]:
-        """Append ``events`` atomically and return their seqs (see :meth:`eventlog.log.Log.append`)."""
+    def append(self, events: Iterable[Any], expected_version: int | None = None, *,
+               expected_head: int | None = None) -> list[int]:
+        """Append ``events`` atomically and return their seqs (see :meth:`eventlog.log.Log.append`;
+        ``expected_head``, this backend's own: see :meth:`_Environment.append`)."""
         core = self._live()
         self._check_writable()
-        return core.append(events, expected_version)
+        return core.append(events, expected_version, expected_head=expected_head)
 
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (see :meth:`_Environment.append_sealed`)."""

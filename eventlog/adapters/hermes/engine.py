@@ -9,9 +9,11 @@ A write (:meth:`Engine.write`) runs, under the thread mutex and the projection l
 1. ``BEGIN IMMEDIATE`` on the projection, then the caller's function, which builds events and
    applies each with the fold (:func:`.apply.apply`) — Hermes' validation and conflicts raise
    here, before anything is appended, and an event that changed no row is dropped;
-2. append the events to the log (durable on return);
-3. if they landed right after the projection's cursor, store the new cursor and commit; if not
-   (a writer died between its append and its commit), roll back and apply the log in order.
+2. append the events to the log (durable on return) only if the log still ends at the
+   projection's cursor — the events were derived from the projection at that seq;
+3. store the new cursor and commit. If the log had moved (a writer died between its append and
+   its commit, perhaps inside LMDB's commit, where a read does not see it yet), nothing was
+   appended: roll back, apply the log in order, and run the callers' functions again.
 
 Readers of ``db_path`` therefore see a write as soon as its caller returns. Concurrent writes of
 one process are committed in groups (one projection transaction, one log append: one sync).
@@ -29,7 +31,7 @@ from typing import Any, Callable, TypeVar
 
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
-from eventlog.errors import ValidationError
+from eventlog.errors import HeadMovedError, StorageError, ValidationError
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir
 
@@ -94,6 +96,10 @@ GATHER_S = 0.0004
 """How long a group's leader waits for the previous group's writers to queue again."""
 MAX_GROUP = 256
 """Most write calls one projection transaction and one log append serve (group commit)."""
+HEAD_RETRIES = 5
+"""How often a write group runs again when the log turns out to hold events its projection had
+not applied (once is the rule: under the lease only a dead writer's last commit can be missed)."""
+_DONE, _SPLIT, _BEHIND = "done", "split", "behind"
 HASH_EVERY = 1024
 """The cursor's log identity (an applied event's hash, a log read) is refreshed this often."""
 
@@ -301,17 +307,37 @@ class Engine:
         return req.result  # type: ignore[no-any-return]
 
     def _commit(self, group: list[_Request]) -> None:
-        if self._commit_group(group):
+        outcome = self._commit_again(group)
+        if outcome == _SPLIT:
             # The log refused the group's batch as invalid (nothing was appended): one caller's
             # bad write (an event over the size limit) must not fail the others, so each runs
             # again on its own and gets its own answer.
             for r in group:
                 if r.error is None:
-                    self._commit_group([r])
+                    self._commit_again([r])
 
-    def _commit_group(self, group: list[_Request]) -> bool:
-        """Commit ``group``; True when the log refused its batch as invalid and the group had
-        several writers (then nothing is written and their results are unset)."""
+    def _commit_again(self, group: list[_Request]) -> str:
+        """:meth:`_commit_group`, run again while the log turns out to hold events the
+        projection had not applied (each caller's function runs again on the caught-up state:
+        its results and errors were decided on a state that missed them)."""
+        for _ in range(HEAD_RETRIES):
+            outcome = self._commit_group(group)
+            if outcome != _BEHIND:
+                return outcome
+            for r in group:
+                r.result, r.error = None, None
+        err = StorageError(f"the log at {self.layout.log_dir} kept moving under the projection's lease "
+                           f"({HEAD_RETRIES} tries); nothing of this write was appended",
+                           hint="is another program appending to this log without the facade?")
+        for r in group:
+            r.error = err
+        return _DONE
+
+    def _commit_group(self, group: list[_Request]) -> str:
+        """Commit ``group``. :data:`_SPLIT` when the log refused its batch as invalid and the
+        group had several writers (then nothing is written and their results are unset);
+        :data:`_BEHIND` when the log held events the projection had not applied (nothing was
+        appended; they are applied now, and the group must run again)."""
         with self.mutex, self.lease:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
@@ -347,29 +373,32 @@ class Engine:
                         events += tx.events
                 if not events:
                     conn.execute("ROLLBACK")
-                    return False
-                seqs = self.log.append(events)
+                    return _DONE
+                # Appended only right after the cursor: the events were derived from the projection
+                # at that seq. The head read above can be older than the log's (a read transaction
+                # does not see the last commit of a writer killed inside it until the next writer
+                # has recovered LMDB's lock), and an event built on a state that missed one before
+                # it could be dropped by every replay (a message id used twice) once acknowledged.
+                seqs = self.log.append(events, expected_head=cursor)
+            except HeadMovedError:
+                conn.execute("ROLLBACK")
+                self._sync(conn)
+                return _BEHIND
             except ValidationError as e:
                 conn.execute("ROLLBACK")
                 writers = [r for r in group if r.error is None]
                 if len(writers) > 1:
                     for r in writers:
                         r.result = None
-                    return True
+                    return _SPLIT
                 for r in writers:
                     r.error = e
-                return False
+                return _DONE
             except BaseException as e:
                 conn.execute("ROLLBACK")
                 for r in group:
                     r.error = r.error or e
-                return False
-            if seqs[0] != cursor + 1:
-                # The log holds events this projection has not applied (a writer died between its
-                # append and its commit, or one wrote without the lease): replay in log order.
-                conn.execute("ROLLBACK")
-                self._sync(conn)
-                return False
+                return _DONE
             last = seqs[-1]
             known_hash = None
             if last - self._hash_seq >= HASH_EVERY or self._hash_seq == 0:
@@ -384,12 +413,12 @@ class Engine:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-                return False
+                return _DONE
             self._cursor = last
             if known_hash is not None:
                 self._hash_seq = last
             self._touch()
-        return False
+        return _DONE
 
     def _touch(self) -> None:
         # Hermes' mcp_serve polls the mtime of state.db; in WAL mode a commit leaves the main file
