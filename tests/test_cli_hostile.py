@@ -251,6 +251,29 @@ def test_events_of_sessions_that_do_not_exist_are_refused(profile_home: Path, tm
     one_line_error(r)
 
 
+def test_reactions_and_rewinds_of_messages_not_in_their_session_are_refused(profile_home: Path, tmp_path: Path) -> None:
+    """A reaction or a rewind names a message by its seq; ``eventlog append`` wrote them for any
+    seq at all — no such event, another session's message, a session.created — which
+    SessionStore.react/rewind refuse (found by an outside audit: six such events acknowledged)."""
+    before = run(profile_home, "log", "verify", "--json").stdout
+    react = '{"type": "message.reaction_set", "session": "%s", "data": {"message_id": %d, "author": "x", "emoji": "+1"}}'
+    cases = [react % ("s1", 999999), react % ("s2", 2), react % ("s1", 1),
+             '{"type": "message.reaction_removed", "session": "s1", "data": {"message_id": 424242, "author": "x"}}',
+             '{"type": "messages.rewound", "session": "s1", "data": {"message_id": 999999}}',
+             '{"type": "messages.rewound", "session": "s2", "data": {"message_id": 2}}']
+    for text in cases:
+        err = one_line_error(run(profile_home, "append", input=text))
+        assert "line 1.data.message_id" in err and "is not a message of session" in err, (text, err)
+    assert run(profile_home, "log", "verify", "--json").stdout == before
+    fresh = tmp_path / "fresh"
+    r = run(fresh, "append", input='{"type": "session.created", "session": "n1", "data": {}}\n'
+                                   '{"type": "message.appended", "session": "n1", "data": {"role": "user", "content": "x"}}')
+    assert r.returncode == 0, r.stderr
+    r = run(fresh, "append", input=(react % ("n1", 2)) + "\n" + '{"type": "messages.rewound", "session": "n1", '
+                                                                  '"data": {"message_id": 2}}')
+    assert (r.returncode, r.stdout) == (0, "3\n4\n"), r.stderr
+
+
 # ------------------------------------------------------------------ search
 
 def test_a_10kb_query_never_calls_a_healthy_index_degraded(profile_home: Path) -> None:

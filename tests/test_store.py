@@ -157,6 +157,30 @@ def test_child_inherits_cwd_and_git_fields_unless_given(store: SessionStore) -> 
     assert (row["cwd"], row["git_repo_root"], row["git_branch"]) == ("/elsewhere", "/src", "topic")
 
 
+def test_append_events_refuses_references_to_messages_that_are_not_there(store: SessionStore) -> None:
+    """As react() and rewind() do: the message a reaction or rewind names must be a message of
+    the event's session, and a new session's parent must be live (an outside audit appended
+    such events through the generic entry point)."""
+    a, b = store.create_session("a"), store.create_session("b")
+    mid = store.append_message(a, "user", "hi")
+    bad = [{"type": "message.reaction_set", "session": a, "data": {"message_id": 999999, "author": "x", "emoji": "+1"}},
+           {"type": "message.reaction_set", "session": b, "data": {"message_id": mid, "author": "x", "emoji": "+1"}},
+           {"type": "message.reaction_removed", "session": a, "data": {"message_id": 1, "author": "x"}},
+           {"type": "messages.rewound", "session": b, "data": {"message_id": mid}},
+           {"type": "session.created", "session": "c", "data": {"parent_session_id": "nope"}}]
+    for e in bad:
+        with log_unchanged(store), pytest.raises(NotFoundError):
+            store.append_events([e])
+    with log_unchanged(store), pytest.raises(NotFoundError):  # a good event first: nothing of the batch
+        store.append_events([{"type": "session.pinned", "session": a, "data": {}}, bad[0]])
+    store.append_events([{"type": "message.reaction_set", "session": a,
+                          "data": {"message_id": mid, "author": "x", "emoji": "+1"}},
+                         {"type": "session.created", "session": "c", "data": {"parent_session_id": a}},
+                         {"type": "session.created", "session": "d", "data": {"parent_session_id": "c"}}])
+    assert [(r["author"], r["emoji"]) for r in store.get_reactions(mid)] == [("x", "+1")]
+    assert session(store, "d")["parent_session_id"] == "c"
+
+
 def test_child_of_unknown_parent_is_refused(store: SessionStore) -> None:
     with log_unchanged(store), pytest.raises(NotFoundError):
         store.create_session(parent_session_id="no-such-parent")

@@ -8,6 +8,7 @@ import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
 from eventlog.errors import ValidationError
+from eventlog.sessions.events import MESSAGE_REFERENCES
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -174,5 +175,13 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
         elif not live(sid):
             raise ValidationError(f"line {n}.session", f"session {sid!r} does not exist",
                                   hint="create it first (a session.created event, or `eventlog sessions new`)")
+        elif ev["type"] in MESSAGE_REFERENCES:
+            # A reaction or a rewind names a message of its session by seq (an event already
+            # in the log), as SessionStore.react/rewind require.
+            mid = ev["data"]["message_id"]
+            target = None if empty else log.get(mid)
+            if target is None or target.get("type") != "message.appended" or target.get("session") != sid:
+                raise ValidationError(f"line {n}.data.message_id", f"message {mid} is not a message of session {sid!r}",
+                                      hint="a message's id is the seq of its event: `eventlog messages list SESSION`")
         elif ev["type"] == "session.deleted":
             deleted.add(sid)

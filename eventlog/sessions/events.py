@@ -63,6 +63,9 @@ CURRENT_VERSIONS: dict[str, int] = {
 }
 
 ROLES = frozenset({"system", "user", "assistant", "tool", "session_meta"})
+MESSAGE_REFERENCES = frozenset({"message.reaction_set", "message.reaction_removed", "messages.rewound"})
+"""Event types that name a message of their own session (``data.message_id``, the message's seq):
+writers refuse one whose message is not there (SessionStore, ``eventlog append``)."""
 
 Validator = Callable[[Any, str], Any]
 

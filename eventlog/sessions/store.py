@@ -896,6 +896,25 @@ class SessionStore:
         registry = self._core.registry
         prepare_batch([registry.event(e, i) for i, e in enumerate(events)], None)
 
+    def _check_references(self, batch: list[dict[str, Any]], created: set[str]) -> None:
+        """What events of the catalogue name besides their session must exist, as the store's
+        own methods require: the message a reaction or a rewind names, in the event's session
+        (a message is named by its seq, so not one of this batch's), and a new session's parent
+        (live, or created earlier in the batch). NotFoundError, nothing appended."""
+        made: set[str] = set()
+        for e in batch:
+            data = e["data"]
+            if e["type"] in ev.MESSAGE_REFERENCES:
+                mid = data["message_id"]
+                if (self._fresh().message_session(mid) != e["session"]
+                        and self._fresh(self.log.head()[0]).message_session(mid) != e["session"]):
+                    raise NotFoundError("message", mid)
+            elif e["type"] == "session.created":
+                parent = data.get("parent_session_id")
+                if parent is not None and parent not in made and not self._fresh(self.log.head()[0]).is_live(parent):
+                    raise NotFoundError("session", parent)
+                made.add(e["session"])
+
     def append_events(self, events: Iterable[dict[str, Any]], expected_version: int | None = None) -> list[int]:
         """Append events of registered types (the session catalogue's or an extension's,
         ``SessionStore.open(extensions=[...])``) in one atomic batch; returns their seqs.
@@ -914,6 +933,7 @@ class SessionStore:
         if not batch:
             return []
         created = {e["session"] for e in batch if e["type"] == "session.created"}
+        self._check_references(batch, created)
         streams = {e["session"] for e in batch}
         if (expected_version is None and len(streams) == 1 and not created
                 and all(registry.is_catalogue(e["type"]) for e in batch)):
