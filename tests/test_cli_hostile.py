@@ -272,6 +272,14 @@ def test_reactions_and_rewinds_of_messages_not_in_their_session_are_refused(prof
     r = run(fresh, "append", input=(react % ("n1", 2)) + "\n" + '{"type": "messages.rewound", "session": "n1", '
                                                                   '"data": {"message_id": 2}}')
     assert (r.returncode, r.stdout) == (0, "3\n4\n"), r.stderr
+    # An erased session is gone for good: its stream holds stubs (the types kept), which the
+    # append's check counted as a live session (found while fixing the above).
+    assert run(fresh, "sessions", "erase", "n1", "--reason", "test").returncode == 0
+    before = run(fresh, "log", "verify", "--json").stdout
+    for text in ('{"type": "message.appended", "session": "n1", "data": {"role": "user", "content": "x"}}',
+                 '{"type": "session.created", "session": "n9", "data": {"parent_session_id": "n1"}}'):
+        assert "'n1' does not exist" in one_line_error(run(fresh, "append", input=text)), text
+    assert run(fresh, "log", "verify", "--json").stdout == before
 
 
 # ------------------------------------------------------------------ search

@@ -8,7 +8,6 @@ import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
 from eventlog.errors import ValidationError
-from eventlog.sessions.events import MESSAGE_REFERENCES
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -132,6 +131,7 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
     writer never brings the projections up to date (the next reader does)."""
     if not any(ev.get("session") is not None for ev in batch):
         return
+    from eventlog.sessions.events import MESSAGE_REFERENCES  # not at import: `append --help` stays light
     empty = log.head()[0] == 0  # an empty log holds no session yet
     known: dict[str, bool] = {}
 
@@ -142,7 +142,9 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
             created = gone = False
             parent = None
             for env in log.read_session(s):
-                if env.get("type") == "session.created":
+                if env.get("erased"):  # an erase takes a whole stream: gone for good
+                    gone = True
+                elif env.get("type") == "session.created":
                     created = True
                     data = env.get("data")
                     parent = data.get("parent_session_id") if isinstance(data, dict) else None

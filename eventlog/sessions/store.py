@@ -631,6 +631,8 @@ class SessionStore:
         created = deleted = False
         parent = None
         for env in self.log.read_session(sid):
+            if env.get("erased"):  # an erase takes a whole stream: gone
+                return False
             if env.get("type") == "session.created":
                 created = True
                 data = env.get("data")
@@ -1176,6 +1178,15 @@ class SessionStore:
         version: a cache keyed on :meth:`version` compares it too."""
         mark = getattr(self.log, "erase_mark", None)
         return None if mark is None else int(mark())
+
+    def gone(self, session_id: str) -> bool:
+        """Whether the session existed and was deleted or erased (or lost an ancestor to a
+        deletion), judged from the log itself whatever the read model's lag. False for an id never
+        used. For a caller that maps its own ids onto sessions and must move on from one that is
+        gone (the OpenAI Agents adapter after an erase)."""
+        sid = ev.validate_session_id(session_id)
+        self._check()
+        return self.log.stream_version(sid) > 0 and not self._live_in_log(sid)
 
     def version(self, session_id: str) -> int:
         """The number of events in the session's stream (for ``expected_version``)."""
