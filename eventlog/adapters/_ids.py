@@ -40,3 +40,13 @@ def map_id(external: object, *, field: str, domain: str, prefix: str = "") -> tu
         return direct, False
     digest = hashlib.sha256(domain.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
     return f"{prefix}h-{digest}", True
+
+
+def incarnation_id(external: str, *, domain: str, incarnation: int, prefix: str = "") -> str:
+    """The session id of incarnation ``incarnation`` (>= 1) of the framework id ``external``
+    (already accepted by :func:`map_id`): once the session an id mapped to is gone (erased), the
+    framework id goes on in a new session, hashed under ``domain#incarnation`` (no domain holds a
+    ``#`` or a NUL, so it never meets :func:`map_id`'s ids, nor another incarnation's)."""
+    text = str.__str__(external)
+    digest = hashlib.sha256(f"{domain}#{incarnation}".encode() + b"\0" + text.encode("utf-8", "surrogatepass"))
+    return f"{prefix}h-{digest.hexdigest()}"

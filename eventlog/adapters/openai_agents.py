@@ -49,8 +49,15 @@ import orjson
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from eventlog.adapters import _shared
-from eventlog.adapters._ids import map_id
-from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, EventTooLargeError, ValidationError
+from eventlog.adapters._ids import incarnation_id, map_id
+from eventlog.errors import (
+    ClosedError,
+    ConcurrencyError,
+    ConflictError,
+    EventTooLargeError,
+    NotFoundError,
+    ValidationError,
+)
 from eventlog.log.codec import MAX_EVENT_BYTES
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.store import SessionStore
@@ -62,6 +69,10 @@ KIND_PREFIX = "openai_agents:"
 _PAYLOAD_KEYS = ("content", "output", "arguments", "summary")
 _ENVELOPE_ROOM = 1024  # type, session, seq, ts, hashes and the tool fields around the item
 _T = TypeVar("_T")
+
+
+MOVE_ON_TRIES = 5
+"""How many incarnations one ``add_items`` follows when each refuses it (each was erased meanwhile)."""
 
 
 def session_key(session_id: str) -> str:
@@ -267,8 +278,10 @@ class EventlogSession:
         self.session_settings = (coerce_session_settings(session_settings) if session_settings is not None
                                  else SessionSettings())
         self.key = key
-        """The eventlog session id of this session."""
+        """The eventlog session id of this session: of its current incarnation (an erase —
+        ``clear_session(erase=True)`` or any other — ends one; the session goes on in a new one)."""
         self._hashed = hashed
+        self._incarnation = 0
         self._home = home
         self._profile = profile
         self._store: SessionStore | None = None
@@ -293,8 +306,11 @@ class EventlogSession:
             return
         if store.get_session(self.key) is None:
             fields: dict[str, Any] = {"source": SOURCE}
-            if self._hashed:
-                fields["model_config"] = {"openai_agents": {"session_id": self.session_id}}
+            if self._hashed or self._incarnation:
+                origin: dict[str, Any] = {"session_id": self.session_id}
+                if self._incarnation:
+                    origin["incarnation"] = self._incarnation
+                fields["model_config"] = {"openai_agents": origin}
             try:
                 store.create_session(self.key, **fields)
             except ConflictError:
@@ -303,6 +319,20 @@ class EventlogSession:
                 # model yet: catch up, so the append that follows finds the session.
                 store.sync(timeout=30)
         self._created = True
+
+    def _move_on(self, store: SessionStore) -> bool:
+        """Follow the session past every incarnation that is gone (erased or deleted, by this
+        object or any other process); True when the key moved. Caller holds ``_history_lock``."""
+        moved = False
+        # The read model first (cheap; a lag there only delays the move to the append's refusal),
+        # then the log, which reads the stream.
+        while store.get_session(self.key) is None and store.gone(self.key):
+            self._incarnation += 1
+            self.key = incarnation_id(self.session_id, domain="openai_agents", incarnation=self._incarnation)
+            self._created = False
+            self._history = None
+            moved = True
+        return moved
 
     def _refresh(self, store: SessionStore) -> _History:
         """The session's active messages, as of at least the stream version read on entry.
@@ -317,6 +347,8 @@ class EventlogSession:
         h = self._history
         if h is not None and h.version == version and h.mark == mark:
             return h
+        if version and self._move_on(store):
+            version = store.version(self.key)
         if version == 0:
             h = _History(0, [], [], mark)
         else:
@@ -397,12 +429,23 @@ class EventlogSession:
                 store.check_events(events)
             except ValidationError as e:
                 raise type(e)(_item_field(e.field, messages), e.problem) from None
-        self._ensure_session(store)
-        before = self._history
-        try:
-            ids = store.append_messages(self.key, messages)
-        except ValidationError as e:
-            raise type(e)(_item_field(e.field, messages), e.problem) from None
+        for attempt in range(MOVE_ON_TRIES):
+            with self._history_lock:
+                if attempt or self._history is None:
+                    self._move_on(store)  # the first use, or the session just refused the batch
+                before = self._history
+                key = self.key
+            self._ensure_session(store)
+            try:
+                ids = store.append_messages(key, messages)
+                break
+            except ValidationError as e:
+                raise type(e)(_item_field(e.field, messages), e.problem) from None
+            except NotFoundError:
+                # Erased or deleted (by another process) since this object last looked: the
+                # session goes on in its next incarnation, unless it was not gone after all.
+                if attempt == MOVE_ON_TRIES - 1 or not store.gone(key):
+                    raise
         try:
             encoded = [_encoded(m) for m in messages]
         except (TypeError, orjson.JSONEncodeError):  # text the store cleaned (lone surrogates): read it back
@@ -435,9 +478,9 @@ class EventlogSession:
     async def clear_session(self, *, wrapper: Any = None, erase: bool = False) -> None:
         """Remove every item from the history: a rewind from the first one (the log keeps them
         for audit), or with ``erase=True`` an erase (:meth:`SessionStore.erase_session`): the
-        items are gone from every file, an audit record stays, and this session id cannot be
-        used again (an erased id stays taken: later writes raise NotFoundError). On a session that was
-never written it does nothing."""
+        items are gone from every file, an audit record stays, and the session goes on, empty,
+        in its next incarnation (a new eventlog session: an erased id stays taken; see
+        docs/ADAPTERS.md). On a session that was never written it does nothing."""
         await _settled(self._call(self._erase if erase else self._clear))
 
     def _erase(self) -> None:
@@ -446,8 +489,7 @@ never written it does nothing."""
             if store.get_session(self.key) is None and not store.version(self.key):
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
-            self._history = _History(store.version(self.key), [], [], store.erase_mark())
-            self._created = True
+            self._move_on(store)  # the session goes on, empty, under its next incarnation's id
 
     def _clear(self) -> None:
         store = self._open()
