@@ -214,3 +214,40 @@ def test_an_erase_rides_out_a_server_restart_and_fails_typed_when_it_is_down(pg_
         finally:
             pg_server.boot()
         assert lg.erase([first[1]], {"reason": "back"}) == seq + 1 and lg.verify().ok
+
+
+GUARDED_WRITER = """
+import sys
+from eventlog.errors import ConcurrencyError
+from eventlog.log.postgres import PostgresLog
+log = PostgresLog.open(sys.argv[1], profile=sys.argv[2])
+refused = 0
+for i in range(150):
+    try:
+        log.append([{"type": "test.happened", "session": "s", "data": {"i": i}}],
+                   expected_version=log.stream_version("s"))
+        print("ACK", flush=True)
+    except ConcurrencyError:
+        refused += 1
+print("REFUSED", refused, flush=True)
+log.close()
+"""
+
+
+def test_refused_guarded_appends_of_competing_processes_print_nothing(pg_url: str, pg_profile: str) -> None:
+    """Three processes appending to one stream at the version each read: the losers get
+    ConcurrencyError and nothing else — psycopg printed "error ignored terminating <Pipeline>:
+    pipeline aborted" to stderr for some of those refusals (found by an outside audit)."""
+    PostgresLog.open(pg_url, profile=pg_profile).close()
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-c", GUARDED_WRITER, pg_url, pg_profile], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    acked = refused = 0
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0 and err == "", err
+        acked += out.count("ACK")
+        refused += int(out.split("REFUSED")[1])
+    assert acked + refused == 450 and refused > 0
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert lg.stream_version("s") == acked and lg.verify().ok

@@ -532,15 +532,31 @@ class PostgresLog(LogBase):
         st = self._sql
         streams, versions = [g[0] for g in guards], [g[1] for g in guards]
         try:
-            with conn.pipeline():
-                conn.execute("BEGIN")
-                conn.execute(st.lock, st.lock_args)
-                # A failed guard skips what follows it in the pipeline; psycopg (3.3) then believes
-                # a statement it meant to prepare there exists (the next use of it fails with
-                # "prepared statement ... does not exist"), so nothing from here on is prepared.
-                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev), prepare=False)
-                conn.execute("COMMIT", prepare=False)
-                conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
+            # A failed guard aborts the pipeline. Raised inside the block, its error made
+            # psycopg's exit print "error ignored terminating <Pipeline>: pipeline aborted" to
+            # stderr (its logger's warning, no handler needed): the error is kept, the pipeline
+            # ended quietly, and the guard's error raised after it.
+            failed: psycopg.Error | None = None
+            try:
+                with conn.pipeline():
+                    try:
+                        conn.execute("BEGIN")
+                        conn.execute(st.lock, st.lock_args)
+                        # A failed guard skips what follows it in the pipeline; psycopg (3.3) then
+                        # believes a statement it meant to prepare there exists (the next use of it
+                        # fails with "prepared statement ... does not exist"), so nothing from here
+                        # on is prepared.
+                        conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev),
+                                     prepare=False)
+                        conn.execute("COMMIT", prepare=False)
+                        conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
+                    except psycopg.Error as e:
+                        failed = e
+            except psycopg.Error:
+                if failed is None:
+                    raise
+            if failed is not None:
+                raise failed
         except BaseException:
             self._abort(conn)
             self._cached_head = None
