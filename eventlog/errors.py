@@ -87,6 +87,8 @@ class NotFoundError(EventLogError, LookupError):
         "message": "a message's id is the seq of its event: list a session's messages with get_messages()",
         "profile": "create it by opening a store on it (`eventlog init`), or choose another profile or home",
         "log": "check the path or URL given for the log; `eventlog init` creates a profile's log",
+        "thread": ("the thread was erased (delete_thread with erase_deleted=True, `eventlog sessions erase`, "
+                   "retention) and its id stays taken: go on under a new thread_id; nothing was written"),
     }
 
     def __init__(self, kind: str, ident: Any) -> None:

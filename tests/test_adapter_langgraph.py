@@ -394,8 +394,9 @@ def test_delete_thread_can_erase_the_thread_from_every_file(tmp_path: Path) -> N
             with EventlogSaver(home=tmp_path, mirror_messages=mirror) as other:
                 with pytest.raises(NotFoundError):
                     _chat_graph(other).invoke({"messages": [("user", "after reset")]}, config)
-        with pytest.raises(NotFoundError):
+        with pytest.raises(NotFoundError) as refused:
             graph.invoke({"messages": [("user", "after reset")]}, config)
+        assert "erased" in str(refused.value) and "new thread_id" in str(refused.value)  # says what to do
         assert saver._open().log.head()[0] == head and saver.get_tuple(config) is None
     with SessionStore.open(tmp_path, follower=False) as store:
         assert store.log.verify().ok and store.log.verify().erased > 0
