@@ -128,6 +128,19 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
     return True
 
 
+def _first_break(items: list[tuple[int, bytes, dict[str, Any]]]) -> str:
+    """Where the file stops being one intact chain from seq 1 (for :func:`_check_chain`'s False)."""
+    prev = codec.ZERO_HASH
+    for i, (n, raw, env) in enumerate(items, 1):
+        if env.get("seq") != i:
+            return f"line {n} holds seq {env.get('seq')!r} where seq {i} belongs (lines missing or out of order)"
+        _, reason = codec.check_stored(raw, i, prev)
+        if reason is not None:
+            return f"line {n} (seq {i}): {reason}"
+        prev = env["hash"]
+    return "its chain does not hold"  # not reached: _check_chain said no
+
+
 def _tampered(env: dict[str, Any]) -> str | None:
     """Why a line's own hash does not vouch for it, or None (also for a line that claims no hash,
     and for an erased event, whose content is gone)."""
@@ -148,12 +161,15 @@ def _tampered(env: dict[str, Any]) -> str | None:
 
 
 def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None,
-                 onto_other_history: bool = True) -> ImportResult:
+                 onto_other_history: bool = True, whole: bool = False) -> ImportResult:
     """Import exported envelopes into ``log`` (see the module docstring for the two modes).
 
     ``onto_other_history=False`` refuses the second mode (:class:`ConflictError`, nothing
     written): appending the file's events after other history gives them new seqs and times,
-    and the final state can then differ from the exported one (what the CLI does)."""
+    and the final state can then differ from the exported one (what the CLI does). ``whole``:
+    refuse a file that is not one whole, intact chain from seq 1 (:class:`IntegrityError` naming
+    the first line out of place, nothing written) — a restore from a whole-log export, where a
+    missing line must not pass as a session's export."""
     try:
         items = list(_parse(lines))
     except EventLogError:
@@ -167,7 +183,8 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             if key not in env:
                 raise ValidationError(f"line {n}.{key}", "missing from the envelope")
     head, head_hash = log.head()
-    if _check_chain(items) and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
+    chain = _check_chain(items)
+    if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
         rest = [raw for _, raw, _ in items[head:]]
         for start in range(0, len(rest), CHUNK):
             log.append_sealed(rest[start:start + CHUNK])
@@ -175,6 +192,10 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                 progress(head + start + len(rest[start:start + CHUNK]), len(items))
         return ImportResult("verbatim", len(items), len(rest), head)
 
+    if whole and not chain:
+        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(items)}; nothing was imported",
+                             hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
+                                  "to append a session's export as new events")
     if not onto_other_history and head > 0:
         raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
                             hint="import into a new profile (--profile NEW); appended after other history the "

@@ -330,6 +330,13 @@ def test_a_changed_export_is_refused_and_a_partial_one_is_imported_with_a_warnin
     assert not (home / "profiles" / "forged").exists()
     partial = tmp_path / "partial.jsonl"
     partial.write_text("\n".join(lines[:1] + lines[2:]) + "\n")
+    # --whole: a restore, where a missing line must not pass as a session's export (an outside
+    # audit restored an export with a line deleted, and got exit 0 and a profile without it)
+    err = one_line_error(run(home, "import", "--whole", str(partial), profile="restored"))
+    assert "not one whole chain from seq 1" in err and "line 2 holds seq 3 where seq 2 belongs" in err, err
+    assert not (home / "profiles" / "restored").exists()
+    r = run(home, "import", "--whole", str(export), profile="restored")
+    assert r.returncode == 0 and "mode=verbatim" in r.stdout, r.stderr
     r = run(home, "import", str(partial), profile="partial")
     assert r.returncode == 0 and "mode=appended" in r.stdout, r.stderr
     assert "warning: the file is not one whole chain from seq 1" in r.stderr

@@ -141,17 +141,22 @@ def _Output(name: str) -> Iterator[IO[bytes]]:
 @click.command("import")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "hermes"]), default="jsonl", show_default=True,
               help="jsonl: an eventlog export; hermes: an existing agent state.db (read-only).")
+@click.option("--whole", is_flag=True, help="jsonl: refuse a file that is not one whole chain from seq 1 "
+                                              "(a restore: no line may be missing).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @json_option
 @pass_ctx
 @handled
-def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
+def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
     """Import FILE into the profile (created if it does not exist).
 
     A jsonl import goes into a new or empty profile, or one whose log the file continues (same
-    seqs and hashes); into other history it is refused. A failed import into a profile it
-    created leaves no profile behind.
+    seqs and hashes); into other history it is refused. A file that is not one whole chain from
+    seq 1 (a session's export, or lines missing) is appended as new events, with a warning;
+    --whole refuses it instead. A failed import into a profile it created leaves no profile behind.
     """
+    if whole and fmt != "jsonl":
+        raise click.UsageError("--whole applies to --format jsonl")
     if file != "-":
         import stat
 
@@ -168,7 +173,7 @@ def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
     d = profiles.profile_dir(c.home, c.profile, create=False)
     created = c.log_url is None and not d.exists()
     try:
-        report = _import(c, fmt, file)
+        report = _import(c, fmt, file, whole)
     except BaseException:
         if created:
             _remove_if_empty(c, d)
@@ -179,16 +184,16 @@ def import_cmd(c: Ctx, fmt: str, file: str, as_json: bool) -> None:
         click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
 
 
-def _import(c: Ctx, fmt: str, file: str) -> dict[str, Any]:
+def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
     if fmt == "jsonl":
         from sqlite_export.jsonl import import_jsonl
 
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
             if file == "-":
-                res = import_jsonl(lg, sys.stdin.buffer, progress=update, onto_other_history=False)
+                res = import_jsonl(lg, sys.stdin.buffer, progress=update, onto_other_history=False, whole=whole)
             else:
                 with open(file, "rb") as fp:
-                    res = import_jsonl(lg, fp, progress=update, onto_other_history=False)
+                    res = import_jsonl(lg, fp, progress=update, onto_other_history=False, whole=whole)
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
                        "its events were appended as new events, with new seqs, times and hashes", err=True)
