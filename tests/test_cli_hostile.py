@@ -251,6 +251,17 @@ def test_events_of_sessions_that_do_not_exist_are_refused(profile_home: Path, tm
     one_line_error(r)
 
 
+def test_an_event_without_a_type_is_told_it_needs_one(profile_home: Path) -> None:
+    """An outside audit's nit: a line with no "type" was refused as "unknown event type None"."""
+    before = run(profile_home, "log", "verify", "--json").stdout
+    for text, why in (('{"session": "s1", "data": {}}', "line 1.type: is required"),
+                      ('{"type": null, "session": "s1", "data": {}}', "line 1.type: is required"),
+                      ('{"type": "no.such", "session": "s1", "data": {}}', "unknown event type 'no.such'"),
+                      ('{"type": ["x"], "session": "s1", "data": {}}', "unknown event type ['x']")):
+        assert why in one_line_error(run(profile_home, "append", input=text)), text
+    assert run(profile_home, "log", "verify", "--json").stdout == before
+
+
 def test_reactions_and_rewinds_of_messages_not_in_their_session_are_refused(profile_home: Path, tmp_path: Path) -> None:
     """A reaction or a rewind names a message by its seq; ``eventlog append`` wrote them for any
     seq at all — no such event, another session's message, a session.created — which

@@ -79,6 +79,8 @@ def prepare_input(obj: Any, where: str) -> dict[str, Any]:
     if unknown:
         raise ValidationError(f"{where}.{unknown[0]}", "unknown envelope key")
     etype = obj.get("type")
+    if etype is None:
+        raise ValidationError(f"{where}.type", "is required", hint="see docs/EVENTS.md for the catalogue")
     if type(etype) is not str or etype not in CURRENT_VERSIONS:  # str first: a list or dict is unhashable
         raise ValidationError(f"{where}.type", f"unknown event type {etype!r}",
                               hint="see docs/EVENTS.md for the catalogue")

@@ -6,6 +6,7 @@ import re
 import click
 
 from eventlog.cli.common import Ctx, emit_json, fail, handled, json_option, pass_ctx
+from eventlog.errors import ValidationError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -32,7 +33,10 @@ def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool
     """Erase every session (and its lineage) whose last activity is older than a duration."""
     seconds = parse_duration(older_than)
     with c.open_store() as store:
-        out = store.retention(seconds, dry_run=dry_run, reason=reason)
+        try:
+            out = store.retention(seconds, dry_run=dry_run, reason=reason)
+        except ValidationError as e:  # the user gave it as --reason
+            raise ValidationError("--reason", e.problem, hint=e.hint) if e.field == "reason" else e from None
     if as_json:
         emit_json(out)
         return

@@ -186,7 +186,7 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
 def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
     """Erase a session and its descendants: their content is gone from every file; the log keeps
     an audit record and still verifies."""
-    with c.open_store() as store:
+    with c.open_store() as store, _options({"reason": "--reason"}):
         out = store.erase_session(session_id, reason)
     if as_json:
         emit_json(out)

@@ -362,6 +362,8 @@ def validate(type: str, data: Any, session: Any) -> dict[str, Any]:
 
     Raises :class:`ValidationError` (and nothing else) with ``field`` naming what was refused.
     """
+    if type is None:
+        raise ValidationError("type", "is required")
     if not isinstance(type, str) or type not in _SCHEMAS:
         shown = clean_text(type)[:64] if isinstance(type, str) else _kind(type)
         raise ValidationError("type", f"unknown event type {shown!r}")

@@ -179,6 +179,8 @@ class Registry:
         if unknown:
             raise ValidationError(f"{where}.{unknown[0]}", "not a field of an event (type, session, data, id)")
         name = raw.get("type")
+        if name is None:
+            raise ValidationError(f"{where}.type", "is required")
         t = self.types.get(name) if isinstance(name, str) else None
         if t is None:
             shown = name if isinstance(name, str) else type(name).__name__

@@ -195,6 +195,12 @@ class Projections(Protocol):
     def lease_holder(self) -> int | None: ...
 
 
+def _check_reason(reason: Any) -> None:
+    """An erase's ``reason`` (the audit record's): a non-empty text of at most 1,000 characters."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
+        raise ValidationError("reason", "must be a non-empty text of at most 1000 characters")
+
+
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
                    "user_id", "chat_id", "chat_type", "thread_id", "title", "title_source", "started_at")
 _FLAG_EVENTS = {
@@ -989,8 +995,7 @@ class SessionStore:
         left (``seq`` 0, ``events`` 0). NotFoundError for a session the log never had."""
         self._check()
         sid = ev.validate_session_id(session_id)
-        if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
-            raise ValidationError("reason", "must be a non-empty text of at most 1000 characters")
+        _check_reason(reason)
         members = self._lineage_in_log(sid)
         if not members:
             raise NotFoundError("session", sid)
@@ -1113,6 +1118,7 @@ class SessionStore:
         self._check()
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
+        _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
         cutoff = time.time() - older_than_s
         old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
                if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
