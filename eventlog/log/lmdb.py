@@ -1623,8 +1623,9 @@ class _Environment:
         writer has recovered LMDB's lock (a third of SIGKILLs of a busy writer, measured) — yet
         durable, and seen by every writer. Deciding on a head one event short (a title another
         session already took, a message id) would acknowledge writes the fold then drops, so when
-        the newest meta page is ahead of two read transactions in a row, this recovers the lock
-        (a write transaction begun and aborted) and reads again."""
+        the newest meta page is ahead of two read transactions in a row and the writer lock is
+        free (its holder is dead), this recovers the lock (a write transaction begun and
+        aborted) and reads again."""
         for attempt in range(3):
             with self._read() as txn:
                 raw = txn.get(b"head", db=self._meta)
@@ -1639,9 +1640,27 @@ class _Environment:
 
     def _recover_dead_writer(self) -> None:
         """Take LMDB's write lock once (begin a write transaction, abort it): a writer that died
-        holding it is recovered, and its last commit becomes what read transactions see."""
-        with self._writing():
-            self._env.begin(write=True).abort()
+        holding it is recovered, and its last commit becomes what read transactions see. Never
+        waits: when the writer lock is held, its holder is alive (a dead process's flock is
+        released with it) — perhaps stopped inside its commit, which then is not acknowledged
+        yet — and the read stands (a reader never waits for a writer)."""
+        if not self._writer_mu.acquire(blocking=False):
+            return
+        try:
+            fd = self._writer_lock_fd()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return
+            try:
+                if self._lock_table_garbage():
+                    return
+                self._ensure_writable()
+                self._env.begin(write=True).abort()
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            self._writer_mu.release()
 
     def hash_at(self, seq: int) -> str | None:
         with self._read() as txn:
