@@ -705,6 +705,26 @@ def test_an_open_session_serves_nothing_another_process_erased(home: Path) -> No
     s.close()
 
 
+def test_a_session_another_process_deleted_goes_on_under_its_next_incarnation(home: Path) -> None:
+    """`eventlog sessions delete` on an SDK session: reads show it empty, and the next add_items
+    (of this object or a new one) goes to the next incarnation instead of failing for good."""
+    import subprocess
+    import sys
+
+    s = make(home, "chat-1")
+    run(s.add_items([user("one")]))
+    r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                        "sessions", "delete", "chat-1"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert run(s.get_items()) == []
+    run(s.add_items([user("two")]))
+    fresh = make(home, "chat-1")
+    assert contents(run(s.get_items())) == contents(run(fresh.get_items())) == ["two"]
+    assert s.key == fresh.key != "chat-1"
+    s.close()
+    fresh.close()
+
+
 def test_an_item_over_the_event_limit_gets_one_answer_first_batch_or_not(home: Path) -> None:
     """The size check left out the call id and name copied into the message, so an item just
     under it failed later as ValidationError('items[0].data') -- or, in a session's first

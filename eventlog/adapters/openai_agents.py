@@ -347,7 +347,9 @@ class EventlogSession:
         h = self._history
         if h is not None and h.version == version and h.mark == mark:
             return h
-        if version and self._move_on(store):
+        # An erase (the mark moved) or a first read may find the session gone: follow it. A plain
+        # deletion by another process moves only the version; the next add follows it then.
+        if version and (h is None or h.mark != mark) and self._move_on(store):
             version = store.version(self.key)
         if version == 0:
             h = _History(0, [], [], mark)
