@@ -299,6 +299,60 @@ def test_a_process_holding_the_retired_dictionary_appends_readable_events(tmp_pa
     assert fresh.stdout.split("\n")[:2] == ["from the other process", "True"], fresh.stderr
 
 
+TRAINER = """
+import sys
+from eventlog.log.lmdb import EventLog
+with EventLog.open(sys.argv[1], durability="nosync") as lg:
+    seqs = lg.append([{"type": "note.added", "session": "later", "data": {
+        "text": f"a later conversation {i} about gardens " + "and seeds and soil " * 6}} for i in range(2100)])
+    trainer = lg._core._trainer
+    if trainer is not None:
+        trainer.join(30)
+    if not lg._core.compression.current:
+        assert lg._core.train_dictionary()
+    seqs += lg.append([{"type": "note.added", "session": "later", "data": {"text": "compressed with it " * 20}}])
+    print(lg._core.compression.current, seqs[-1], flush=True)
+"""
+
+
+def test_a_retired_dictionarys_id_is_never_given_to_another(tmp_path: Path) -> None:
+    """An erase that takes every event the only dictionary learnt from retires it, leaving too
+    little to train another: the next dictionary, trained by another process, was stored under
+    the same id 1. This process still held the old dictionary 1: it read the other process's
+    events as damage, and its own appends, compressed with the old bytes under id 1, were
+    acknowledged and unreadable by everyone else (an outside audit; a race round broke its log)."""
+    import subprocess
+    import sys
+    import time
+
+    lg = EventLog.open(tmp_path / "log", durability="nosync")
+    secret = lg.append([{"type": "note.added", "session": "secret", "data": {
+        "text": f"my pin for {MARKER} is {1000 + i}; " + "lorem ipsum dolor sit amet " * 6}} for i in range(2100)])
+    trainer = lg._core._trainer
+    if trainer is not None:
+        trainer.join(30)
+    if not lg._core.compression.current:
+        assert lg._core.train_dictionary()
+    retired = lg._core.compression.current
+    lg.erase(secret, {"reason": "forget"})
+    assert lg._core.compression.current == 0  # nothing left to learn from: none replaces it
+    out = subprocess.run([sys.executable, "-c", TRAINER, str(tmp_path / "log")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    new_id, their_seq = map(int, out.stdout.split())
+    assert new_id > retired
+    assert lg.get(their_seq)["data"]["text"].startswith("compressed with it")  # read with the new one
+    time.sleep(1.1)  # past the check for a newer dictionary: this process now compresses with it
+    mine = lg.append([{"type": "note.added", "session": "plain", "data": {"text": "from the eraser " * 20}}])[0]
+    assert lg._core.compression.current == new_id and lg.verify().ok
+    lg.close()
+    fresh = subprocess.run([sys.executable, "-c", "import sys; from eventlog.log.lmdb import EventLog; "
+                            "lg = EventLog.open(sys.argv[1]); print(lg.get(int(sys.argv[2]))['data']['text'][:16]); "
+                            "print(lg.verify().ok)", str(tmp_path / "log"), str(mine)],
+                           capture_output=True, text=True, timeout=60)
+    assert fresh.stdout.split("\n")[:2] == ["from the eraser ", "True"], fresh.stderr
+
+
 def test_an_export_taken_after_an_erase_imports_verbatim(tmp_path: Path) -> None:
     """The stubs and the erase record travel with the export (found by an outside audit: the
     import refused a stub for having no data)."""

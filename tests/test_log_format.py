@@ -363,3 +363,27 @@ def test_a_first_format_log_with_events_format_2_cannot_hold_migrates(tmp_path: 
         assert lg._core.format == stored.FORMAT_2
         assert _raw_events(lg) == before and lg.verify().ok
     assert not [n for n in os.listdir(p) if n.endswith(".tmp")]
+
+
+def test_a_dictionary_id_that_names_other_bytes_is_loaded_again() -> None:
+    """Logs written before dictionary ids were kept unique could give a retired dictionary's id
+    to new bytes: a process that had the old ones must take the new ones when told to use the id
+    (``use``), and drop everything after moving to another generation (``forget``)."""
+    def corpus(word: str) -> list[bytes]:
+        return [codec.canonical({"text": f"{word} {i} " + f"{word} and more {word} " * 12}) for i in range(900)]
+
+    old, new = stored.train(corpus("alpha")), stored.train(corpus("omega"))
+    assert old is not None and new is not None and old != new
+    stored_dicts = {1: old}
+    comp = stored.Compression(lambda i: stored_dicts.get(i))
+    comp.use(1, old)
+    sample = corpus("omega")[7]
+    with_old = comp.compress(sample)
+    assert comp.decompress(with_old[0], 1, with_old[2]) == sample
+    stored_dicts[1] = new  # the log now holds other bytes under id 1
+    comp.use(1, new)
+    codec_id, dict_id, payload = comp.compress(sample)
+    reader = stored.Compression(lambda i: stored_dicts.get(i))  # a process that only knows the new ones
+    assert (dict_id, reader.decompress(codec_id, 1, payload)) == (1, sample)
+    comp.forget()
+    assert comp.decompress(codec_id, 1, payload) == sample  # reloaded from the log

@@ -109,6 +109,10 @@ the log open holds it: a process of an earlier version could still append events
 the retired dictionary, which nothing could then read."""
 _DICT_RANGE = struct.Struct(">QQ")
 """``zdict:<id>:range``: the first and last seq of the events a dictionary was trained on."""
+DICT_TOP = b"zdict_top"
+"""In ``meta``: the highest dictionary id ever given (a retired dictionary's row is dropped by the
+compaction that retires it, and its id must never name other bytes: a process that knew the old
+dictionary would compress and read with it). Logs without the row count their ``zdict:<id>`` rows."""
 COMMIT_DELAY_S = 0.0004
 """How long a leader waits for concurrent callers to queue before it commits (see _gather)."""
 GROUP_MAX_EVENTS = 20_000
@@ -617,6 +621,7 @@ class _Environment:
                 self._open_current(False)
                 moved = self.env_dir != before
         if moved:
+            self.compression.forget()  # the compaction may have retired dictionaries
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     # ---------------------------------------------------------------- open / close
@@ -709,7 +714,7 @@ class _Environment:
             new_codec = stored.Compression(lambda _id: None)
             fresh = self._train_clean(txn, old_codec)
             if fresh is not None:
-                new_id = max(known) + 1
+                new_id = self._top_dict_id(txn) + 1
                 new_codec.use(new_id, fresh[0])
                 new_dict = (new_id, *fresh)
             recode = (old_codec, new_codec)
@@ -744,6 +749,8 @@ class _Environment:
                         continue  # a dictionary that learnt from erased events: not carried over
                     out.put(key, value, db=d_meta)
                 if retired:
+                    # the retired ids stay used for good, whatever comes next
+                    out.put(DICT_TOP, b"%d" % (self._top_dict_id(txn) if new_dict is None else new_dict[0]), db=d_meta)
                     if new_dict is not None:
                         new_id, raw_dict, lo, hi = new_dict
                         out.put(b"zdict:%d" % new_id, raw_dict, db=d_meta)
@@ -950,12 +957,18 @@ class _Environment:
             now = txn.get(b"erased", db=self._meta)
             if (int(now) if now else 0) != mark:
                 return 0
-            current = txn.get(b"zdict", db=self._meta)
-            dict_id = int(current) + 1 if current else 1
+            dict_id = self._top_dict_id(txn) + 1  # never an id a retired dictionary had
             txn.put(b"zdict:%d" % dict_id, trained, db=self._meta)
             txn.put(b"zdict:%d:range" % dict_id, _DICT_RANGE.pack(first, head), db=self._meta)
             txn.put(b"zdict", b"%d" % dict_id, db=self._meta)
+            txn.put(DICT_TOP, b"%d" % dict_id, db=self._meta)
         return dict_id
+
+    def _top_dict_id(self, txn: lmdb.Transaction) -> int:
+        """The highest dictionary id the log ever gave (0: none)."""
+        current = txn.get(b"zdict", db=self._meta)
+        top = txn.get(DICT_TOP, db=self._meta)
+        return max([int(current) if current else 0, int(top) if top else 0, *self._dict_ids(txn)])
 
     def _maybe_train(self, head: int) -> None:
         """Start training a dictionary in the background once a format-2 log without one has
@@ -1337,10 +1350,13 @@ class _Environment:
                     return
                 if generation_dir(self.path) == self.env_dir:
                     log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
+                before = self.env_dir
                 with self._sweep_lock:
                     self._lock_map = None
                     self._env.close()
                     self._open_current(self._env_readonly)
+                if self.env_dir != before:
+                    self.compression.forget()  # the compaction may have retired dictionaries
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     def _plan(

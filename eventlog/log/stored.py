@@ -68,6 +68,17 @@ class Compression:
         self.current: int = 0
         self._pools: dict[tuple[str, int], list[Any]] = {}
         self._lock = threading.Lock()
+        self._epoch = 0  # moved by forget(): a codec taken before it is not given back
+
+    def forget(self) -> None:
+        """Drop every dictionary and codec known (they are loaded again from the log when next
+        needed): the log moved to another generation, whose compaction may have retired
+        dictionaries — and a log written by an earlier release may have given a retired id to new
+        bytes."""
+        with self._lock:
+            self._epoch += 1
+            self._dicts = {}
+            self._pools = {}
 
     def use(self, dict_id: int, raw: bytes) -> None:
         """Make dictionary ``dict_id`` (bytes ``raw``) known and the one new events use."""
@@ -76,7 +87,7 @@ class Compression:
 
     def _dict(self, dict_id: int, raw: bytes | None = None) -> Any:
         found = self._dicts.get(dict_id)
-        if found is not None:
+        if found is not None and (raw is None or found.as_bytes() == raw):
             return found
         if raw is None:
             raw = self._load_dict(dict_id)
@@ -87,6 +98,10 @@ class Compression:
         with self._lock:
             made = zstandard.ZstdCompressionDict(raw)
             made.precompute_compress(level=ZSTD_LEVEL)
+            if found is not None:  # other bytes under a known id (an earlier release's reuse): theirs now
+                self._dicts[dict_id] = made
+                self._pools.pop(("c", dict_id), None)
+                self._pools.pop(("d", dict_id), None)
             self._dicts.setdefault(dict_id, made)
         return self._dicts[dict_id]
 
@@ -107,7 +122,9 @@ class Compression:
                                             write_checksum=False, write_dict_id=False)
         return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True, write_dict_id=False)
 
-    def _give(self, kind: str, key: int, codec_obj: Any) -> None:
+    def _give(self, kind: str, key: int, codec_obj: Any, epoch: int) -> None:
+        if epoch != self._epoch:
+            return  # made with what forget() dropped
         free = self._pools.setdefault((kind, key), [])
         if len(free) < POOL_MAX:
             free.append(codec_obj)
@@ -116,10 +133,10 @@ class Compression:
         """``(codec, dict id, payload)`` for canonical data bytes."""
         if len(data) < COMPRESS_MIN_BYTES:
             return CODEC_RAW, 0, data
-        dict_id = self.current
+        dict_id, epoch = self.current, self._epoch
         c = self._take("c", dict_id)
         payload = c.compress(data)
-        self._give("c", dict_id, c)
+        self._give("c", dict_id, c, epoch)
         if len(payload) >= len(data):
             return CODEC_RAW, 0, data
         return (CODEC_ZSTD_DICT if dict_id else CODEC_ZSTD), dict_id, payload
@@ -132,6 +149,7 @@ class Compression:
         import zstandard
 
         key = dict_id if codec_id == CODEC_ZSTD_DICT else 0
+        epoch = self._epoch
         d = self._take("d", key)
         try:
             # A damaged frame header can declare any size: refuse one no event can have before
@@ -142,7 +160,7 @@ class Compression:
             out: bytes = d.decompress(payload)
         except (zstandard.ZstdError, MemoryError) as e:
             raise StoredFormatError(f"compressed data does not decompress ({e})") from None
-        self._give("d", key, d)  # one that failed is dropped: its state is not worth trusting
+        self._give("d", key, d, epoch)  # one that failed is dropped: its state is not worth trusting
         return out
 
 
