@@ -25,6 +25,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
 
 from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, IntegrityError, ValidationError
 from eventlog.log import Log, codec
+from eventlog.log.base import VerifyResult, verify_chain
 from eventlog.log.damage import Damage, Verified
 from sqlite_export.errors import converted
 
@@ -115,30 +116,30 @@ def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str,
         yield n, raw, env
 
 
+def _chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> VerifyResult:
+    """The file judged as a whole log would be by ``log verify``: seqs gapless from 1, each line
+    checked against the chain, and every erased event named by a later ``log.erased`` record
+    (a stub forged from a line, hash kept, is caught here)."""
+    last = items[-1][2].get("hash") if items else codec.ZERO_HASH
+    seqs = ((seq if type(seq := env.get("seq")) is int else -1, raw) for _, raw, env in items)
+    return verify_chain(seqs, lambda: (len(items), str(last)))
+
+
 def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
     """True when the file is one intact chain from seq 1 (a whole-log export)."""
-    prev = codec.ZERO_HASH
-    for i, (_, raw, env) in enumerate(items, 1):
-        if env.get("seq") != i:
-            return False
-        _, reason = codec.check_stored(raw, i, prev)
-        if reason is not None:
-            return False
-        prev = env["hash"]
-    return True
+    return _chain(items).ok
 
 
 def _first_break(items: list[tuple[int, bytes, dict[str, Any]]]) -> str:
     """Where the file stops being one intact chain from seq 1 (for :func:`_check_chain`'s False)."""
-    prev = codec.ZERO_HASH
-    for i, (n, raw, env) in enumerate(items, 1):
-        if env.get("seq") != i:
-            return f"line {n} holds seq {env.get('seq')!r} where seq {i} belongs (lines missing or out of order)"
-        _, reason = codec.check_stored(raw, i, prev)
-        if reason is not None:
-            return f"line {n} (seq {i}): {reason}"
-        prev = env["hash"]
-    return "its chain does not hold"  # not reached: _check_chain said no
+    res = _chain(items)
+    seq = res.first_bad_seq or 1
+    if 1 <= seq <= len(items):
+        n, _, env = items[seq - 1]
+        if env.get("seq") != seq:
+            return f"line {n} holds seq {env.get('seq')!r} where seq {seq} belongs (lines missing or out of order)"
+        return f"line {n} (seq {seq}): {res.reason}"
+    return str(res.reason)
 
 
 def _tampered(env: dict[str, Any]) -> str | None:

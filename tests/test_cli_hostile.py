@@ -346,6 +346,18 @@ def test_a_changed_export_is_refused_and_a_partial_one_is_imported_with_a_warnin
     err = one_line_error(run(home, "import", "--whole", str(partial), profile="restored"))
     assert "not one whole chain from seq 1" in err and "line 2 holds seq 3 where seq 2 belongs" in err, err
     assert not (home / "profiles" / "restored").exists()
+    # a line turned into an erased stub (data removed, hash kept) is not a whole log either:
+    # no log.erased record names it (found by an outside audit: imported verbatim, then failed verify)
+    stub = json.loads(lines[k])
+    stub.pop("data")
+    stub["erased"] = True
+    forged = tmp_path / "forged.jsonl"
+    from eventlog.log import codec
+
+    forged.write_text("\n".join(lines[:k] + [codec.canonical(stub).decode()] + lines[k + 1:]) + "\n")
+    err = one_line_error(run(home, "import", "--whole", str(forged), profile="restored"))
+    assert f"line {k + 1} (seq {k + 1})" in err and "no log.erased event names it" in err, err
+    assert not (home / "profiles" / "restored").exists()
     r = run(home, "import", "--whole", str(export), profile="restored")
     assert r.returncode == 0 and "mode=verbatim" in r.stdout, r.stderr
     r = run(home, "import", str(partial), profile="partial")
