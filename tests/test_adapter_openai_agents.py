@@ -725,6 +725,58 @@ def test_a_session_another_process_deleted_goes_on_under_its_next_incarnation(ho
     fresh.close()
 
 
+def _cli_erase(home: Path, key: str) -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                        "sessions", "erase", key, "--reason", "user request"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_an_erase_by_an_object_that_has_not_read_since_takes_the_current_incarnation(home: Path) -> None:
+    """Object A wrote; the session was erased elsewhere and went on under its next incarnation,
+    where B added; A, which had not read since, then cleared with erase=True: it erased the old,
+    already erased incarnation (nothing) and B's words stayed (an outside audit)."""
+    a, b = make(home, "chat-2"), make(home, "chat-2")
+    run(a.add_items([user("first words")]))
+    _cli_erase(home, a.key)
+    run(b.add_items([user("SecondIncarnationWords")]))
+    run(a.clear_session(erase=True))
+    assert run(a.get_items()) == [] and run(b.get_items()) == []
+    found = [p for p in home.rglob("*") if p.is_file() and b"SecondIncarnationWords" in p.read_bytes()]
+    assert found == []
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("op", ["pop", "clear"])
+def test_a_pop_or_clear_that_meets_an_erase_follows_the_session(home: Path, op: str) -> None:
+    """The history was read, then another process erased the session before the rewind: the
+    rewind's NotFoundError reached the caller (an outside audit, 3 of 7 race rounds). The
+    object follows the session to its next incarnation, which is empty."""
+    s = make(home, "chat-3")
+    run(s.add_items([user("one"), user("two")]))
+    assert contents(run(s.get_items())) == ["one", "two"]
+    store = s._open()
+    real = store.rewind
+    erased = []
+
+    def rewind(*a: Any, **k: Any) -> int:
+        if not erased:
+            erased.append(s.key)
+            _cli_erase(home, s.key)  # between the read and the rewind
+        return int(real(*a, **k))
+
+    store.rewind = rewind  # type: ignore[method-assign]
+    try:
+        assert (run(s.pop_item()) if op == "pop" else run(s.clear_session())) is None
+    finally:
+        store.rewind = real  # type: ignore[method-assign]
+    assert erased and run(s.get_items()) == [] and s.key != erased[0]
+    s.close()
+
+
 def test_an_item_over_the_event_limit_gets_one_answer_first_batch_or_not(home: Path) -> None:
     """The size check left out the call id and name copied into the message, so an item just
     under it failed later as ValidationError('items[0].data') -- or, in a session's first

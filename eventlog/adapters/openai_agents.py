@@ -75,6 +75,14 @@ MOVE_ON_TRIES = 5
 """How many incarnations one ``add_items`` follows when each refuses it (each was erased meanwhile)."""
 
 
+def _erased(store: SessionStore, key: str) -> bool:
+    """Whether the session ``key`` was erased, from the log: an erase turns a whole stream into
+    stubs, its first event (the creation) included."""
+    for env in store.log.read_session(key):
+        return bool(env.get("erased"))
+    return False
+
+
 def session_key(session_id: str) -> str:
     """The eventlog session id that stores the SDK session ``session_id``."""
     return map_id(session_id, field="session_id", domain="openai_agents")[0]
@@ -322,11 +330,15 @@ class EventlogSession:
 
     def _move_on(self, store: SessionStore) -> bool:
         """Follow the session past every incarnation that is gone (erased or deleted, by this
-        object or any other process); True when the key moved. Caller holds ``_history_lock``."""
+        object or any other process); True when the key moved. Caller holds ``_history_lock``.
+
+        An erase is judged from the log (the stream's first event is a stub then: one read),
+        never from the read model, which may not have applied it yet — a history cached from it
+        at the new erase mark would never be read again. A deletion is judged by the read model
+        first (cheap) and then the log; a lag there only delays the move to the next write's
+        refusal."""
         moved = False
-        # The read model first (cheap; a lag there only delays the move to the append's refusal),
-        # then the log, which reads the stream.
-        while store.get_session(self.key) is None and store.gone(self.key):
+        while _erased(store, self.key) or (store.get_session(self.key) is None and store.gone(self.key)):
             self._incarnation += 1
             self.key = incarnation_id(self.session_id, domain="openai_agents", incarnation=self._incarnation)
             self._created = False
@@ -474,6 +486,10 @@ class EventlogSession:
                     store.rewind(self.key, h.ids[at], expected_version=h.version)
                 except ConcurrencyError:
                     continue  # the session moved on (an add or another pop): look again
+                except NotFoundError:  # erased or deleted meanwhile: on to where the session is now
+                    if not self._move_on(store):
+                        raise
+                    continue
                 self._history = _History(h.version + 1, h.ids[:at], h.items[:at], h.mark)
                 return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
@@ -488,6 +504,7 @@ class EventlogSession:
     def _erase(self) -> None:
         store = self._open()
         with self._history_lock:
+            self._move_on(store)  # the incarnation the session is at now (another process may have erased one)
             if store.get_session(self.key) is None and not store.version(self.key):
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
@@ -503,6 +520,10 @@ class EventlogSession:
                 try:
                     store.rewind(self.key, h.ids[0], expected_version=h.version)
                 except ConcurrencyError:
+                    continue
+                except NotFoundError:  # erased or deleted meanwhile: on to where the session is now
+                    if not self._move_on(store):
+                        raise
                     continue
                 self._history = _History(h.version + 1, [], [], h.mark)
                 return
