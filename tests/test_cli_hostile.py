@@ -251,6 +251,28 @@ def test_events_of_sessions_that_do_not_exist_are_refused(profile_home: Path, tm
     one_line_error(r)
 
 
+def test_nothing_follows_the_deletion_of_its_session_or_an_ancestor_in_one_input(tmp_path: Path) -> None:
+    """An earlier line deleting a parent takes its descendants with it for the later lines
+    (found by an outside audit: a message to the child, and a child created under a child of
+    the deleted parent, were appended; the second listed as a live orphan)."""
+    home = tmp_path / "h"
+    for args in (["sessions", "new", "--id", "p"], ["sessions", "new", "--id", "c", "--parent", "p"]):
+        assert run(home, *args).returncode == 0
+    before = run(home, "log", "verify", "--json").stdout
+    deleted = '{"type": "session.deleted", "session": "p", "data": {}}\n'
+    cases = [(deleted + '{"type": "message.appended", "session": "c", "data": {"role": "user", "content": "x"}}',
+              "line 2.session: session 'c' does not exist"),
+             (deleted + '{"type": "session.created", "session": "g", "data": {"parent_session_id": "c"}}',
+              "line 2.data.parent_session_id: session 'c' does not exist"),
+             ('{"type": "session.created", "session": "q", "data": {}}\n'
+              '{"type": "session.deleted", "session": "q", "data": {}}\n'
+              '{"type": "session.created", "session": "q2", "data": {"parent_session_id": "q"}}',
+              "line 3.data.parent_session_id: session 'q' does not exist")]
+    for text, why in cases:
+        assert why in one_line_error(run(home, "append", input=text)), text
+    assert run(home, "log", "verify", "--json").stdout == before
+
+
 def test_an_event_without_a_type_is_told_it_needs_one(profile_home: Path) -> None:
     """An outside audit's nit: a line with no "type" was refused as "unknown event type None"."""
     before = run(profile_home, "log", "verify", "--json").stdout

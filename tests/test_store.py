@@ -181,6 +181,41 @@ def test_append_events_refuses_references_to_messages_that_are_not_there(store: 
     assert session(store, "d")["parent_session_id"] == "c"
 
 
+def test_append_events_judges_a_batch_in_its_order(store: SessionStore) -> None:
+    """A session.created for an id ever used, and anything after the deletion of its session or
+    of an ancestor earlier in the same batch, are refused as the store's methods refuse them
+    (an outside audit appended all of these through append_events; one left a live orphan)."""
+    p = store.create_session("p")
+    c = store.create_session("c", parent_session_id=p)
+    mid = store.append_message(c, "user", "hi")
+    erased = store.create_session("e")
+    store.erase_session(erased, "test")
+
+    def deleted(sid: str) -> dict[str, Any]:
+        return {"type": "session.deleted", "session": sid, "data": {}}
+
+    def message(sid: str) -> dict[str, Any]:
+        return {"type": "message.appended", "session": sid, "data": {"role": "user", "content": "x"}}
+
+    bad: list[tuple[list[dict[str, Any]], type[Exception]]] = [
+        ([{"type": "session.created", "session": erased, "data": {}}], ConflictError),
+        ([{"type": "session.created", "session": p, "data": {}}], ConflictError),
+        ([{"type": "session.created", "session": "n", "data": {}}, {"type": "session.created", "session": "n",
+                                                                      "data": {}}], ConflictError),
+        ([deleted(c), message(c)], NotFoundError),
+        ([deleted(p), message(c)], NotFoundError),
+        ([deleted(p), {"type": "message.reaction_set", "session": c,
+                       "data": {"message_id": mid, "author": "x", "emoji": "+1"}}], NotFoundError),
+        ([deleted(p), {"type": "session.created", "session": "k", "data": {"parent_session_id": p}}], NotFoundError),
+        ([deleted(p), {"type": "session.created", "session": "k", "data": {"parent_session_id": c}}], NotFoundError),
+    ]
+    for batch, error in bad:
+        with log_unchanged(store), pytest.raises(error):
+            store.append_events(batch)
+    assert store.append_events([message(c), deleted(p)])  # in that order it is fine
+    assert store.get_session(c) is None and store.get_session(p) is None
+
+
 def test_child_of_unknown_parent_is_refused(store: SessionStore) -> None:
     with log_unchanged(store), pytest.raises(NotFoundError):
         store.create_session(parent_session_id="no-such-parent")

@@ -136,6 +136,7 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
     from eventlog.sessions.events import MESSAGE_REFERENCES  # not at import: `append --help` stays light
     empty = log.head()[0] == 0  # an empty log holds no session yet
     known: dict[str, bool] = {}
+    parents: dict[str, str | None] = {}  # of the sessions looked at: their parent
 
     def live_in_log(s: str, depth: int = 0) -> bool:
         if empty:
@@ -152,6 +153,7 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
                     parent = data.get("parent_session_id") if isinstance(data, dict) else None
                 elif env.get("type") == "session.deleted":
                     gone = True
+            parents[s] = parent if isinstance(parent, str) else None
             known[s] = created and not gone and (not isinstance(parent, str) or depth > 64
                                                  or live_in_log(parent, depth + 1))
         return known[s]
@@ -166,7 +168,18 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
             continue
 
         def live(s: str) -> bool:
-            return s not in deleted and (s in created or live_in_log(s))
+            if s in deleted or not (s in created or live_in_log(s)):
+                return False
+            up = parents.get(s)
+            for _ in range(65):  # an ancestor deleted by an earlier line takes the session with it
+                if up is None:
+                    return True
+                if up in deleted:
+                    return False
+                if up not in parents:
+                    live_in_log(up)
+                up = parents.get(up)
+            return True
 
         if ev["type"] == "session.created":
             if sid in created or (not empty and log.stream_version(sid) > 0):
@@ -176,6 +189,7 @@ def _check_sessions(log: Log, numbers: list[int], batch: list[dict[str, Any]]) -
             if parent is not None and not live(parent):
                 raise ValidationError(f"line {n}.data.parent_session_id", f"session {parent!r} does not exist")
             created.add(sid)
+            parents[sid] = parent if isinstance(parent, str) else None
         elif not live(sid):
             raise ValidationError(f"line {n}.session", f"session {sid!r} does not exist",
                                   hint="create it first (a session.created event, or `eventlog sessions new`)")

@@ -905,23 +905,59 @@ class SessionStore:
         prepare_batch([registry.event(e, i) for i, e in enumerate(events)], None)
 
     def _check_references(self, batch: list[dict[str, Any]], created: set[str]) -> None:
-        """What events of the catalogue name besides their session must exist, as the store's
-        own methods require: the message a reaction or a rewind names, in the event's session
-        (a message is named by its seq, so not one of this batch's), and a new session's parent
-        (live, or created earlier in the batch). NotFoundError, nothing appended."""
-        made: set[str] = set()
+        """What the store's own methods require of the catalogue events of a batch, in batch
+        order: the message a reaction or a rewind names is a message of the event's session (by
+        seq, so not one of this batch's); a ``session.created`` uses an id never used (in the log
+        or earlier in the batch) under a live parent; and nothing follows, in the batch, the
+        deletion of its session or of an ancestor of it. NotFoundError or ConflictError, nothing
+        appended. (Whether the sessions named are live in the log is checked at the append.)"""
+        made: dict[str, str | None] = {}  # created in the batch: its parent
+        deleted: set[str] = set()
+
+        def parent_of(sid: str) -> str | None:
+            if sid in made:
+                return made[sid]
+            row = self._fresh().get_session(sid)
+            parent = row.get("parent_session_id") if row else None
+            return parent if isinstance(parent, str) else None
+
+        def gone_in_batch(sid: str | None) -> bool:
+            for _ in range(65):  # a lineage is at most 64 deep (rules.lineage)
+                if sid is None:
+                    return False
+                if sid in deleted:
+                    return True
+                sid = parent_of(sid)
+            return False
+
         for e in batch:
-            data = e["data"]
+            data, sid = e["data"], e["session"]
+            if not self._core.registry.is_catalogue(e["type"]):
+                continue
+            if e.get("id") is not None and self.log.event_seq(e["id"]) is not None:
+                # a retried batch: the log answers for an id it holds (the same event, or refused)
+                if e["type"] == "session.created":
+                    made[sid] = data.get("parent_session_id")
+                continue
+            if e["type"] == "session.created":
+                if sid in made or self.log.stream_version(sid) > 0:
+                    raise ConflictError("id", f"session id {sid!r} is already used",
+                                        hint="omit the session.created event, or use a new session id")
+                parent = data.get("parent_session_id")
+                if parent is not None and (gone_in_batch(parent) or (
+                        parent not in made and not self._fresh(self.log.head()[0]).is_live(parent))):
+                    raise NotFoundError("session", parent)
+                made[sid] = parent
+                continue
+            if deleted and gone_in_batch(sid):
+                raise NotFoundError("session", sid)
             if e["type"] in ev.MESSAGE_REFERENCES:
                 mid = data["message_id"]
-                if (self._fresh().message_session(mid) != e["session"]
-                        and self._fresh(self.log.head()[0]).message_session(mid) != e["session"]):
+                if (self._fresh().message_session(mid) != sid
+                        and self._fresh(self.log.head()[0]).message_session(mid) != sid):
                     raise NotFoundError("message", mid)
-            elif e["type"] == "session.created":
-                parent = data.get("parent_session_id")
-                if parent is not None and parent not in made and not self._fresh(self.log.head()[0]).is_live(parent):
-                    raise NotFoundError("session", parent)
-                made.add(e["session"])
+            elif e["type"] == "session.deleted":
+                deleted.add(sid)
 
     def append_events(self, events: Iterable[dict[str, Any]], expected_version: int | None = None) -> list[int]:
         """Append events of registered types (the session catalogue's or an extension's,
