@@ -170,7 +170,9 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     and the final state can then differ from the exported one (what the CLI does). ``whole``:
     refuse a file that is not one whole, intact chain from seq 1 (:class:`IntegrityError` naming
     the first line out of place, nothing written) — a restore from a whole-log export, where a
-    missing line must not pass as a session's export."""
+    missing line must not pass as a session's export. (A file cut after a whole line is still one
+    whole chain: nothing in an export records the head it was taken at; compare the head hash
+    that ``log verify`` reports at the source.)"""
     try:
         items = list(_parse(lines))
     except EventLogError:

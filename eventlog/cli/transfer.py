@@ -142,7 +142,9 @@ def _Output(name: str) -> Iterator[IO[bytes]]:
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "hermes"]), default="jsonl", show_default=True,
               help="jsonl: an eventlog export; hermes: an existing agent state.db (read-only).")
 @click.option("--whole", is_flag=True, help="jsonl: refuse a file that is not one whole chain from seq 1 "
-                                              "(a restore: no line may be missing).")
+                                              "(a restore: no line may be missing; a file cut after a whole "
+                                              "line still is one: compare the head hash `log verify` gives at "
+                                              "the source).")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @json_option
 @pass_ctx
