@@ -392,6 +392,7 @@ class _Environment:
         self._claim = 0
         self._claim_head: bytes | None = None
         self._zdict_checked = -ZDICT_CHECK_S
+        self._dicts_env: Any = None  # the environment whose dictionaries are all known (_know_dicts)
         self.refs = 1
         self.format = FORMAT_VERSION
         self.compression = stored.Compression(self._load_dict)
@@ -621,7 +622,6 @@ class _Environment:
                 self._open_current(False)
                 moved = self.env_dir != before
         if moved:
-            self.compression.forget()  # the compaction may have retired dictionaries
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     # ---------------------------------------------------------------- open / close
@@ -909,6 +909,24 @@ class _Environment:
         with self._read() as txn:
             raw = txn.get(b"zdict:%d" % dict_id, db=self._meta)
         return None if raw is None else bytes(raw)
+
+    def _know_dicts(self, txn: lmdb.Transaction) -> None:
+        """Have every dictionary of this generation in memory before values read in ``txn`` are
+        decoded after it: another process's compaction may retire one meanwhile, and this
+        process (another thread) move to the generation that no longer has it. Checked with one
+        lookup: all are loaded when the environment changed or the current one is unknown (a
+        dictionary of this generation was current once, or was there when it was first read)."""
+        if self.format != FORMAT_2:
+            return
+        current = txn.get(b"zdict", db=self._meta)
+        if self._dicts_env is self._env and (current is None or self.compression.knows(int(current))):
+            return
+        for dict_id in self._dict_ids(txn):
+            if not self.compression.knows(dict_id):
+                raw = txn.get(b"zdict:%d" % dict_id, db=self._meta)
+                if raw is not None:
+                    self.compression.know(dict_id, bytes(raw))
+        self._dicts_env = self._env
 
     def _adopt_dict(self, dict_id: int) -> None:
         if dict_id and dict_id != self.compression.current:
@@ -1350,13 +1368,10 @@ class _Environment:
                     return
                 if generation_dir(self.path) == self.env_dir:
                     log_warn(f"{self._lock_path} was deleted or replaced; reopening the log on the current lock file")
-                before = self.env_dir
                 with self._sweep_lock:
                     self._lock_map = None
                     self._env.close()
                     self._open_current(self._env_readonly)
-                if self.env_dir != before:
-                    self.compression.forget()  # the compaction may have retired dictionaries
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
     def _plan(
@@ -1687,6 +1702,8 @@ class _Environment:
         """The envelope at ``seq``, or ``None``."""
         with self._read() as txn:
             raw = txn.get(seq_key(seq), db=self._events)
+            if raw is not None:
+                self._know_dicts(txn)
         return None if raw is None else self._envelope(seq, bytes(raw))
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
@@ -1706,6 +1723,7 @@ class _Environment:
             chunk: list[tuple[int, bytes]] = []
             chunk_bytes = 0
             with self._read() as txn:
+                self._know_dicts(txn)
                 cur = txn.cursor(db=self._events)
                 if cur.set_range(seq_key(nxt)):
                     for k, v in cur:
@@ -1786,6 +1804,7 @@ class _Environment:
         while True:
             chunk: list[tuple[int, bytes | None]] = []
             with self._read() as txn:
+                self._know_dicts(txn)
                 cur = txn.cursor(db=self._streams)
                 found = cur.set_range_dup(key, seq_key(after + 1)) if after else cur.set_key(key)
                 if found:

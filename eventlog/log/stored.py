@@ -68,17 +68,16 @@ class Compression:
         self.current: int = 0
         self._pools: dict[tuple[str, int], list[Any]] = {}
         self._lock = threading.Lock()
-        self._epoch = 0  # moved by forget(): a codec taken before it is not given back
+        self._epoch = 0  # moved when a known id takes other bytes: a codec taken before is not given back
 
-    def forget(self) -> None:
-        """Drop every dictionary and codec known (they are loaded again from the log when next
-        needed): the log moved to another generation, whose compaction may have retired
-        dictionaries — and a log written by an earlier release may have given a retired id to new
-        bytes."""
-        with self._lock:
-            self._epoch += 1
-            self._dicts = {}
-            self._pools = {}
+    def knows(self, dict_id: int) -> bool:
+        return dict_id in self._dicts
+
+    def know(self, dict_id: int, raw: bytes) -> None:
+        """Keep dictionary ``dict_id`` (bytes ``raw``) for reading, without making it the one new
+        events use. Dictionaries are kept for the life of the log handle: a value read before a
+        compaction retired its dictionary is still decoded after it (ids are never given twice)."""
+        self._dict(dict_id, raw)
 
     def use(self, dict_id: int, raw: bytes) -> None:
         """Make dictionary ``dict_id`` (bytes ``raw``) known and the one new events use."""
@@ -100,8 +99,8 @@ class Compression:
             made.precompute_compress(level=ZSTD_LEVEL)
             if found is not None:  # other bytes under a known id (an earlier release's reuse): theirs now
                 self._dicts[dict_id] = made
-                self._pools.pop(("c", dict_id), None)
-                self._pools.pop(("d", dict_id), None)
+                self._epoch += 1
+                self._pools = {}
             self._dicts.setdefault(dict_id, made)
         return self._dicts[dict_id]
 
@@ -124,7 +123,7 @@ class Compression:
 
     def _give(self, kind: str, key: int, codec_obj: Any, epoch: int) -> None:
         if epoch != self._epoch:
-            return  # made with what forget() dropped
+            return  # made with bytes that an id no longer names
         free = self._pools.setdefault((kind, key), [])
         if len(free) < POOL_MAX:
             free.append(codec_obj)
