@@ -1531,3 +1531,35 @@ def test_a_relative_db_path_survives_a_chdir(tmp_path: Path, monkeypatch: pytest
         assert db.get_session("s") is not None and db.get_session("t") is None
     finally:
         db.close()
+
+
+def test_an_erase_made_through_eventlogs_cli_takes_the_sessions_out_of_the_hermes_projection(tmp_path: Path) -> None:
+    """`eventlog --home <db_path>.eventlog sessions erase` erased the log, and the Hermes
+    projection went on serving the session's messages from its file, to open handles and new
+    ones (an outside audit). A catch-up that meets an erase record naming sessions the projection
+    shows rebuilds it into a new generation and removes the others."""
+    path = tmp_path / "state.db"
+    gateway = SessionDB(db_path=path)
+    try:
+        gateway.create_session("s-b", "cli")
+        gateway.create_session("s-keep", "cli")
+        for i in range(5):
+            gateway.append_message("s-b", "user", f"ErasedThroughTheCli {i}")
+        gateway.append_message("s-keep", "user", "kept")
+        home = str(Layout(path).log_dir.parent.parent.parent)
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", home,
+                            "sessions", "erase", "s-b", "--reason", "user request"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert gateway.get_session("s-b") is None and gateway.get_messages("s-b") == []
+        assert [m["content"] for m in gateway.get_messages("s-keep")] == ["kept"]
+        gateway.append_message("s-keep", "assistant", "still writing")
+    finally:
+        gateway.close()
+    fresh = SessionDB(db_path=path)
+    try:
+        assert fresh.get_session("s-b") is None and len(fresh.get_messages("s-keep")) == 2
+    finally:
+        fresh.close()
+    held = [str(p) for p in tmp_path.rglob("*") if p.is_file() and b"ErasedThroughTheCli" in p.read_bytes()]
+    assert held == [] or all("profiles/default/state." in h or "fts." in h for h in held), held

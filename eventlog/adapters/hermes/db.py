@@ -242,6 +242,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 self._next_check = now + CHECK_EVERY_S
                 if engine is not None:
                     engine.refresh(self._reader)  # type: ignore[arg-type]
+                    if engine.generation != self._generation:  # the catch-up rebuilt the projection
+                        self._connect_reader()
             try:
                 yield self._reader  # type: ignore[misc]
             except sqlite3.DatabaseError as e:

@@ -259,9 +259,25 @@ class Engine:
             conn = self._connection()
             cursor = projection.read_seq(conn)
         if cursor < head:
-            cursor = projection.catch_up(conn, self.log, cursor, head)
+            try:
+                cursor = projection.catch_up(conn, self.log, cursor, head)
+            except projection.ErasedHere:
+                # erased through eventlog (its CLI, retention): the sessions leave the files
+                log.warning("hermes projection %s: the log erased sessions it shows; rebuilding it",
+                            self.layout.pointer)
+                self._purge_rebuild()
+                cursor = projection.read_seq(self._connection())
             self._hash_seq = cursor
         self._cursor = cursor
+
+    def _purge_rebuild(self) -> Path:
+        """Rebuild the projection into a new generation and remove every other one (they hold
+        what an erase took out). Under the lease."""
+        path = projection.rebuild(self.layout, self.log)
+        for name in os.listdir(self.layout.dir):
+            if name.startswith("state.") and name.endswith(".db") and name != path.name:
+                projection.remove_file(self.layout.dir / name)
+        return path
 
     def write(self, fn: Callable[[Tx], T], *, healed: bool = False) -> T:
         """Run ``fn`` as one atomic write (see the module docstring); returns its result.
@@ -348,6 +364,7 @@ class Engine:
                 # and be dropped from every replay after it was acknowledged.
                 conn.execute("ROLLBACK")
                 self._sync(conn)
+                conn = self._connection()  # a catch-up may have moved it to a new generation
                 conn.execute("BEGIN IMMEDIATE")
             events: list[dict[str, Any]] = []
             try:
@@ -468,8 +485,8 @@ class Engine:
         it). The AUTOINCREMENT counters are carried in the record, so a rebuild never hands out
         an id a deleted row had. Returns the record's seq (0: nothing)."""
         with self.mutex, self.lease:
-            conn = self._connection()
-            self._sync(conn)
+            self._sync(self._connection())
+            conn = self._connection()  # the catch-up may have moved it to a new generation
             due = erase_due(conn)
             # A Hermes id eventlog's stream ids cannot hold lives in a mapped stream (the id in
             # the data): read that stream, and only that id's events (the differential test found
@@ -497,10 +514,7 @@ class Engine:
             # The record names every id it settles (a rebuild then finds none of them due).
             seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": list(found),
                                             "sqlite_sequence": sequences}))
-            path = projection.rebuild(self.layout, self.log)
-            for name in os.listdir(self.layout.dir):  # the replaced generation held the words
-                if name.startswith("state.") and name.endswith(".db") and name != path.name:
-                    projection.remove_file(self.layout.dir / name)
+            self._purge_rebuild()  # the replaced generation held the words
             if seq:
                 self.log.erase_finished(seq)  # compacted and the projection purged: files clean
             self._sync(self._connection())

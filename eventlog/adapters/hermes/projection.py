@@ -276,16 +276,36 @@ def apply_events(conn: sqlite3.Connection, envelopes: Iterable[dict[str, Any]]) 
     return last, last_hash, skipped
 
 
-def catch_up(conn: sqlite3.Connection, eventlog: Any, cursor: int, head: int) -> int:
+class ErasedHere(Exception):
+    """A ``log.erased`` record names sessions this projection still shows: an erase made outside
+    the facade (``eventlog sessions erase``, ``retention``), whose words only a rebuild into a new
+    generation takes out of the files."""
+
+
+def _shows_erased(conn: sqlite3.Connection, env: dict[str, Any]) -> bool:
+    data = env.get("data")
+    named = data.get("sessions") if isinstance(data, dict) else None
+    if env.get("type") != "log.erased" or not isinstance(named, list) or not named:
+        return False
+    from eventlog.adapters.hermes.events import map_session_id
+
+    shown = {map_session_id(r[0]) for r in conn.execute("SELECT id FROM sessions")}
+    return any(isinstance(s, str) and s in shown for s in named)
+
+
+def catch_up(conn: sqlite3.Connection, eventlog: Any, cursor: int, head: int, *, purge: bool = True) -> int:
     """Apply the log's events after ``cursor`` up to ``head`` in transactions of :data:`BATCH`
     events, each with its cursor; returns the seq reached. A batch is applied straight first;
     if one of its events is refused, the batch is applied again with each event in a savepoint
-    (that event skipped, see :func:`apply_events`)."""
+    (that event skipped, see :func:`apply_events`). ``purge``: raise :class:`ErasedHere` (the
+    batch not applied) at an erase record naming sessions the projection shows."""
     while cursor < head:
         upto = min(head, cursor + BATCH)
         envelopes = list(eventlog.read(cursor + 1, upto))
         if not envelopes:
             break
+        if purge and any(_shows_erased(conn, env) for env in envelopes if env.get("type") == "log.erased"):
+            raise ErasedHere()
         conn.execute("BEGIN IMMEDIATE")
         try:
             try:
@@ -337,7 +357,7 @@ def rebuild(layout: Layout, eventlog: Any) -> Path:
         schema.create(conn, fts_triggers=False)
         conn.execute("COMMIT")
         head, _ = eventlog.head()
-        catch_up(conn, eventlog, 0, head)
+        catch_up(conn, eventlog, 0, head, purge=False)
         conn.execute("BEGIN")
         schema.fill_fts(conn)
         conn.execute("COMMIT")
