@@ -263,6 +263,19 @@ def test_an_erase_the_dictionary_never_saw_keeps_it(tmp_path: Path) -> None:
     lg.close()
 
 
+def read_elsewhere(log: Path, seq: int, chars: int) -> list[str]:
+    """In a fresh process: the first ``chars`` characters of event ``seq``'s text, and whether the
+    log verifies."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from eventlog.log.lmdb import EventLog; lg = EventLog.open(sys.argv[1]); "
+            f"print(lg.get(int(sys.argv[2]))['data']['text'][:{chars}]); print(lg.verify().ok)")
+    out = subprocess.run([sys.executable, "-c", code, str(log), str(seq)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split("\n")[:2]
+
+
 WRITER = """
 import sys
 from eventlog.log.lmdb import EventLog
@@ -293,11 +306,7 @@ def test_a_process_holding_the_retired_dictionary_appends_readable_events(tmp_pa
     assert traces(tmp_path) == []
     lg.close()
     # A process that never held the retired dictionary reads it (this one still has it in memory).
-    fresh = subprocess.run([sys.executable, "-c", "import sys; from eventlog.log.lmdb import EventLog; "
-                            "lg = EventLog.open(sys.argv[1]); print(lg.get(int(sys.argv[2]))['data']['text'][:22]); "
-                            "print(lg.verify().ok)", str(tmp_path / "log"), str(seq)],
-                           capture_output=True, text=True, timeout=60)
-    assert fresh.stdout.split("\n")[:2] == ["from the other process", "True"], fresh.stderr
+    assert read_elsewhere(tmp_path / "log", seq, 22) == ["from the other process", "True"]
 
 
 TRAINER = """
@@ -347,11 +356,7 @@ def test_a_retired_dictionarys_id_is_never_given_to_another(tmp_path: Path) -> N
     mine = lg.append([{"type": "note.added", "session": "plain", "data": {"text": "from the eraser " * 20}}])[0]
     assert lg._core.compression.current == new_id and lg.verify().ok
     lg.close()
-    fresh = subprocess.run([sys.executable, "-c", "import sys; from eventlog.log.lmdb import EventLog; "
-                            "lg = EventLog.open(sys.argv[1]); print(lg.get(int(sys.argv[2]))['data']['text'][:16]); "
-                            "print(lg.verify().ok)", str(tmp_path / "log"), str(mine)],
-                           capture_output=True, text=True, timeout=60)
-    assert fresh.stdout.split("\n")[:2] == ["from the eraser ", "True"], fresh.stderr
+    assert read_elsewhere(tmp_path / "log", mine, 16) == ["from the eraser ", "True"]
 
 
 ERASER = """
