@@ -417,6 +417,10 @@ class Applier:
         names = data.get("sessions") if isinstance(data, dict) else None
         db = self.db
         db.execute("PRAGMA secure_delete = ON")
+        # The search index's segments and the WAL may still hold the words these deletions
+        # leave: the file is due for a purge (a build from the log) unless it was built after
+        # this record (``rebuilt_at``, see projections.heal).
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('erase_applied', ?)", (seq,))
         for sid in names if isinstance(names, list) else []:
             if not isinstance(sid, str):
                 continue

@@ -240,6 +240,8 @@ class Builder:
             last_seq = last["seq"] if last else 0
             last_hash = last.get("hash") if last else ZERO_HASH
             write_cursor(conn, last_seq, last_hash)
+            if until_seq is None and as_of_ns is None:  # built from the whole log: no erased words
+                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('rebuilt_at', ?)", (last_seq,))
             if riders:
                 ExtensionTables.seeded(conn, riders, last_seq)
             if with_fts:

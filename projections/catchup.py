@@ -182,6 +182,10 @@ class CatchUp:
         self.site = site
         self.writer = writer
         self.batch_size = max(1, int(batch_size))
+        self.erase_due = 0
+        """After :meth:`apply`: the seq of an erase record state.db has applied since it was last
+        built from the whole log (0: none). The rows are gone, but the index's segments and the
+        WAL may still hold the words: the healer purges (see :meth:`Healer._catch_up`)."""
         self.riders: Callable[[dict[str, Any]], Sequence[Rider]] = lambda meta: ()
         """The extension read models in step with state.db's cursor (given its ``meta``): they
         take each event in the same pass and transaction as the core tables (set by the
@@ -213,6 +217,7 @@ class CatchUp:
         if status not in HEALTHY:
             raise Broken(status, detail)
         last_seq, stop = meta["last_seq"], self.site.log.head()[0]
+        self.erase_due = erase_due(meta)
         if last_seq >= stop:
             return 0
         riders = [r for r in self.riders(meta) if r[0] not in dropped]
@@ -223,6 +228,8 @@ class CatchUp:
         try:
             for env in events:
                 batch.append(env)
+                if env.get("type") == "log.erased":
+                    self.erase_due = env["seq"]  # committed with its batch (the applier records it)
                 if len(batch) >= self.batch_size:
                     _commit_batch(conn, applier, batch, riders)
                     applied += len(batch)
@@ -278,6 +285,15 @@ class CatchUp:
     def cursor(self) -> int:
         """state.db's cursor, through the writer connection."""
         return int(read_meta(self.writer.state())["last_seq"])
+
+
+def erase_due(meta: dict[str, Any]) -> int:
+    """The seq of the last erase record a state file applied after it was built from the whole
+    log (0 when its build came after every erase it has seen)."""
+    applied, built = meta.get("erase_applied"), meta.get("rebuilt_at")
+    if not isinstance(applied, int):
+        return 0
+    return applied if not isinstance(built, int) or applied > built else 0
 
 
 def _commit_batch(conn: sqlite3.Connection, applier: Applier, batch: list[dict[str, Any]],

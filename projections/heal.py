@@ -165,8 +165,24 @@ class Healer:
             self.writer.detach_fts()
             self._clear_way()
             self.builder.rebuild_fts()
+        if self.catchup.erase_due:
+            self._purge(self.catchup.erase_due)
         self.site.known_seq = self.catchup.cursor()
         return applied
+
+    def _purge(self, seq: int) -> None:
+        """state.db has applied erase record ``seq`` that another process (a Hermes facade,
+        another PostgreSQL host, an eraser with no projector) wrote: the rows are gone, but the
+        index's segments, freed pages and WALs may still hold the words. Build both files again
+        from the log, where the erased content is gone, and remove every other generation — what
+        the erasing process's :meth:`Projector.purge` does. A catch-up that cannot finish it
+        (no room) leaves ``erase_applied`` above ``rebuilt_at``, so the next one tries again."""
+        self._room_to_rebuild()
+        log.info("erase at seq %d applied: purging the projections", seq)
+        self.writer.close()
+        self.builder.rebuild_state(with_fts=True)
+        files.remove_replaced(self.site.dir, SCHEMAS)
+        self.catchup.erase_due = 0
 
     def repair(self, full: bool) -> None:
         """Inspect both files (``full``: integrity checks too), rebuild what is not healthy,

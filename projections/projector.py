@@ -39,10 +39,11 @@ from eventlog.profiles import flock_holder
 from projections import db as sql
 from projections import files
 from projections.build import Builder, Progress
-from projections.catchup import DEFAULT_BATCH, CatchUp, Writer
+from projections.catchup import DEFAULT_BATCH, CatchUp, Writer, erase_due
 from projections.extensions import ExtensionTables, extension_cursor
 from projections.follow import FOLLOW_POLL, Follower
 from projections.heal import Healer
+from projections.health import read_meta
 from projections.lease import Lease, SchemaUse
 from projections.site import SCHEMAS, Broken, Site
 from projections.visibility import Reach, Visibility
@@ -93,6 +94,7 @@ class Projector:
         self._probe: Reader | None = None
         self._probe_lock = threading.Lock()
         self._closed = False
+        self._erase_checked = False  # see _erase_due_once
 
     @property
     def dir(self) -> Path:
@@ -162,7 +164,7 @@ class Projector:
         if site.known_seq >= site.reachable(target):
             return True
         site.known_seq = max(site.known_seq, self.cursor())  # another thread or process may have applied it
-        if site.known_seq >= site.reachable(target):
+        if site.known_seq >= site.reachable(target) and not self._erase_due_once():
             return True
         if not self._closed and self.lease.acquire(0):
             try:
@@ -171,6 +173,15 @@ class Projector:
             finally:
                 self.lease.release()
         return site.known_seq >= site.reachable(target)
+
+    def _erase_due_once(self) -> bool:
+        """On this process's first read only: whether state.db applied an erase record that no
+        purge has followed (its purger was SIGKILLed; see :meth:`Healer._purge`), so that this
+        read takes the catch-up path, which purges, even though the cursor is at the head."""
+        if self._erase_checked:
+            return False
+        self._erase_checked = True
+        return bool(self.probe_reader()._run(lambda db: erase_due(read_meta(db))))
 
     def cursor(self) -> int:
         """The seq every projection in use has reached (state.db, and the FTS index unless
@@ -243,19 +254,37 @@ class Projector:
         stats.update(which=which, seconds=seconds, events_per_s=stats["events"] / seconds if seconds > 0 else 0.0)
         return stats
 
-    def purge(self, timeout: float | None = None) -> dict[str, Any]:
+    def purge(self, timeout: float | None = None, *, after: int | None = None) -> dict[str, Any]:
         """After an erase: rebuild state.db and the FTS index into new generation files (built
         from the log, where the erased content is gone), then remove every other generation of
         this program's projections with its WAL and shared-memory files, so that no file under the
         profile keeps what was erased (a process still reading an old file keeps its open copy
-        until it lets go; the name is gone). Waits for the lease at most ``timeout``."""
+        until it lets go; the name is gone). Waits for the lease at most ``timeout``.
+
+        ``after``: the seq of the erase being cleaned up; when state.db was built from the whole
+        log at or after it (a catch-up that met the erase record purged already, see
+        :meth:`Healer._purge`), only the other generations are removed."""
         started = time.perf_counter()
         with self._locked(timeout):
-            built = self._builder.rebuild_state(with_fts=True)
-            self.extensions.catch_up()
+            built_at = self._built_at()
+            if after is not None and built_at is not None and built_at >= after:
+                built = {"events": 0, "files": []}
+            else:
+                built = self._builder.rebuild_state(with_fts=True)
+                self.extensions.catch_up()
             removed = files.remove_replaced(self.dir, SCHEMAS)
         return {"events": built["events"], "files": built["files"], "removed": removed,
                 "seconds": time.perf_counter() - started}
+
+    def _built_at(self) -> int | None:
+        """The log seq up to which the current state.db was built from the whole log, when it
+        has applied no erase record since (None: unknown, or an erase is due). Lease held."""
+        try:
+            meta = read_meta(self._writer.state())
+        except (Broken, sqlite3.Error):
+            return None
+        built = meta.get("rebuilt_at")
+        return built if isinstance(built, int) and not erase_due(meta) else None
 
     # ---- extension read models ------------------------------------------------------------------
 

@@ -182,7 +182,7 @@ def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     out = {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr)
            for t in ("sessions", "messages", "usage", "reactions", "tombstones")}
-    out["meta"] = sorted(r for r in db.execute("SELECT * FROM meta") if r[0] != "built_at_ns")
+    out["meta"] = sorted(r for r in db.execute("SELECT * FROM meta") if r[0] not in ("built_at_ns", "rebuilt_at"))
     db.close()
     return out
 

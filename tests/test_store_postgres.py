@@ -161,6 +161,24 @@ def test_erase_session_on_postgres_leaves_no_word_in_the_rows_or_the_host_files(
     assert found == []
 
 
+def test_an_erase_by_another_host_is_purged_from_this_hosts_files_at_its_next_read(tmp_path: Path, pg_url: str,
+                                                                                 pg_profile: str) -> None:
+    marker = "PgOtherHostMarker52"
+    a, b = tmp_path / "host-a", tmp_path / "host-b"
+    with SessionStore.open(a, pg_profile, log=pg_url, follower=False) as host_a, \
+            SessionStore.open(b, pg_profile, log=pg_url, follower=False) as host_b:
+        secret = host_a.create_session(source="cli", title="secret")
+        host_a.append_messages(secret, [{"role": "user", "content": f"{marker} {i}"} for i in range(10)])
+        fill(host_a, "kept", 3)
+        assert host_b.search(marker)["results"]  # host B's own files index the words
+        host_a.erase_session(secret, "asked to forget")
+        assert host_b.search(marker)["results"] == [] and host_b.get_session(secret) is None
+        assert [m["content"] for m in host_b.get_messages("kept")][0] == "message 0 of kept"
+    found = [p for p in b.rglob("*") if p.is_file() and not (p.is_symlink() and not p.exists())
+             and marker.lower().encode() in p.read_bytes().lower()]
+    assert found == []
+
+
 RACER = """
 import sys, time
 from eventlog import SessionStore
