@@ -446,11 +446,18 @@ def test_a_failed_import_leaves_no_profile_and_a_sqlite_file_names_the_right_for
 
 # ------------------------------------------------------------------ small ones
 
+def ctrl_c_stops() -> None:
+    """In the child before exec: SIGINT as at a terminal. A suite started in the background by a
+    shell inherits SIGINT ignored, and so would the command, which Ctrl-C could then not stop."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_log_tail_follow_limit_1_shows_the_last_event_then_every_new_one(profile_home: Path, tmp_path: Path) -> None:
     home = tmp_path / "h"
     assert run(home, "append", input='{"type": "session.created", "session": "f1", "data": {}}').returncode == 0
     proc = subprocess.Popen([EXE, "--home", str(home), "--profile", PROFILE, "log", "tail", "--follow", "--limit", "1",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_stops)
     try:
         assert proc.stdout is not None
         assert json.loads(proc.stdout.readline())["seq"] == 1
@@ -470,7 +477,8 @@ def test_log_tail_follow_from_beyond_the_head_shows_nothing_before_that_seq(tmp_
     home = tmp_path / "h"
     assert run(home, "append", input='{"type": "session.created", "session": "f1", "data": {}}').returncode == 0
     proc = subprocess.Popen([EXE, "--home", str(home), "--profile", PROFILE, "log", "tail", "--follow", "--from", "4",
-                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ctrl_c_stops)
     try:
         assert proc.stdout is not None
         for n in range(2, 6):  # seqs 2..5 appended one by one: only 4 and 5 are shown
