@@ -12,8 +12,12 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   must still match it (its own ``prev`` and content): a line changed after the export refuses
   the whole import (:class:`IntegrityError` naming the line), so tampering is never laundered
   into fresh hashes, and neither is a line of an export whose hash was removed (one with a
-  seq or prev, or in a file whose other lines carry hashes). A file of plain events (no seq,
-  prev or hash on any line) claims nothing. Erased events
+  seq or prev, or in a file whose other lines carry hashes). Seqs that events name (a
+  rewind's or reaction's ``message_id``, a usage record's, the ``up_to`` of
+  ``reactions.seen``) are renumbered to the new seqs of the events the file carried there, so
+  the imported sessions read as they did at the source. A file of plain events (no seq, prev
+  or hash on any line) claims nothing: it is checked as ``eventlog append`` checks its input
+  (the catalogue, sessions that exist), and its seqs name the target log's own. Erased events
   (stubs, no data) and the log's own records are not appended anew: they belong to the chain
   they were written in (a verbatim import keeps them).
 """
@@ -113,6 +117,9 @@ def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str,
             env = codec.decode(raw)
         except ValueError as e:
             raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
+        wide = codec.wide_int(raw)
+        if wide is not None:  # orjson read it as a float: refused, not imported changed
+            raise ValidationError(f"line {n}.{wide}", "is an integer outside the 64-bit range")
         yield n, raw, env
 
 
@@ -212,14 +219,17 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         if why is not None:
             raise IntegrityError(f"line {n} (seq {env.get('seq')!r}): {why}; nothing was imported",
                                  hint="the file was changed after it was exported: import an untouched export")
-    fresh: list[dict[str, Any]] = []
+    plain = not any(k in env for _, _, env in items for k in ("seq", "prev", "hash"))
+    refs = _References(items, log)
+    fresh: list[tuple[int, dict[str, Any]]] = []  # (line, event)
     present = 0
     seen: set[str] = set()
     for n, _, env in items:
         if codec.is_stub(env) or str(env["type"]).startswith("log."):
             continue  # an erased event (its content is gone) and the log's own records are not appended anew
-        event = {"type": env["type"], "session": env.get("session"), "data": env["data"],
-                 "id": env["id"], "v": env.get("v", 1)}
+        event = _plain_event(n, env) if plain else {
+            "type": env["type"], "session": env.get("session"), "data": env["data"], "id": env["id"],
+            "v": env.get("v", 1)}
         try:
             prepared = codec.prepare(event, n)
         except ValidationError as e:
@@ -229,18 +239,120 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         seen.add(prepared.id)
         seq = log.event_seq(prepared.id)
         if seq is None:
-            fresh.append(event)
+            fresh.append((n, event))
             continue
-        if not prepared.same_content(log.get(seq) or {}):
+        stored = log.get(seq) or {}
+        if not prepared.same_content(stored) and not codec.prepare(refs.renumbered(event), n).same_content(stored):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
+    if plain:  # events that claim nothing are checked as `eventlog append` checks them
+        from eventlog.sessions.inputs import check_sessions
+
+        check_sessions(log, [f"line {n}" for n, _ in fresh], [ev for _, ev in fresh])
     done = 0
-    for start in range(0, len(fresh), CHUNK):
-        chunk = fresh[start:start + CHUNK]
+    chunk: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal done
+        if not chunk:
+            return
         seqs = log.append(chunk)
         if len(seqs) != len(chunk):  # pragma: no cover - append returns one seq per event
             raise IntegrityError("import appended a different number of events than it read")
+        refs.landed(chunk, seqs)
         done += len(chunk)
+        chunk.clear()
         if progress:
             progress(done, len(fresh))
+
+    for _, event in fresh:
+        if refs.waits_on(event, chunk):
+            flush()  # the event names an event of this chunk by seq: that seq must be known first
+        chunk.append(refs.renumbered(event))
+        if len(chunk) >= CHUNK:
+            flush()
+    flush()
     return ImportResult("appended", len(items), len(fresh), present)
+
+
+def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:
+    """A line of a plain-events file (no seq, prev or hash: it claims nothing), validated and
+    normalised against the catalogue as `eventlog append` does (errors name ``line n``)."""
+    from eventlog.sessions.events import CURRENT_VERSIONS
+    from eventlog.sessions.inputs import prepare_input
+
+    v = env.get("v")
+    if v is not None and (type(v) is not int or v != CURRENT_VERSIONS.get(env.get("type"))):  # type: ignore[arg-type]
+        raise ValidationError(f"line {n}.v", f"version {v!r} is not the version this program writes for "
+                              f"{env.get('type')!r}", hint="leave v out: a plain event is written at the current version")
+    return prepare_input({k: val for k, val in env.items() if k != "v"}, f"line {n}")
+
+
+class _References:
+    """Appended events get new seqs, so the seqs that events name — a reaction's or rewind's
+    ``message_id``, a usage record's ``message_id``, the ``up_to`` of ``reactions.seen`` —
+    are renumbered to the new seqs of the events the file carried at those seqs (an export's
+    lines carry their seq). A seq the file does not carry is left as it is; a plain-events file
+    names the target log's own seqs."""
+
+    def __init__(self, items: list[tuple[int, bytes, dict[str, Any]]], log: Log) -> None:
+        self.log = log
+        self.ids: dict[int, str] = {}  # file seq -> event id, of the events appended or present
+        for _, _, env in items:
+            seq = env.get("seq")
+            if type(seq) is int and not codec.is_stub(env) and not str(env.get("type")).startswith("log.") \
+                    and isinstance(env.get("id"), str):
+                self.ids[seq] = env["id"]
+        self.order = sorted(self.ids)
+        self.new: dict[str, int] = {}  # event id -> its seq in this log
+
+    def _target(self, event: dict[str, Any]) -> tuple[str, int] | None:
+        """The field of ``event`` that names a seq, and the file seq it names (None: none)."""
+        data = event.get("data")
+        if not isinstance(data, dict) or not self.ids:
+            return None
+        key = "up_to" if event.get("type") == "reactions.seen" else "message_id" \
+            if event.get("type") in _SEQ_NAMING else None
+        value = data.get(key) if key else None
+        return (key, value) if key and type(value) is int else None
+
+    def _id_at(self, key: str, seq: int) -> str | None:
+        if key == "up_to":  # the last event the file carried at or before it
+            import bisect
+
+            at = bisect.bisect_right(self.order, seq)
+            return self.ids[self.order[at - 1]] if at else None
+        return self.ids.get(seq)
+
+    def _seq_of(self, eid: str) -> int | None:
+        if eid not in self.new:
+            seq = self.log.event_seq(eid)
+            if seq is None:
+                return None
+            self.new[eid] = seq
+        return self.new[eid]
+
+    def waits_on(self, event: dict[str, Any], chunk: list[dict[str, Any]]) -> bool:
+        """Whether ``event`` names an event of ``chunk`` (not appended yet)."""
+        target = self._target(event)
+        eid = self._id_at(*target) if target else None
+        return eid is not None and eid not in self.new and any(e.get("id") == eid for e in chunk)
+
+    def renumbered(self, event: dict[str, Any]) -> dict[str, Any]:
+        target = self._target(event)
+        eid = self._id_at(*target) if target else None
+        seq = self._seq_of(eid) if eid is not None else None
+        if target is None:
+            return event
+        if seq is None:  # up_to before every carried event: nothing of the file is seen
+            if target[0] != "up_to" or eid is not None:
+                return event
+            seq = 0
+        return {**event, "data": {**event["data"], target[0]: seq}}
+
+    def landed(self, chunk: list[dict[str, Any]], seqs: list[int]) -> None:
+        for event, seq in zip(chunk, seqs):
+            self.new[event["id"]] = seq
+
+
+_SEQ_NAMING = frozenset({"message.reaction_set", "message.reaction_removed", "messages.rewound", "usage.recorded"})

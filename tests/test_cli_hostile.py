@@ -297,6 +297,7 @@ def test_reactions_and_rewinds_of_messages_not_in_their_session_are_refused(prof
     for text in cases:
         err = one_line_error(run(profile_home, "append", input=text))
         assert "line 1.data.message_id" in err and "is not a message of session" in err, (text, err)
+        assert "`eventlog sessions show SESSION`" in err  # a command that exists
     assert run(profile_home, "log", "verify", "--json").stdout == before
     fresh = tmp_path / "fresh"
     r = run(fresh, "append", input='{"type": "session.created", "session": "n1", "data": {}}\n'

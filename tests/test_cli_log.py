@@ -70,6 +70,9 @@ def test_append_is_one_atomic_batch(tmp_path: Path) -> None:
     ('{"type": "session.created", "session": "s", "data": {}, "id": {"x": 1}}', "line 1.id"),
     ('{"type": "session.created", "session": "s", "data": []}', "line 1.data"),
     ('{"type": "session.created", "session": "s", "data": {"started_at": NaN}}', "line 1"),
+    # orjson reads these as floats: refused, not stored changed (found by an outside audit)
+    ('{"type": "session.created", "session": "s", "data": {"meta": {"n": 18446744073709551616}}}', "line 1.data.meta.n"),
+    ('{"type": "session.created", "session": "s", "data": {"x": [1, -9223372036854775809]}}', "line 1.data.x[1]"),
 ])
 def test_bad_append_input_exits_1_naming_the_problem(tmp_path: Path, bad: str, field: str) -> None:
     code, out, err = run(tmp_path, "append", input=bad)

@@ -100,8 +100,13 @@ def test_a_tampered_export_is_refused_not_laundered_into_fresh_hashes(tmp_path: 
     import orjson
     plain = [orjson.dumps({k: v for k, v in orjson.loads(line).items() if k in ("type", "session", "data", "id")})
              for line in lines]
-    with EventLog.open(tmp_path / "plain", durability="nosync") as b:
-        assert import_jsonl(b, plain).imported == 3
+    with EventLog.open(tmp_path / "plain", durability="nosync") as b:  # plain events are checked as `append` checks
+        with pytest.raises(ValidationError, match="line 1.type: unknown event type 'test.happened'"):
+            import_jsonl(b, plain)
+        assert b.head()[0] == 0
+        catalogue = [{"type": "session.created", "session": "s1", "data": {"source": "cli"}, "id": "c1"},
+                     {"type": "message.appended", "session": "s1", "data": {"role": "user", "content": "hi"}, "id": "m1"}]
+        assert import_jsonl(b, [orjson.dumps(e) for e in catalogue]).imported == 2
 
 
 def test_append_sealed_refuses_a_gap(tmp_path: Path) -> None:
@@ -153,3 +158,77 @@ def test_an_exported_line_whose_hash_was_removed_is_refused(tmp_path: Path) -> N
             with pytest.raises(IntegrityError, match=f"line 2 .*{why}"):
                 import_jsonl(b, [lines[0], orjson.dumps(forged), lines[2]])
             assert b.head()[0] == 0
+
+
+def test_a_sessions_export_appended_elsewhere_keeps_what_its_events_name_by_seq(tmp_path: Path) -> None:
+    """Appended events get new seqs, so a rewind, a reaction, a usage record's message and a
+    `reactions.seen` that named the exported seqs used to land on the wrong messages (the
+    imported session showed a message its source had rewound away). They are renumbered."""
+    from eventlog.sessions.store import SessionStore
+
+    def state(store: SessionStore, sid: str) -> dict[str, Any]:
+        msgs = store.get_messages(sid, include_inactive=True)
+        text = {m["id"]: m["content"] for m in msgs}
+        return {"messages": [(m["content"], m["active"]) for m in msgs],
+                "reactions": {text[m["id"]]: [(r["emoji"], r["seen"]) for r in store.get_reactions(m["id"])]
+                              for m in msgs},
+                "usage": [(e["data"]["input_tokens"], text.get(e["data"]["message_id"]))  # kept in the log only
+                          for e in store.log.read_session(sid) if e["type"] == "usage.recorded"]}
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        other = a.create_session(source="cli", title="other")
+        sid = a.create_session(source="cli", title="exported")
+        ids = []
+        for i in range(6):  # the two sessions interleave: the export's seqs are not 1..n
+            a.append_message(other, "user", f"other {i}")
+            ids.append(a.append_message(sid, "user", f"m{i}"))
+        a.react(ids[1], "ana", "👍")
+        a.take_unseen_reactions(sid)  # reactions.seen up to here
+        a.react(ids[2], "bo", "🎉")  # set after: stays unseen
+        a.record_usage(sid, input_tokens=7, message_id=ids[3])
+        a.rewind(sid, ids[4])
+        expected = state(a, sid)
+        buf = io.BytesIO()
+        export_jsonl(a.log, buf, session=sid)
+    assert expected["messages"][4:] == [("m4", False), ("m5", False)] and expected["usage"] == [(7, "m3")]
+    with SessionStore.open(tmp_path, "b", follower=False) as b:
+        res = import_jsonl(b.log, buf.getvalue().splitlines())
+        assert res.mode == "appended"
+        assert state(b, sid) == expected
+        again = import_jsonl(b.log, buf.getvalue().splitlines())  # idempotent: the renumbered events are the same
+        assert (again.imported, again.already_present) == (0, res.imported)
+
+
+def test_a_plain_events_file_is_checked_as_append_checks_it(tmp_path: Path) -> None:
+    """A file of plain events (no seq, prev or hash) skipped the catalogue and the session checks
+    that `eventlog append` makes (found by an outside audit): a bad role, an unknown type, a
+    message of a session that does not exist, a second session.created all went in."""
+    import orjson
+
+    created = {"type": "session.created", "session": "s1", "data": {"source": "cli"}, "id": "c1"}
+
+    def msg(n: int, **data: Any) -> dict[str, Any]:
+        return {"type": "message.appended", "session": "s1", "id": f"m{n}", "data": {"role": "user", "content": "x", **data}}
+
+    bad = [([created, msg(1, role="bogus")], r"line 2.data.role"),
+           ([created, {"type": "nonsense.kind", "session": "s1", "data": {}, "id": "n1"}], r"line 2.type"),
+           ([msg(1)], r"line 1.session: session 's1' does not exist"),
+           ([created, dict(created, id="c2")], r"line 2.session: session 's1' already exists"),
+           ([created, {**msg(1), "v": 9}], r"line 2.v"),
+           ([created, {**msg(1), "extra": 1}], r"line 2.extra")]
+    for n, (events, match) in enumerate(bad):
+        with EventLog.open(tmp_path / f"p{n}", durability="nosync") as lg:
+            with pytest.raises(ValidationError, match=match):
+                import_jsonl(lg, [orjson.dumps(e) for e in events])
+            assert lg.head()[0] == 0, match
+    with EventLog.open(tmp_path / "ok", durability="nosync") as lg:
+        res = import_jsonl(lg, [orjson.dumps(e) for e in (created, msg(1, content="  kept  "))])
+        assert res.imported == 2 and lg.get(2)["data"]["content"] == "  kept  "
+
+
+def test_an_integer_outside_64_bits_is_refused_not_imported_as_a_float(tmp_path: Path) -> None:
+    line = b'{"type":"session.created","session":"s1","id":"c1","data":{"source":"cli","n":18446744073709551616}}'
+    with EventLog.open(tmp_path / "p", durability="nosync") as lg:
+        with pytest.raises(ValidationError, match=r"line 1.data.n: is an integer outside the 64-bit range"):
+            import_jsonl(lg, [line])
+        assert lg.head()[0] == 0

@@ -58,6 +58,46 @@ def decode(raw: bytes | memoryview) -> dict[str, Any]:
     return obj
 
 
+_LONG_INT = re.compile(rb"(?<![0-9.eE+-])-?[0-9]{19,}(?![0-9.eE])")
+"""An integer literal of 19 digits or more: the only ones that may fall outside 64 bits."""
+
+
+class _Wide(int):
+    """An integer literal outside 64 bits, marked while :func:`wide_int` parses."""
+
+
+def wide_int(raw: bytes) -> str | None:
+    """Where JSON text ``raw`` holds an integer literal outside the 64-bit range (the path of its
+    field, e.g. ``data.tokens`` or ``data.items[2]``), or None. orjson reads such a literal as a
+    float (``18446744073709551616`` becomes ``1.8446744073709552e19``): input text is checked
+    here first, so a number is refused instead of stored changed. Only text with a long run of
+    digits is parsed a second time (by the standard library, which keeps big integers)."""
+    if not _LONG_INT.search(raw):
+        return None
+    import json
+
+    def number(text: str) -> int:
+        value = int(text)
+        return value if INT64_MIN <= value <= INT64_MAX else _Wide(value)
+
+    try:
+        obj = json.loads(raw, parse_int=number)
+    except (ValueError, RecursionError):
+        return None  # orjson's own verdict on the text stands
+
+    def find(value: Any, path: str) -> str | None:
+        if isinstance(value, _Wide):
+            return path or "value"
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            where = find(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+            if where is not None:
+                return where
+        return None
+
+    return find(obj, "")
+
+
 def check_json(value: Any, field: str, depth: int = 0) -> None:
     """Refuse anything that is not plain, finite, surrogate-free JSON. Names the field."""
     if depth > MAX_DEPTH:

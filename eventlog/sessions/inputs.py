@@ -1,0 +1,116 @@
+"""Events that arrive as JSON from outside (``eventlog append``, an import of plain events):
+checked as :class:`~eventlog.sessions.store.SessionStore` checks what it appends, before
+anything is appended. Judged from the log alone: a writer never brings the projections up to
+date (the next reader does)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+from eventlog.errors import ValidationError
+from eventlog.sessions.events import CURRENT_VERSIONS, MESSAGE_REFERENCES, make_event
+
+if TYPE_CHECKING:
+    from eventlog.log import Log
+
+INPUT_KEYS = frozenset({"type", "session", "data", "id"})
+
+
+def prepare_input(obj: Any, where: str) -> dict[str, Any]:
+    """One input event ``{"type", "session"?, "data", "id"?}`` validated and normalised against
+    the catalogue; errors name ``where`` and the field (``line 3.data.role``)."""
+    if not isinstance(obj, dict):
+        raise ValidationError(where, "an event must be a JSON object")
+    unknown = sorted(set(obj) - INPUT_KEYS)
+    if unknown:
+        raise ValidationError(f"{where}.{unknown[0]}", "unknown envelope key")
+    etype = obj.get("type")
+    if etype is None:
+        raise ValidationError(f"{where}.type", "is required", hint="see docs/EVENTS.md for the catalogue")
+    if type(etype) is not str or etype not in CURRENT_VERSIONS:  # str first: a list or dict is unhashable
+        raise ValidationError(f"{where}.type", f"unknown event type {etype!r}",
+                              hint="see docs/EVENTS.md for the catalogue")
+    try:
+        return make_event(etype, obj.get("session"), obj.get("data"), id=obj.get("id"))  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise ValidationError(f"{where}.{e.field}", e.problem, hint=e.hint) from None
+
+
+def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, Any]]) -> None:
+    """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
+    of a session that does not exist (never created, or deleted — its own stream or an
+    ancestor's), a ``session.created`` whose id was used before or whose parent does not exist,
+    a reaction or rewind naming what is not a message of its session. Earlier events of the
+    batch count. An event whose ``id`` is already in the log is left to the log (an idempotent
+    replay, or refused). ``wheres[i]`` names event i in errors (``line 3``)."""
+    if not any(ev.get("session") is not None for ev in batch):
+        return
+    empty = log.head()[0] == 0  # an empty log holds no session yet
+    known: dict[str, bool] = {}
+    parents: dict[str, str | None] = {}  # of the sessions looked at: their parent
+
+    def live_in_log(s: str, depth: int = 0) -> bool:
+        if empty:
+            return False
+        if s not in known:
+            created = gone = False
+            parent = None
+            for env in log.read_session(s):
+                if env.get("erased"):  # an erase takes a whole stream: gone for good
+                    gone = True
+                elif env.get("type") == "session.created":
+                    created = True
+                    data = env.get("data")
+                    parent = data.get("parent_session_id") if isinstance(data, dict) else None
+                elif env.get("type") == "session.deleted":
+                    gone = True
+            parents[s] = parent if isinstance(parent, str) else None
+            known[s] = created and not gone and (not isinstance(parent, str) or depth > 64
+                                                 or live_in_log(parent, depth + 1))
+        return known[s]
+
+    created: set[str] = set()
+    deleted: set[str] = set()
+
+    def live(s: str) -> bool:
+        if s in deleted or not (s in created or live_in_log(s)):
+            return False
+        up = parents.get(s)
+        for _ in range(65):  # an ancestor deleted by an earlier event takes the session with it
+            if up is None:
+                return True
+            if up in deleted:
+                return False
+            if up not in parents:
+                live_in_log(up)
+            up = parents.get(up)
+        return True
+
+    for where, ev in zip(wheres, batch):
+        sid = ev.get("session")
+        if sid is None:
+            continue
+        if not empty and ev.get("id") is not None and log.event_seq(ev["id"]) is not None:
+            continue
+        if ev["type"] == "session.created":
+            if sid in created or (not empty and log.stream_version(sid) > 0):
+                raise ValidationError(f"{where}.session", f"session {sid!r} already exists (or existed)",
+                                      hint="omit the session.created event, or use a new session id")
+            parent = (ev.get("data") or {}).get("parent_session_id")
+            if parent is not None and not live(parent):
+                raise ValidationError(f"{where}.data.parent_session_id", f"session {parent!r} does not exist")
+            created.add(sid)
+            parents[sid] = parent if isinstance(parent, str) else None
+        elif not live(sid):
+            raise ValidationError(f"{where}.session", f"session {sid!r} does not exist",
+                                  hint="create it first (a session.created event, or `eventlog sessions new`)")
+        elif ev["type"] in MESSAGE_REFERENCES:
+            # A reaction or a rewind names a message of its session by seq (an event already
+            # in the log), as SessionStore.react/rewind require.
+            mid = ev["data"]["message_id"]
+            target = None if empty else log.get(mid)
+            if target is None or target.get("type") != "message.appended" or target.get("session") != sid:
+                raise ValidationError(f"{where}.data.message_id", f"message {mid} is not a message of session {sid!r}",
+                                      hint="a message's id is the seq of its event (shown as [seq] by "
+                                           "`eventlog sessions show SESSION`)")
+        elif ev["type"] == "session.deleted":
+            deleted.add(sid)
