@@ -162,8 +162,7 @@ class Builder:
                    progress: Progress | None) -> dict[str, Any]:
         """Write one self-contained file (state and FTS tables, no WAL) at ``out_path`` as of a
         log prefix: written beside it under a temporary name, then published over it. No lease."""
-        out_path = out_path.absolute()
-        files.make_dir(out_path.parent)
+        out_path = out_path.absolute()  # its folder exists (the callers check: nothing creates it)
         tmp = files.temp_path(out_path)
         try:
             built = self._state_file(tmp, REPLAY_APP_ID, "replay", until_seq, as_of_ns, progress,

@@ -168,10 +168,12 @@ def test_bad_open_options_are_validation_errors_naming_the_option(tmp_path: Path
 def test_bad_arguments_and_a_closed_handle_of_a_shared_profile_are_refused(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         for field, call in (("which", lambda: store.rebuild("bogus")), ("timeout", lambda: store.sync("x")),
-                            ("out", lambda: store.snapshot(tmp_path))):
+                            ("out", lambda: store.snapshot(tmp_path)),
+                            ("out", lambda: store.snapshot(tmp_path / "no" / "such" / "x.db"))):  # as the CLI
             with pytest.raises(ValidationError) as info:
                 call()
             assert info.value.field == field
+        assert not (tmp_path / "no").exists()  # nothing creates missing folders
         other = SessionStore.open(tmp_path, "p", follower=False)  # the profile stays open through `store`
         other.close()
         for call in (other.sync, other.health, other.projection_lag, other.rebuild, lambda: other.version("s"),

@@ -1256,6 +1256,10 @@ class SessionStore:
         the whole log, up to ``until_seq``, or up to the last event appended at ``as_of_ns``."""
         if not isinstance(out, (str, os.PathLike)) or os.path.isdir(out):
             raise ValidationError("out", "must be the path of a file to write (not a directory)")
+        folder = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(folder):  # as the CLI: nothing creates missing folders
+            raise ValidationError("out", f"the folder {folder} does not exist or is not a folder",
+                                  hint="create it first (nothing is created for you)")
         return self._need_projector().rebuild("all", until_seq=until_seq, as_of_ns=as_of_ns, out_path=out,
                                               progress=progress)
 
