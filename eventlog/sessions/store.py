@@ -196,9 +196,10 @@ class Projections(Protocol):
 
 
 def _check_reason(reason: Any) -> None:
-    """An erase's ``reason`` (the audit record's): a non-empty text of at most 1,000 characters."""
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 1000:
-        raise ValidationError("reason", "must be a non-empty text of at most 1000 characters")
+    """An erase's ``reason`` (the audit record's): a non-empty text of at most MAX_SHORT (1,024)
+    characters, the limit of ``session.ended``'s reason and every other short text."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > rules.MAX_SHORT:
+        raise ValidationError("reason", f"must be a non-empty text of at most {rules.MAX_SHORT} characters")
 
 
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
