@@ -44,6 +44,19 @@ def test_append_prints_seqs_and_tail_shows_envelopes(tmp_path: Path) -> None:
     assert set(envs[0]) == {"seq", "id", "ts", "type", "v", "session", "data", "prev", "hash"}
 
 
+def test_a_lone_surrogate_escape_is_stored_as_the_replacement_character(tmp_path: Path) -> None:
+    """``"\\ud800"`` is valid JSON text that orjson refuses: the line was refused instead of
+    stored with U+FFFD as every eventlog text is (found by an outside audit)."""
+    line = r'{"type": "session.created", "session": "s1", "data": {"title": "a\ud800b", "model_config": {"k\udfff": 1}}}'
+    assert run(tmp_path, "append", input=line)[:2] == (0, "1\n")
+    data = json.loads(run(tmp_path, "log", "tail", "--json")[1])["data"]
+    assert data["title"] == "a\ufffdb" and data["model_config"] == {"k\ufffd": 1}
+    for bad in (r'{"type": "session.created", "session": "s2", "data": {"title": "\ud800", "x": NaN}}',
+                r'{"type": "session.created", "session": "s2", "data": {"title": "\ud800"}'):  # not JSON either way
+        code, _, err = run(tmp_path, "append", input=bad)
+        assert code == 1 and err.startswith("error: invalid line 1: not valid JSON"), err
+
+
 def test_append_is_one_atomic_batch(tmp_path: Path) -> None:
     run(tmp_path, "init")
     lines = "\n".join([

@@ -35,7 +35,9 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
+            obj = _with_lone_surrogates(line, e)
+            if obj is None:
+                raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
         _refuse_duplicate_keys(line, f"line {n}")
         _refuse_wide_ints(line, f"line {n}")
         yield n, obj
@@ -49,6 +51,23 @@ def _refuse_wide_ints(line: str | bytes, where: str) -> None:
     if field is not None:
         raise ValidationError(f"{where}.{field}", "is an integer outside the 64-bit range",
                               hint="integers must lie in -2**63 .. 2**63-1 (give a larger number as a string)")
+
+
+def _with_lone_surrogates(line: str | bytes, error: Exception) -> Any:
+    """A line orjson refuses only for a lone surrogate escape (``"\\ud800"``, valid JSON text)
+    is read by the standard library instead; its text is then validated like any other, which
+    stores such a code point as U+FFFD (docs/EVENTS.md). None: the line stays refused."""
+    if "surrogate" not in str(error):
+        return None
+    import json
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(line, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
 
 
 class _DuplicateKey(Exception):
