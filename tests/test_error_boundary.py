@@ -189,3 +189,21 @@ def test_no_password_reaches_a_message(url: str, secret: str) -> None:
     assert secret not in redact(url) and "***" in redact(url)
     assert secret not in str(storage_error(ValueError(url), "cannot open the log", redact(url)))
     assert redact("postgresql://u@h:5432/db") == "postgresql://u@h:5432/db"
+
+
+@pytest.mark.parametrize("url, secret", [
+    ("postgresql://postgres:SEC@RET6@127.0.0.1:1/db", "RET6"),  # libpq resolved host 'RET6@127.0.0.1'
+    ("host=127.0.0.1 port=1 user=u password=pw-xyz dbname=d", "pw-xyz"),  # taken for a path, echoed whole
+    ("password = 'pw xyz' host=127.0.0.1", "pw xyz"),
+    ("postgresql://postgres:pw-xyz@127.0.0.1:1/db", "pw-xyz"),
+])
+def test_no_password_reaches_the_cli_output(tmp_path: Path, url: str, secret: str) -> None:
+    """Through the command a user types (found by an outside audit: the two first leaked)."""
+    pytest.importorskip("psycopg")
+    from click.testing import CliRunner
+
+    from eventlog.cli import main
+
+    r = CliRunner().invoke(main, ["--home", str(tmp_path), "--log-url", url, "sessions", "list"])
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
+    assert secret not in r.stdout + r.stderr, r.stderr

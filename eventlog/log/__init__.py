@@ -27,6 +27,9 @@ LOG_URL_ENV = "EVENTLOG_LOG_URL"
 
 _LAZY = {"EventLog": "eventlog.log.lmdb", "MemoryLog": "eventlog.log.memory", "PostgresLog": "eventlog.log.postgres"}
 _URL = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
+_KEY_VALUE = re.compile(r"^\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|options)\s*=",
+                        re.IGNORECASE)
+"""The start of a libpq ``key=value`` connection string (not supported: a URL is)."""
 
 
 def __getattr__(name: str) -> Any:
@@ -54,7 +57,18 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
     """
     if not str(target).strip():
         raise ValidationError("log", "is empty: give a postgresql:// URL or a log directory")
+    if isinstance(target, str) and _KEY_VALUE.match(target) and not os.path.exists(target):
+        # Not echoed: it may hold a password.
+        raise ValidationError("log", "is a libpq key=value connection string: eventlog takes a postgresql:// URL",
+                              hint="write it as postgresql://user:password@host:port/dbname "
+                                   "(percent-encode special characters in the user and password)")
     if is_log_url(target):
+        userinfo = str(target).split("://", 1)[1].partition("?")[0]
+        if "@" in userinfo[:max(0, userinfo.rfind("@"))]:
+            # libpq would take what follows the first '@' for the host, and name it (the
+            # password's tail) in its error.
+            raise ValidationError("log", "the URL's user or password holds a raw '@'",
+                                  hint="percent-encode it as %40 (and '/', ':', '?', '#' likewise)")
         if profile is None:
             raise ValidationError("profile", "is required to open a PostgreSQL log (one log per profile)")
         try:
