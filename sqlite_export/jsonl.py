@@ -82,9 +82,9 @@ def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progre
                 for env in log.read_session(session):
                     out.write(codec.canonical(env) + b"\n")
                     n += 1
-    except EventLogError:
-        raise
-    except (OSError, ValueError) as e:  # the output failed (disk full, closed, a broken pipe)
+    except (EventLogError, BrokenPipeError):
+        raise  # a reader that went away (`export - | head`) is the caller's to judge: the CLI exits 0
+    except (OSError, ValueError) as e:  # the output failed (disk full, closed)
         raise converted(e, "writing the export") from e
     if progress:
         progress(total, total)

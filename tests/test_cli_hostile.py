@@ -569,3 +569,21 @@ def test_export_of_an_unknown_session_is_not_found_in_every_format(profile_home:
         assert not (tmp_path / f"x.{fmt}").exists()
     ok = run(profile_home, "export", "--session", "s1", "-")
     assert ok.returncode == 0 and len(ok.stdout.splitlines()) >= 4
+
+
+def test_a_reader_that_goes_away_ends_an_export_quietly(tmp_path: Path) -> None:
+    """`eventlog export - | head -1` exited 1 with "writing the export failed: Broken pipe",
+    where every other command exits 0 (found by an outside audit)."""
+    home = tmp_path / "h"
+    lines = [json.dumps({"type": "session.created", "session": "big", "data": {"source": "cli"}})]
+    lines += [json.dumps({"type": "message.appended", "session": "big", "data": {"role": "user", "content": "x" * 500}})
+              for _ in range(2000)]  # ~1.5 MB: far more than a pipe holds
+    assert run(home, "append", input="\n".join(lines)).returncode == 0
+    for args in (["export", "-"], ["export", "--session", "big", "-"], ["log", "tail", "--limit", "2001", "--json"]):
+        proc = subprocess.Popen([EXE, "--home", str(home), "--profile", PROFILE, *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        assert json.loads(proc.stdout.readline())["seq"] == 1
+        proc.stdout.close()  # the reader goes away, as `head -1` does
+        assert proc.wait(60) == 0, args
+        assert proc.stderr.read() == b"", args
