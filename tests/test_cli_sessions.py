@@ -94,6 +94,20 @@ def test_unknown_session_exits_1(home: Path) -> None:
     assert cli(home, "sessions", "pin", "nope")[0] == 1
 
 
+def test_messages_add_errors_name_the_option_typed(home: Path, tmp_path: Path) -> None:
+    """They named the event's fields (``messages[0].tool_name``), which the user never typed
+    (found by an outside audit)."""
+    sid = new(home)
+    big = tmp_path / "big.txt"
+    big.write_text("x" * (8 * 1024 * 1024 + 1))
+    for args, option in ((["--tool-name", "t" * 1025, "--content", "x"], "--tool-name"),
+                         (["--content-file", str(big)], "--content-file"),
+                         (["--content", "x" * (8 * 1024 * 1024 + 1)], "--content")):
+        code, out, err = cli(home, "messages", "add", sid, "--role", "tool", *args)
+        assert code == 1 and out == "" and err.startswith(f"error: invalid {option}: "), err
+    assert json.loads(cli(home, "sessions", "show", sid, "--json")[1])["session"]["message_count"] == 0
+
+
 def test_messages_add_usage_errors_exit_2(home: Path, tmp_path: Path) -> None:
     sid = new(home)
     assert cli(home, "messages", "add", sid, "--role", "robot", "--content", "x")[0] == 2

@@ -6,6 +6,7 @@ from typing import IO
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
+from eventlog.errors import ValidationError
 
 
 @click.group()
@@ -32,8 +33,16 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
         text = content_file.read()
     else:
         raise click.UsageError("give exactly one of --content and --content-file")
+    options = {"content": "--content-file" if content_file is not None else "--content",
+               "tool_name": "--tool-name", "role": "--role"}
     with c.open_store() as store:
-        mid = store.append_message(session_id, role, text, tool_name=tool_name)
+        try:
+            mid = store.append_message(session_id, role, text, tool_name=tool_name)
+        except ValidationError as e:  # name the option the user typed, not the event's field
+            name = (e.field or "").split(".", 1)[-1]
+            if name in options:
+                raise type(e)(options[name], e.problem, hint=e.hint) from None
+            raise
     if as_json:
         emit_json({"id": mid, "session_id": session_id})
     else:
