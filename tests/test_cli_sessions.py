@@ -157,3 +157,24 @@ def test_export_transcripts(home: Path, tmp_path: Path) -> None:
         assert code == 0, err
         assert "Transcript" in out.read_text()
     assert cli(home, "export", "--format", "md", str(tmp_path / "x.md"))[0] == 2
+
+
+def test_hidden_sessions_are_listed_with_hidden(home: Path) -> None:
+    """A session hidden through the Python API or Hermes could not be listed from the command
+    line at all (found by an outside audit)."""
+    from eventlog.sessions.store import SessionStore
+
+    shown, hidden = new(home, "--title", "shown"), new(home, "--title", "hidden")
+    with SessionStore.open(home, "p", follower=False) as store:
+        store.hide(hidden)
+
+    def listed(*args: str) -> dict[str, bool]:
+        code, out, _ = cli(home, "sessions", "list", "--json", *args)
+        assert code == 0
+        return {r["id"]: r["hidden"] for r in json.loads(out)}
+
+    assert listed() == {shown: False}
+    assert listed("--hidden") == {shown: False, hidden: True}
+    assert f"{hidden}  --H" in cli(home, "sessions", "list", "--hidden")[1]
+    code, _, err = cli(home, "sessions", "show", "no-such")
+    assert code == 1 and "`eventlog sessions list --archived --hidden`" in err

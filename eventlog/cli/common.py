@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from eventlog import profiles
-from eventlog.errors import EventLogError, NotFoundError, printable
+from eventlog.errors import EventLogError, NotFoundError, ValidationError, printable
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -78,10 +79,23 @@ def fail(message: str) -> None:
 
 
 NOT_FOUND_HINTS = {
-    "session": "list the sessions with `eventlog sessions list --archived` (deleted ones are gone for good)",
+    "session": "list the sessions with `eventlog sessions list --archived --hidden` (deleted ones are gone for good)",
     "message": "list a session's messages with `eventlog sessions show SESSION --all`",
     "profile": "create it with `eventlog init`, or choose another with --profile (or --home)",
 }
+
+
+@contextlib.contextmanager
+def options_named(names: dict[str, str]) -> Iterator[None]:
+    """A ValidationError about a field the user gave as an option names the option: ``names``
+    maps the event's field (``data.`` or ``messages[i].`` left off) to it (``"title": "--title"``)."""
+    try:
+        yield
+    except ValidationError as e:
+        field = re.sub(r"^(data|messages\[\d+\])\.", "", e.field or "")
+        if field in names:
+            raise type(e)(names[field], e.problem, hint=e.hint) from None
+        raise
 
 
 def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -165,7 +179,6 @@ def output_path(name: str, option: str, c: "Ctx | None" = None) -> Path:
     creates missing folders) and be a directory, and ``name`` must not be a directory.
     Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
     read-only or special file system such as /proc): :func:`handled` turns that into one line."""
-    from eventlog.errors import ValidationError
 
     if "\0" in name:
         raise ValidationError(option, "contains a NUL character")

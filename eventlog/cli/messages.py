@@ -5,8 +5,7 @@ from typing import IO
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
-from eventlog.errors import ValidationError
+from eventlog.cli.common import Ctx, emit_json, handled, json_option, options_named, pass_ctx
 
 
 @click.group()
@@ -35,14 +34,8 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
         raise click.UsageError("give exactly one of --content and --content-file")
     options = {"content": "--content-file" if content_file is not None else "--content",
                "tool_name": "--tool-name", "role": "--role"}
-    with c.open_store() as store:
-        try:
-            mid = store.append_message(session_id, role, text, tool_name=tool_name)
-        except ValidationError as e:  # name the option the user typed, not the event's field
-            name = (e.field or "").split(".", 1)[-1]
-            if name in options:
-                raise type(e)(options[name], e.problem, hint=e.hint) from None
-            raise
+    with c.open_store() as store, options_named(options):
+        mid = store.append_message(session_id, role, text, tool_name=tool_name)
     if as_json:
         emit_json({"id": mid, "session_id": session_id})
     else:

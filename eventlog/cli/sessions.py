@@ -6,8 +6,19 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, iso, json_flags, json_option, pass_ctx, read_flags, warn_flags
-from eventlog.errors import EventLogError, NotFoundError, TitleConflictError, ValidationError
+from eventlog.cli.common import (
+    Ctx,
+    emit_json,
+    handled,
+    iso,
+    json_flags,
+    json_option,
+    options_named,
+    pass_ctx,
+    read_flags,
+    warn_flags,
+)
+from eventlog.errors import EventLogError, NotFoundError, TitleConflictError
 
 if TYPE_CHECKING:
     from eventlog.sessions.store import SessionStore
@@ -30,23 +41,11 @@ def sessions() -> None:
 def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None, model: str | None,
                  cwd: str | None, parent: str | None) -> None:
     """Create a session and print its id."""
-    with c.open_store(create=True) as store, _options({"id": "--id", "session": "--id", "source": "--source",
+    with c.open_store(create=True) as store, options_named({"id": "--id", "session": "--id", "source": "--source",
                                                         "title": "--title", "model": "--model", "cwd": "--cwd",
                                                         "parent_session_id": "--parent"}), _titles(store):
         click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
                                         parent_session_id=parent))
-
-
-@contextlib.contextmanager
-def _options(names: dict[str, str]) -> Iterator[None]:
-    """A ValidationError about a field the user gave as an option names the option (``--id``)."""
-    try:
-        yield
-    except ValidationError as e:
-        field = e.field[5:] if e.field.startswith("data.") else e.field
-        if field in names:
-            raise ValidationError(names[field], e.problem, hint=e.hint) from None
-        raise
 
 
 @contextlib.contextmanager
@@ -68,22 +67,24 @@ def _titles(store: SessionStore) -> Iterator[None]:
 @click.option("--source", default=None, help="Only sessions from this source.")
 @click.option("--archived", is_flag=True, help="Include archived sessions.")
 @click.option("--pinned", is_flag=True, help="Only pinned sessions.")
+@click.option("--hidden", is_flag=True, help="Include hidden sessions (hidden through the Python API or Hermes).")
 @click.option("--workspace", default=None, help="Only sessions whose git root or cwd is at or under PATH.")
 @json_option
 @pass_ctx
 @handled
-def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool,
+def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool, hidden: bool,
                   workspace: str | None, as_json: bool) -> None:
     """List sessions, most recent activity first (pinned ones always included)."""
     with c.open_store() as store:
         rows = store.list_sessions(source=source, archived=None if archived else False,
-                                   pinned=True if pinned else None, workspace=workspace, limit=limit)
+                                   pinned=True if pinned else None, hidden=None if hidden else False,
+                                   workspace=workspace, limit=limit)
         warn_flags(read_flags(store))
     if as_json:
         emit_json(rows)
         return
     for r in rows:
-        flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-")
+        flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-") + ("H" if r.get("hidden") else "")
         click.echo(f"{r['id']}  {flags}  {iso(r['last_activity_at'])}  {r['message_count']:>5} msgs  "
                    f"{r.get('source') or 'cli':<8} {r.get('title') or ''}")
 
@@ -171,7 +172,7 @@ for _name, _method, _done, _doc in [
 @handled
 def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
     """Set a session's title (titles are unique in a profile)."""
-    with c.open_store() as store, _options({"title": "TITLE"}), _titles(store):
+    with c.open_store() as store, options_named({"title": "TITLE"}), _titles(store):
         seq = store.set_title(session_id, title, provenance)
     click.echo("kept the existing higher-provenance title" if seq is None
                else f"titled session {session_id} (event seq {seq})")
@@ -186,7 +187,7 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
 def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
     """Erase a session and its descendants: their content is gone from every file; the log keeps
     an audit record and still verifies."""
-    with c.open_store() as store, _options({"reason": "--reason"}):
+    with c.open_store() as store, options_named({"reason": "--reason"}):
         out = store.erase_session(session_id, reason)
     if as_json:
         emit_json(out)
@@ -204,6 +205,6 @@ def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
 @handled
 def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
     """End a session."""
-    with c.open_store() as store, _options({"reason": "--reason"}):
+    with c.open_store() as store, options_named({"reason": "--reason"}):
         seq = store.end_session(session_id, reason)
     click.echo("already ended" if seq is None else f"ended session {session_id} (event seq {seq})")
