@@ -116,7 +116,7 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
     disk = disk_state(profile_dir)
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
-                "first_bad_seq": res.first_bad_seq, "reason": res.reason},
+                "first_bad_seq": res.first_bad_seq, "reason": res.reason, "erased": res.erased},
         "state": {**_part(health["state"]), "skipped_types": skipped},
         "fts": {**_part(health["fts"]), "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,

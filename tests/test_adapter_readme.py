@@ -31,7 +31,13 @@ def test_readme_example_runs(tmp_path: Path, index: int) -> None:
                           env=dict(os.environ, EVENTLOG_HOME=str(tmp_path), PYTHONPATH=str(ROOT),
                                    OPENAI_AGENTS_DISABLE_TRACING="1"))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip(), "the example prints what it shows"
+    shown = re.findall(r"print\(.*\)  # (.*?)(?: \(then .*)?$", code, re.M)  # what the comment says it prints
+    assert shown and done.stdout.strip() == shown[-1], (done.stdout, shown)
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180,
+                           env=dict(os.environ, EVENTLOG_HOME=str(tmp_path), PYTHONPATH=str(ROOT),
+                                    OPENAI_AGENTS_DISABLE_TRACING="1"))
+    then = re.search(r"\(then (\d+)", code)  # a second run: the conversation is kept
+    assert again.returncode == 0 and again.stdout.split()[-1] == (then.group(1) if then else shown[-1].split()[-1])
     assert "Traceback" not in done.stderr
     cli = [sys.executable, "-c", "import sys; from eventlog.cli import main; sys.exit(main())"]
     search = subprocess.run([*cli, "--home", str(tmp_path), "search", "hello", "--json"], capture_output=True,

@@ -150,3 +150,15 @@ def test_log_copy_from_a_path_without_a_log_creates_nothing(tmp_path: Path) -> N
     code, _out, err = run(tmp_path / "home", "log", "copy", "--from", str(missing))
     assert code == 1 and "not found" in err
     assert not missing.exists()
+
+
+def test_doctor_reports_the_log_as_verify_does(tmp_path: Path) -> None:
+    """`doctor --json`'s log part lacked `erased`, which `log verify --json` reports (outside audit)."""
+    run(tmp_path, "append", input='{"type": "session.created", "session": "s1", "data": {}}\n'
+                                  '{"type": "session.created", "session": "s2", "data": {}}')
+    assert run(tmp_path, "sessions", "erase", "s1", "--reason", "asked")[0] == 0
+    verify = json.loads(run(tmp_path, "log", "verify", "--json")[1])
+    code, out, _ = run(tmp_path, "doctor", "--json")
+    log = json.loads(out)["log"]
+    assert code == 0 and verify["erased"] == 1
+    assert {k: log[k] for k in verify} == verify
