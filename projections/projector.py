@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from eventlog.errors import LeaseError, ProjectionError
+from eventlog.errors import DiskFullError, LeaseError, ProjectionError
 from eventlog.log import Log
 from eventlog.profiles import flock_holder
 from projections import db as sql
@@ -238,7 +238,10 @@ class Projector:
                 stats = self._builder.standalone(Path(out_path), until_seq, as_of_ns, progress)
                 self.extensions.build_into(Path(out_path).absolute())
             except (sqlite3.Error, OSError) as e:  # the output's disk (full, read-only): one typed error
-                raise sql.converted(e, f"writing the snapshot {out_path}") from e
+                err = sql.converted(e, f"writing the snapshot {out_path}")
+                if not isinstance(err, DiskFullError):  # about the output, not the profile's files
+                    err.hint = "write the snapshot into a writable folder of a regular file system"
+                raise err from e
         else:
             with self._locked(timeout):
                 stats = {"events": 0, "last_seq": None, "files": []}

@@ -104,7 +104,22 @@ def test_outputs_to_special_places_fail_in_one_line_naming_them(profile_home: Pa
         args = ["export", "--format", fmt, *(["--session", "s1"] if fmt == "md" else []), target]
     err = one_line_error(run(profile_home, *args))
     assert str(Path(target).parent if out.startswith("{file}") else target) in err
+    assert "profile directory" not in err  # the hint is about the output (outside audit: it named the profile's)
     assert not list(Path("/proc").glob(".eventlog-x*"))
+
+
+def test_log_copy_to_a_path_is_checked_as_every_output_is(profile_home: Path, tmp_path: Path) -> None:
+    """`log copy --to` made missing folders, wrote into the profile's own directory, and over a
+    plain file hinted at restoring the profile's log (outside audit)."""
+    a_file = tmp_path / "plain"
+    a_file.write_text("")
+    own = profile_home / "profiles" / PROFILE
+    for target, why in ((a_file, "is not a folder"), (tmp_path / "no" / "such", "does not exist"),
+                        (own / "copy", "inside the profile's own directory"), (own / "log", "inside the profile's own")):
+        err = one_line_error(run(profile_home, "log", "copy", "--to", str(target)))
+        assert err.startswith("error: invalid --to: ") and why in err and "restore" not in err, err
+    assert not (tmp_path / "no").exists() and not (own / "copy").exists()
+    assert run(profile_home, "log", "copy", "--to", str(tmp_path / "copy")).returncode == 0
 
 
 def test_exports_are_0600_under_umask_000(profile_home: Path, tmp_path: Path) -> None:

@@ -174,9 +174,10 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
             bars[0].__exit__(None, None, None)
 
 
-def output_path(name: str, option: str, c: "Ctx | None" = None) -> Path:
+def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bool = False) -> Path:
     """Check where a command will write ``name`` before any work: the folder must exist (nothing
-    creates missing folders) and be a directory, and ``name`` must not be a directory.
+    creates missing folders) and be a directory, and ``name`` must not be a directory (with
+    ``directory``: must be one if it exists, e.g. a log directory), nor inside the profile's own.
     Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
     read-only or special file system such as /proc): :func:`handled` turns that into one line."""
 
@@ -188,9 +189,12 @@ def output_path(name: str, option: str, c: "Ctx | None" = None) -> Path:
         raise ValidationError(option, f"the folder {folder} does not exist", hint="create it first (nothing is created for you)")
     if not folder.is_dir():
         raise ValidationError(option, f"{folder} is not a folder")
-    if path.is_dir():
+    if not directory and path.is_dir():
         raise ValidationError(option, f"{path} is a folder; give a file name")
-    if path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace it
+    if directory and path.exists() and not path.is_dir():
+        raise ValidationError(option, f"{path} is not a folder (a log is a directory)",
+                              hint="give the path of a new or existing log directory")
+    if not directory and path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace it
         raise ValidationError(option, f"{path} is not a regular file", hint="give a file name, or `-` for stdout")
     if c is not None:  # never over the profile's own files: the log is the one thing that must not break
         real = Path(os.path.realpath(path))

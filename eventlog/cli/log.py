@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, pass_ctx, progress_bar
+from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, output_path, pass_ctx, progress_bar
 
 INT64_MAX = 2**63 - 1
 FOLLOW_POLL_S = 0.02
@@ -138,6 +138,8 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
     other = to if to is not None else from_
     assert other is not None
     options: dict[str, Any] = {"create": True} if "://" in other else {}
+    if to is not None and "://" not in to:  # a new log directory: where it goes is checked first
+        output_path(to, "--to", c, directory=True)
     with progress_bar("copying") as update:
         if to is not None:
             with c.open_log() as source, open_log(other, profile=c.profile, **options) as target:
