@@ -60,6 +60,15 @@ def _with_lone_surrogates(line: str | bytes, error: Exception) -> Any:
     if "surrogate" not in str(error):
         return None
     import json
+    import re
+
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if re.search("[\ud800-\udfff]", line):  # undecodable input bytes (surrogateescape), not an escape
+        return None
 
     def refuse(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
