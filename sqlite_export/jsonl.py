@@ -15,7 +15,10 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   seq or prev, or in a file whose other lines carry hashes). Seqs that events name (a
   rewind's or reaction's ``message_id``, a usage record's, the ``up_to`` of
   ``reactions.seen``) are renumbered to the new seqs of the events the file carried there, so
-  the imported sessions read as they did at the source. A file of plain events (no seq, prev
+  the imported sessions read as they did at the source. Such lines are checked as ``eventlog
+  append`` checks input (catalogue types and fields, sessions that exist; a reaction or rewind
+  must name a message the file carries): a line's hash vouches for its bytes, not that
+  eventlog wrote them. A file of plain events (no seq, prev
   or hash on any line) claims nothing: it is checked as ``eventlog append`` checks its input
   (the catalogue, sessions that exist), and its seqs name the target log's own. Erased events
   (stubs, no data) and the log's own records are not appended anew: they belong to the chain
@@ -227,9 +230,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     for n, _, env in items:
         if codec.is_stub(env) or str(env["type"]).startswith("log."):
             continue  # an erased event (its content is gone) and the log's own records are not appended anew
-        event = _plain_event(n, env) if plain else {
-            "type": env["type"], "session": env.get("session"), "data": env["data"], "id": env["id"],
-            "v": env.get("v", 1)}
+        event = _plain_event(n, env) if plain else _exported_event(n, env, refs)
         try:
             prepared = codec.prepare(event, n)
         except ValidationError as e:
@@ -245,10 +246,14 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         if not prepared.same_content(stored) and not codec.prepare(refs.renumbered(event), n).same_content(stored):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
-    if plain:  # events that claim nothing are checked as `eventlog append` checks them
-        from eventlog.sessions.inputs import check_sessions
+    # Sessions that exist, as `eventlog append` checks them (the messages an export's events
+    # name are the file's own, renumbered: _exported_event checked they are carried).
+    # An extension's events (and the log layer's own test types) are left to their extension.
+    from eventlog.sessions.events import CURRENT_VERSIONS
+    from eventlog.sessions.inputs import check_sessions
 
-        check_sessions(log, [f"line {n}" for n, _ in fresh], [ev for _, ev in fresh])
+    ours = [(n, ev) for n, ev in fresh if ev["type"] in CURRENT_VERSIONS]
+    check_sessions(log, [f"line {n}" for n, _ in ours], [ev for _, ev in ours], references=plain)
     done = 0
     chunk: list[dict[str, Any]] = []
 
@@ -286,6 +291,35 @@ def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:
         raise ValidationError(f"line {n}.v", f"version {v!r} is not the version this program writes for "
                               f"{env.get('type')!r}", hint="leave v out: a plain event is written at the current version")
     return prepare_input({k: val for k, val in env.items() if k != "v"}, f"line {n}")
+
+
+_CATALOGUE_NAMESPACES = frozenset({"session", "message", "messages", "usage", "reactions"})
+
+
+def _exported_event(n: int, env: dict[str, Any], refs: "_References") -> dict[str, Any]:
+    """A line of an export appended as a new event: its own hash vouches only for its bytes, not
+    that eventlog wrote it, so it is checked as `eventlog append` checks input — a catalogue
+    type at the current version against its fields, an unknown type of the catalogue's
+    namespaces refused (an extension's events pass: their checks belong to the extension) —
+    and a reaction or rewind must name a message the file carries (it is renumbered to it)."""
+    from eventlog.sessions.events import CURRENT_VERSIONS, validate
+
+    etype, data, v = env["type"], env["data"], env.get("v", 1)
+    if type(etype) is not str:
+        raise ValidationError(f"line {n}.type", "must be a text")
+    if etype in CURRENT_VERSIONS:
+        if v == CURRENT_VERSIONS[etype]:
+            try:
+                validate(etype, data, env.get("session"))
+            except ValidationError as e:
+                raise ValidationError(f"line {n}.{e.field}", e.problem, hint=e.hint) from None
+    elif etype.split(".", 1)[0] in _CATALOGUE_NAMESPACES:
+        raise ValidationError(f"line {n}.type", f"unknown event type {etype!r}", hint="see docs/EVENTS.md for the catalogue")
+    if etype in _MESSAGE_NAMING and refs.ids and isinstance(data, dict) and data.get("message_id") not in refs.ids:
+        raise ValidationError(f"line {n}.data.message_id", f"names seq {data.get('message_id')!r}, which the file "
+                              "does not carry: it would name another event here",
+                              hint="export the whole session (or the whole log)")
+    return {"type": etype, "session": env.get("session"), "data": data, "id": env["id"], "v": v}
 
 
 class _References:
@@ -345,6 +379,10 @@ class _References:
         if target is None:
             return event
         if seq is None:  # up_to before every carried event: nothing of the file is seen
+            if target[0] == "message_id" and eid is None and event.get("type") == "usage.recorded":
+                # a usage record's message the file does not carry (another session's): the
+                # seq would name another event here, so the record keeps no message
+                return {**event, "data": {k: val for k, val in event["data"].items() if k != "message_id"}}
             if target[0] != "up_to" or eid is not None:
                 return event
             seq = 0
@@ -355,4 +393,5 @@ class _References:
             self.new[event["id"]] = seq
 
 
-_SEQ_NAMING = frozenset({"message.reaction_set", "message.reaction_removed", "messages.rewound", "usage.recorded"})
+_MESSAGE_NAMING = frozenset({"message.reaction_set", "message.reaction_removed", "messages.rewound"})
+_SEQ_NAMING = _MESSAGE_NAMING | {"usage.recorded"}

@@ -232,3 +232,58 @@ def test_an_integer_outside_64_bits_is_refused_not_imported_as_a_float(tmp_path:
         with pytest.raises(ValidationError, match=r"line 1.data.n: is an integer outside the 64-bit range"):
             import_jsonl(lg, [line])
         assert lg.head()[0] == 0
+
+
+def _rehashed(line: bytes, **change: Any) -> bytes:
+    """An exported line changed and its own hash recomputed: it vouches for itself again."""
+    import hashlib
+
+    import orjson
+
+    from eventlog.log import codec
+
+    env = orjson.loads(line)
+    env.update(change)
+    body = {k: v for k, v in env.items() if k != "hash"}
+    env["hash"] = hashlib.sha256(bytes.fromhex(env["prev"]) + codec.canonical(body)).hexdigest()
+    return codec.canonical(env)
+
+
+def test_exported_lines_appended_anew_are_checked_as_append_checks_them(tmp_path: Path) -> None:
+    """A line's own hash vouches for its bytes, not that eventlog wrote them: a changed line with
+    its hash recomputed wrote a role, a type, a session and references `append` refuses (found
+    by an outside audit), and a reaction naming a message the file does not carry was kept,
+    naming another event after renumbering."""
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        other = a.create_session(source="cli")
+        sid = a.create_session(source="cli")
+        first = a.append_message(sid, "user", "first")
+        a.append_message(other, "user", "elsewhere")
+        second = a.append_message(sid, "user", "second")
+        a.react(second, "ana", "👍")
+        a.record_usage(sid, input_tokens=3, message_id=a.append_message(other, "user", "x"))
+        buf = io.BytesIO()
+        export_jsonl(a.log, buf, session=sid)
+    lines = buf.getvalue().splitlines()  # created, first, second, reaction, usage
+    import orjson
+
+    msg = orjson.loads(lines[1])
+    cases = [(1, {"data": {**msg["data"], "role": "wizard"}}, r"line 2.data.role"),
+             (1, {"type": "message.bogus"}, r"line 2.type: unknown event type"),
+             (1, {"session": "ghost"}, r"line 2.session: session 'ghost' does not exist"),
+             (3, {"data": {"message_id": first + 1, "author": "ana", "emoji": "👍"}}, r"line 4.data.message_id")]  # "elsewhere"
+    for n, (at, change, match) in enumerate(cases):
+        forged = list(lines)
+        forged[at] = _rehashed(lines[at], **change)
+        with EventLog.open(tmp_path / f"b{n}", durability="nosync") as b:
+            with pytest.raises(ValidationError, match=match):
+                import_jsonl(b, forged)
+            assert b.head()[0] == 0, match
+    with SessionStore.open(tmp_path, "c", follower=False) as c:
+        assert import_jsonl(c.log, lines).mode == "appended"
+        usage = [e for e in c.log.read_session(sid) if e["type"] == "usage.recorded"]
+        assert usage and "message_id" not in usage[0]["data"]  # another session's message: not carried
+        [reacted] = [m for m in c.get_messages(sid) if c.get_reactions(m["id"])]
+        assert reacted["content"] == "second"

@@ -35,13 +35,15 @@ def prepare_input(obj: Any, where: str) -> dict[str, Any]:
         raise ValidationError(f"{where}.{e.field}", e.problem, hint=e.hint) from None
 
 
-def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, Any]]) -> None:
+def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, Any]], *,
+                   references: bool = True) -> None:
     """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
     of a session that does not exist (never created, or deleted — its own stream or an
     ancestor's), a ``session.created`` whose id was used before or whose parent does not exist,
     a reaction or rewind naming what is not a message of its session. Earlier events of the
     batch count. An event whose ``id`` is already in the log is left to the log (an idempotent
-    replay, or refused). ``wheres[i]`` names event i in errors (``line 3``)."""
+    replay, or refused). ``wheres[i]`` names event i in errors (``line 3``). ``references=False``
+    leaves the messages that reactions and rewinds name to the caller (an import renumbers them)."""
     if not any(ev.get("session") is not None for ev in batch):
         return
     empty = log.head()[0] == 0  # an empty log holds no session yet
@@ -103,7 +105,7 @@ def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, An
         elif not live(sid):
             raise ValidationError(f"{where}.session", f"session {sid!r} does not exist",
                                   hint="create it first (a session.created event, or `eventlog sessions new`)")
-        elif ev["type"] in MESSAGE_REFERENCES:
+        elif references and ev["type"] in MESSAGE_REFERENCES:
             # A reaction or a rewind names a message of its session by seq (an event already
             # in the log), as SessionStore.react/rewind require.
             mid = ev["data"]["message_id"]
