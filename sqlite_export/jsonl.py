@@ -227,9 +227,13 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     fresh: list[tuple[int, dict[str, Any]]] = []  # (line, event)
     present = 0
     seen: set[str] = set()
-    for n, _, env in items:
+    for n, raw, env in items:
         if codec.is_stub(env) or str(env["type"]).startswith("log."):
             continue  # an erased event (its content is gone) and the log's own records are not appended anew
+        if plain:
+            from eventlog.sessions.inputs import refuse_duplicate_keys
+
+            refuse_duplicate_keys(raw, f"line {n}")
         event = _plain_event(n, env) if plain else _exported_event(n, env, refs)
         try:
             prepared = codec.prepare(event, n)

@@ -221,6 +221,11 @@ def test_a_plain_events_file_is_checked_as_append_checks_it(tmp_path: Path) -> N
             with pytest.raises(ValidationError, match=match):
                 import_jsonl(lg, [orjson.dumps(e) for e in events])
             assert lg.head()[0] == 0, match
+    with EventLog.open(tmp_path / "dup", durability="nosync") as lg:  # as append: a repeated key is refused
+        twice = b'{"type":"message.appended","session":"s1","id":"m1","data":{"role":"user","content":"a","role":"tool"}}'
+        with pytest.raises(ValidationError, match=r"line 2: the key 'role' appears twice"):
+            import_jsonl(lg, [orjson.dumps(created), twice])
+        assert lg.head()[0] == 0
     with EventLog.open(tmp_path / "ok", durability="nosync") as lg:
         res = import_jsonl(lg, [orjson.dumps(e) for e in (created, msg(1, content="  kept  "))])
         assert res.imported == 2 and lg.get(2)["data"]["content"] == "  kept  "

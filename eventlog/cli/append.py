@@ -29,6 +29,8 @@ def init(c: Ctx) -> None:
 def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
     import orjson
 
+    from eventlog.sessions.inputs import refuse_duplicate_keys
+
     for n, line in enumerate(stream, 1):
         if not line.strip():
             continue
@@ -38,7 +40,7 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
             obj = _with_lone_surrogates(line, e)
             if obj is None:
                 raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
-        _refuse_duplicate_keys(line, f"line {n}")
+        refuse_duplicate_keys(line, f"line {n}")
         _refuse_wide_ints(line, f"line {n}")
         yield n, obj
 
@@ -77,32 +79,6 @@ def _with_lone_surrogates(line: str | bytes, error: Exception) -> Any:
         return json.loads(line, parse_constant=refuse)
     except (ValueError, RecursionError):
         return None
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _refuse_duplicate_keys(line: str | bytes, where: str) -> None:
-    """JSON parsers keep the last of two equal keys (``{"type": "a", "type": "b"}`` is "b"): an
-    input event with a repeated key at any depth is refused instead of read either way."""
-    import json
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: set[str] = set()
-        for key, _ in items:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-        return {}
-
-    try:
-        json.loads(line, object_pairs_hook=pairs)
-    except _DuplicateKey as e:
-        raise ValidationError(where, f"the key {e.args[0]!r} appears twice in one JSON object",
-                              hint="give each key once") from None
-    except (ValueError, RecursionError):
-        pass  # orjson already accepted the line; its nesting is judged by the event's own checks
 
 
 @click.command()

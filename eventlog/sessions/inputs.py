@@ -15,6 +15,32 @@ if TYPE_CHECKING:
 INPUT_KEYS = frozenset({"type", "session", "data", "id"})
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def refuse_duplicate_keys(line: str | bytes, where: str) -> None:
+    """JSON parsers keep the last of two equal keys (``{"type": "a", "type": "b"}`` is "b"): an
+    input event with a repeated key at any depth is refused instead of read either way."""
+    import json
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+        return {}
+
+    try:
+        json.loads(line, object_pairs_hook=pairs)
+    except _DuplicateKey as e:
+        raise ValidationError(where, f"the key {e.args[0]!r} appears twice in one JSON object",
+                              hint="give each key once") from None
+    except (ValueError, RecursionError):
+        pass  # orjson already accepted the line; its nesting is judged by the event's own checks
+
+
 def prepare_input(obj: Any, where: str) -> dict[str, Any]:
     """One input event ``{"type", "session"?, "data", "id"?}`` validated and normalised against
     the catalogue; errors name ``where`` and the field (``line 3.data.role``)."""
