@@ -26,6 +26,7 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
@@ -34,6 +35,8 @@ from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, I
 from eventlog.log import Log, codec
 from eventlog.log.base import VerifyResult, verify_chain
 from eventlog.log.damage import Damage, Verified
+from eventlog.sessions.events import CURRENT_VERSIONS, MESSAGE_REFERENCES, validate
+from eventlog.sessions.inputs import check_sessions, prepare_input, refuse_duplicate_keys
 from sqlite_export.errors import converted
 
 CHUNK = 2000
@@ -120,9 +123,7 @@ def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str,
             env = codec.decode(raw)
         except ValueError as e:
             raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
-        wide = codec.wide_int(raw)
-        if wide is not None:  # orjson read it as a float: refused, not imported changed
-            raise ValidationError(f"line {n}.{wide}", "is an integer outside the 64-bit range")
+        codec.refuse_wide_ints(raw, f"line {n}")  # orjson read it as a float: refused, not imported changed
         yield n, raw, env
 
 
@@ -231,8 +232,6 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         if codec.is_stub(env) or str(env["type"]).startswith("log."):
             continue  # an erased event (its content is gone) and the log's own records are not appended anew
         if plain:
-            from eventlog.sessions.inputs import refuse_duplicate_keys
-
             refuse_duplicate_keys(raw, f"line {n}")
         event = _plain_event(n, env) if plain else _exported_event(n, env, refs)
         try:
@@ -253,9 +252,6 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     # Sessions that exist, as `eventlog append` checks them (the messages an export's events
     # name are the file's own, renumbered: _exported_event checked they are carried).
     # An extension's events (and the log layer's own test types) are left to their extension.
-    from eventlog.sessions.events import CURRENT_VERSIONS
-    from eventlog.sessions.inputs import check_sessions
-
     ours = [(n, ev) for n, ev in fresh if ev["type"] in CURRENT_VERSIONS]
     check_sessions(log, [f"line {n}" for n, _ in ours], [ev for _, ev in ours], references=plain)
     done = 0
@@ -287,9 +283,6 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
 def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:
     """A line of a plain-events file (no seq, prev or hash: it claims nothing), validated and
     normalised against the catalogue as `eventlog append` does (errors name ``line n``)."""
-    from eventlog.sessions.events import CURRENT_VERSIONS
-    from eventlog.sessions.inputs import prepare_input
-
     v = env.get("v")
     if v is not None and (type(v) is not int or v != CURRENT_VERSIONS.get(env.get("type"))):  # type: ignore[arg-type]
         raise ValidationError(f"line {n}.v", f"version {v!r} is not the version this program writes for "
@@ -297,7 +290,7 @@ def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:
     return prepare_input({k: val for k, val in env.items() if k != "v"}, f"line {n}")
 
 
-_CATALOGUE_NAMESPACES = frozenset({"session", "message", "messages", "usage", "reactions"})
+_CATALOGUE_NAMESPACES = frozenset(t.split(".", 1)[0] for t in CURRENT_VERSIONS)
 
 
 def _exported_event(n: int, env: dict[str, Any], refs: "_References") -> dict[str, Any]:
@@ -306,8 +299,6 @@ def _exported_event(n: int, env: dict[str, Any], refs: "_References") -> dict[st
     type at the current version against its fields, an unknown type of the catalogue's
     namespaces refused (an extension's events pass: their checks belong to the extension) —
     and a reaction or rewind must name a message the file carries (it is renumbered to it)."""
-    from eventlog.sessions.events import CURRENT_VERSIONS, validate
-
     etype, data, v = env["type"], env["data"], env.get("v", 1)
     if type(etype) is not str:
         raise ValidationError(f"line {n}.type", "must be a text")
@@ -319,7 +310,7 @@ def _exported_event(n: int, env: dict[str, Any], refs: "_References") -> dict[st
                 raise ValidationError(f"line {n}.{e.field}", e.problem, hint=e.hint) from None
     elif etype.split(".", 1)[0] in _CATALOGUE_NAMESPACES:
         raise ValidationError(f"line {n}.type", f"unknown event type {etype!r}", hint="see docs/EVENTS.md for the catalogue")
-    if etype in _MESSAGE_NAMING and refs.ids and isinstance(data, dict) and data.get("message_id") not in refs.ids:
+    if etype in MESSAGE_REFERENCES and refs.ids and isinstance(data, dict) and data.get("message_id") not in refs.ids:
         raise ValidationError(f"line {n}.data.message_id", f"names seq {data.get('message_id')!r}, which the file "
                               "does not carry: it would name another event here",
                               hint="export the whole session (or the whole log)")
@@ -356,8 +347,6 @@ class _References:
 
     def _id_at(self, key: str, seq: int) -> str | None:
         if key == "up_to":  # the last event the file carried at or before it
-            import bisect
-
             at = bisect.bisect_right(self.order, seq)
             return self.ids[self.order[at - 1]] if at else None
         return self.ids.get(seq)
@@ -397,5 +386,4 @@ class _References:
             self.new[event["id"]] = seq
 
 
-_MESSAGE_NAMING = frozenset({"message.reaction_set", "message.reaction_removed", "messages.rewound"})
-_SEQ_NAMING = _MESSAGE_NAMING | {"usage.recorded"}
+_SEQ_NAMING = MESSAGE_REFERENCES | {"usage.recorded"}

@@ -29,6 +29,7 @@ def init(c: Ctx) -> None:
 def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
     import orjson
 
+    from eventlog.log.codec import refuse_wide_ints
     from eventlog.sessions.inputs import refuse_duplicate_keys
 
     for n, line in enumerate(stream, 1):
@@ -41,18 +42,8 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
             if obj is None:
                 raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
         refuse_duplicate_keys(line, f"line {n}")
-        _refuse_wide_ints(line, f"line {n}")
+        refuse_wide_ints(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line, f"line {n}")
         yield n, obj
-
-
-def _refuse_wide_ints(line: str | bytes, where: str) -> None:
-    """An integer outside 64 bits is refused, not stored as the float orjson reads it as."""
-    from eventlog.log.codec import wide_int
-
-    field = wide_int(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line)
-    if field is not None:
-        raise ValidationError(f"{where}.{field}", "is an integer outside the 64-bit range",
-                              hint="integers must lie in -2**63 .. 2**63-1 (give a larger number as a string)")
 
 
 def _with_lone_surrogates(line: str | bytes, error: Exception) -> Any:

@@ -98,6 +98,15 @@ def wide_int(raw: bytes) -> str | None:
     return find(obj, "")
 
 
+def refuse_wide_ints(raw: bytes, where: str) -> None:
+    """:class:`ValidationError` naming the field (``line 3.data.n``) when JSON text ``raw`` holds
+    an integer literal outside 64 bits (see :func:`wide_int`)."""
+    field = wide_int(raw)
+    if field is not None:
+        raise ValidationError(f"{where}.{field}", "is an integer outside the 64-bit range",
+                              hint="integers must lie in -2**63 .. 2**63-1 (give a larger number as a string)")
+
+
 def check_json(value: Any, field: str, depth: int = 0) -> None:
     """Refuse anything that is not plain, finite, surrogate-free JSON. Names the field."""
     if depth > MAX_DEPTH:

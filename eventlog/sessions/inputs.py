@@ -61,6 +61,23 @@ def prepare_input(obj: Any, where: str) -> dict[str, Any]:
         raise ValidationError(f"{where}.{e.field}", e.problem, hint=e.hint) from None
 
 
+def stream_life(log: Log, session_id: str) -> tuple[bool, str | None]:
+    """What a session's own stream in the log says: whether it was created and neither deleted
+    nor erased (its ancestors are the caller's to follow), and its parent's id."""
+    created = gone = False
+    parent = None
+    for env in log.read_session(session_id):
+        if env.get("erased"):  # an erase takes a whole stream: gone for good
+            gone = True
+        elif env.get("type") == "session.created":
+            created = True
+            data = env.get("data")
+            parent = data.get("parent_session_id") if isinstance(data, dict) else None
+        elif env.get("type") == "session.deleted":
+            gone = True
+    return created and not gone, parent if isinstance(parent, str) else None
+
+
 def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, Any]], *,
                    references: bool = True) -> None:
     """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
@@ -80,20 +97,8 @@ def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, An
         if empty:
             return False
         if s not in known:
-            created = gone = False
-            parent = None
-            for env in log.read_session(s):
-                if env.get("erased"):  # an erase takes a whole stream: gone for good
-                    gone = True
-                elif env.get("type") == "session.created":
-                    created = True
-                    data = env.get("data")
-                    parent = data.get("parent_session_id") if isinstance(data, dict) else None
-                elif env.get("type") == "session.deleted":
-                    gone = True
-            parents[s] = parent if isinstance(parent, str) else None
-            known[s] = created and not gone and (not isinstance(parent, str) or depth > 64
-                                                 or live_in_log(parent, depth + 1))
+            alive, parents[s] = stream_life(log, s)
+            known[s] = alive and (parents[s] is None or depth > 64 or live_in_log(parents[s], depth + 1))  # type: ignore[arg-type]
         return known[s]
 
     created: set[str] = set()

@@ -47,6 +47,7 @@ from eventlog.profiles import (
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
 from eventlog.sessions.fold import Fold, content_text
+from eventlog.sessions.inputs import stream_life
 from eventlog.sessions.reads import ReadModel, typed_read
 
 if TYPE_CHECKING:
@@ -635,20 +636,8 @@ class SessionStore:
     def _live_in_log(self, sid: str, depth: int = 0) -> bool:
         """Whether ``sid`` is live by the log itself (its stream, and its ancestors' for a
         deletion's cascade): the check a writer falls back to when the projections are stale."""
-        created = deleted = False
-        parent = None
-        for env in self.log.read_session(sid):
-            if env.get("erased"):  # an erase takes a whole stream: gone
-                return False
-            if env.get("type") == "session.created":
-                created = True
-                data = env.get("data")
-                parent = data.get("parent_session_id") if isinstance(data, dict) else None
-            elif env.get("type") == "session.deleted":
-                deleted = True
-        if not created or deleted:
-            return False
-        return not isinstance(parent, str) or depth > 64 or self._live_in_log(parent, depth + 1)
+        alive, parent = stream_life(self.log, sid)
+        return alive and (parent is None or depth > 64 or self._live_in_log(parent, depth + 1))
 
     def _event(self, etype: str, session: str, data: dict[str, Any]) -> dict[str, Any]:
         return ev.make_event(etype, session, data)
