@@ -4,7 +4,8 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 
 * into an empty profile (or one whose log is a prefix of the file), the events are written
   verbatim, so seqs, timestamps and hashes are identical and ``log verify`` reports the same
-  head hash;
+  head hash (as their canonical bytes, which the hashes cover: an export re-serialised on the
+  way — key order, spacing, escapes — is restored the same);
 * into a profile with other history, or when the file is not one whole chain from seq 1 (a
   session's export), the file's events are appended as new events (new seqs and hashes, same
   ids, types, sessions and data); ids already present with the same content are skipped, and
@@ -15,7 +16,9 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   seq or prev, or in a file whose other lines carry hashes). Seqs that events name (a
   rewind's or reaction's ``message_id``, a usage record's, the ``up_to`` of
   ``reactions.seen``) are renumbered to the new seqs of the events the file carried there, so
-  the imported sessions read as they did at the source. Such lines are checked as ``eventlog
+  the imported sessions read as they did at the source; so do their times (a message's
+  ``timestamp``, a session's ``started_at`` and ``ended_at`` are written from the source
+  event's time when the event left them to it). Such lines are checked as ``eventlog
   append`` checks input (catalogue types and fields, sessions that exist; a reaction or rewind
   must name a message the file carries): a line's hash vouches for its bytes, not that
   eventlog wrote them. A file of plain events (no seq, prev
@@ -35,8 +38,9 @@ from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, I
 from eventlog.log import Log, codec
 from eventlog.log.base import VerifyResult, verify_chain
 from eventlog.log.damage import Damage, Verified
-from eventlog.sessions.events import CURRENT_VERSIONS, MESSAGE_REFERENCES, validate
+from eventlog.sessions.events import CURRENT_VERSIONS, EVENT_TIME_FIELDS, MESSAGE_REFERENCES, validate
 from eventlog.sessions.inputs import check_sessions, prepare_input, refuse_duplicate_keys
+from eventlog.sessions.rules import event_time
 from sqlite_export.errors import converted
 
 CHUNK = 2000
@@ -197,9 +201,13 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             if key not in env:
                 raise ValidationError(f"line {n}.{key}", "missing from the envelope")
     head, head_hash = log.head()
-    chain = _check_chain(items)
+    # The log stores each envelope's canonical bytes, and a line's hash vouches for exactly
+    # those: an export re-serialised on the way (another key order, spacing, escapes) is
+    # judged, and restored, in that form.
+    stored = [(n, codec.canonical(env), env) for n, _, env in items]
+    chain = _check_chain(stored)
     if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
-        rest = [raw for _, raw, _ in items[head:]]
+        rest = [raw for _, raw, _ in stored[head:]]
         for start in range(0, len(rest), CHUNK):
             log.append_sealed(rest[start:start + CHUNK])
             if progress:
@@ -207,7 +215,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         return ImportResult("verbatim", len(items), len(rest), head)
 
     if whole and not chain:
-        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(items)}; nothing was imported",
+        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(stored)}; nothing was imported",
                              hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
                                   "to append a session's export as new events")
     if not onto_other_history and head > 0:
@@ -243,10 +251,12 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         seen.add(prepared.id)
         seq = log.event_seq(prepared.id)
         if seq is None:
-            fresh.append((n, event))
+            fresh.append((n, event if plain else _source_time(event, env)))
             continue
         stored = log.get(seq) or {}
-        if not prepared.same_content(stored) and not codec.prepare(refs.renumbered(event), n).same_content(stored):
+        if not prepared.same_content(stored) and not any(  # or as an earlier import appended it
+                codec.prepare(form, n).same_content(stored)
+                for form in (refs.renumbered(event), _source_time(refs.renumbered(event), env))):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
     # Sessions that exist, as `eventlog append` checks them (the messages an export's events
@@ -315,6 +325,19 @@ def _exported_event(n: int, env: dict[str, Any], refs: "_References") -> dict[st
                               "does not carry: it would name another event here",
                               hint="export the whole session (or the whole log)")
     return {"type": etype, "session": env.get("session"), "data": data, "id": env["id"], "v": v}
+
+
+def _source_time(event: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """``event`` with its source's time written into the field that would otherwise read as the
+    new event's own (:data:`EVENT_TIME_FIELDS`): appended anew, a message keeps its timestamp
+    and a session its start and end, though the envelopes get new times."""
+    field = EVENT_TIME_FIELDS.get(event["type"])
+    data = event["data"]
+    if field is None or event["v"] != CURRENT_VERSIONS[event["type"]] or not isinstance(data, dict) \
+            or data.get(field) is not None:
+        return event
+    at = event_time(env.get("ts"))
+    return event if at is None else {**event, "data": {**data, field: at}}
 
 
 class _References:

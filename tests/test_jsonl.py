@@ -42,6 +42,28 @@ def test_export_then_import_into_empty_profile_reproduces_seqs_and_hashes(tmp_pa
         assert (again.imported, b.head()) == (0, head)
 
 
+def test_a_re_serialised_whole_export_is_restored_not_appended(tmp_path: Path) -> None:
+    """The hashes cover each envelope's canonical bytes, so an export passed through another
+    JSON writer (key order, spacing, escapes) is the same log; it used to be appended anew, with
+    new seqs and hashes, under a warning about missing lines."""
+    import json
+
+    with EventLog.open(tmp_path / "a", durability="nosync") as a:
+        a.append([ev("s1", text="café 🎉", n=1.5), ev("s2", n=2)])
+        data, head = dump(a), a.head()
+    rewritten = [json.dumps(json.loads(line), indent=1, ensure_ascii=True).encode().replace(b"\n", b"")
+                 for line in data.splitlines()]
+    assert rewritten != data.splitlines()
+    with EventLog.open(tmp_path / "b", durability="nosync") as b:
+        res = import_jsonl(b, rewritten, whole=True)
+        assert (res.mode, res.imported, b.head()) == ("verbatim", 2, head)
+        assert dump(b) == data and b.verify().ok
+    changed = [rewritten[0].replace(b"caf\\u00e9", b"cafe"), rewritten[1]]  # the hash still catches a change
+    assert changed[0] != rewritten[0]
+    with EventLog.open(tmp_path / "c", durability="nosync") as c, pytest.raises(IntegrityError):
+        import_jsonl(c, changed, whole=True)
+
+
 def test_import_continues_a_log_that_is_a_prefix(tmp_path: Path) -> None:
     with EventLog.open(tmp_path / "a", durability="nosync") as a:
         a.append([ev("s1", n=1)])
@@ -197,6 +219,33 @@ def test_a_sessions_export_appended_elsewhere_keeps_what_its_events_name_by_seq(
         assert state(b, sid) == expected
         again = import_jsonl(b.log, buf.getvalue().splitlines())  # idempotent: the renumbered events are the same
         assert (again.imported, again.already_present) == (0, res.imported)
+
+
+def test_a_sessions_export_appended_elsewhere_keeps_its_times(tmp_path: Path) -> None:
+    """A message's timestamp and a session's start and end read as the event's own time when
+    the writer left them out; appended anew, the events get new times, so the imported session
+    used to read as started, ended and written at the import."""
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        a.create_session(source="cli", title="other")
+        sid = a.create_session(source="cli", title="exported")
+        a.append_message(sid, "user", "left to the event time")
+        a.append_message(sid, "assistant", "given", timestamp=1_000_000.5)
+        a.end_session(sid, "done")
+        expected = (a.get_session(sid), a.get_messages(sid))
+        buf = io.BytesIO()
+        export_jsonl(a.log, buf, session=sid)
+    assert expected[1][1]["timestamp"] == 1_000_000.5
+    with SessionStore.open(tmp_path, "b", follower=False) as b:
+        b.create_session(source="cli", title="b's own")
+        res = import_jsonl(b.log, buf.getvalue().splitlines())
+        assert res.mode == "appended"
+        assert (b.get_session(sid), b.get_messages(sid)) == expected
+        again = import_jsonl(b.log, buf.getvalue().splitlines())  # the events with their times are the same
+        assert (again.imported, again.already_present) == (0, res.imported)
+    with SessionStore.open(tmp_path, "a", follower=False) as a:  # and its own profile holds them as written
+        assert import_jsonl(a.log, buf.getvalue().splitlines()).imported == 0
 
 
 def test_a_plain_events_file_is_checked_as_append_checks_it(tmp_path: Path) -> None:

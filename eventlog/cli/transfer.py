@@ -198,7 +198,8 @@ def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
                     res = import_jsonl(lg, fp, progress=update, onto_other_history=False, whole=whole)
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
-                       "its events were appended as new events, with new seqs, times and hashes", err=True)
+                       "its events were appended as new events, with new seqs, event times and hashes (sessions and "
+                       "messages keep the times they had)", err=True)
         return res.to_dict()
     from sqlite_export.hermes import import_hermes
 

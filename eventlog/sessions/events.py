@@ -67,6 +67,11 @@ MESSAGE_REFERENCES = frozenset({"message.reaction_set", "message.reaction_remove
 """Event types that name a message of their own session (``data.message_id``, the message's seq):
 writers refuse one whose message is not there (SessionStore, ``eventlog append``)."""
 
+EVENT_TIME_FIELDS = {"session.created": "started_at", "message.appended": "timestamp", "session.ended": "ended_at"}
+"""The one field of each type that reads as the event's own time (``ts``) when it is left out:
+an import that appends an export's events anew writes the source's time into it, so the
+imported session reads as it did at the source."""
+
 Validator = Callable[[Any, str], Any]
 
 
