@@ -181,7 +181,8 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     """Import exported envelopes into ``log`` (see the module docstring for the two modes).
 
     ``onto_other_history=False`` refuses the second mode (:class:`ConflictError`, nothing
-    written): appending the file's events after other history gives them new seqs and times,
+    written) unless every event of the file is already here (a file imported twice, or the start
+    of this log, is a no-op): appending the file's events after other history gives them new seqs and times,
     and the final state can then differ from the exported one (what the CLI does). ``whole``:
     refuse a file that is not one whole, intact chain from seq 1 (:class:`IntegrityError` naming
     the first line out of place, nothing written) — a restore from a whole-log export, where a
@@ -213,15 +214,13 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             if progress:
                 progress(head + start + len(rest[start:start + CHUNK]), len(items))
         return ImportResult("verbatim", len(items), len(rest), head)
+    if chain and head > len(items) and (log.get(len(items)) or {}).get("hash") == items[-1][2]["hash"]:
+        return ImportResult("verbatim", len(items), 0, len(items))  # the start of this log: all there
 
     if whole and not chain:
         raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(stored)}; nothing was imported",
                              hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
                                   "to append a session's export as new events")
-    if not onto_other_history and head > 0:
-        raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
-                            hint="import into a new profile (--profile NEW); appended after other history the "
-                                 "events would get new seqs and times")
     # Another history: check every line's own hash and every id first, so a conflict imports nothing.
     hashed = any("hash" in env for _, _, env in items)
     for n, _, env in items:
@@ -259,6 +258,10 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                 for form in (refs.renumbered(event), _source_time(refs.renumbered(event), env))):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
+    if fresh and not onto_other_history and head > 0:  # (a file whose events are all here is a no-op)
+        raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
+                            hint="import into a new profile (--profile NEW); appended after other history the "
+                                 "events would get new seqs and times")
     # Sessions that exist, as `eventlog append` checks them (the messages an export's events
     # name are the file's own, renumbered: _exported_event checked they are carried).
     # An extension's events (and the log layer's own test types) are left to their extension.

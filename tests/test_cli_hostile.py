@@ -361,6 +361,28 @@ def test_import_jsonl_into_other_history_is_refused(profile_home: Path, tmp_path
     assert r.returncode == 0 and "mode=verbatim" in r.stdout
 
 
+def test_importing_what_the_profile_already_holds_is_a_no_op_not_a_conflict(profile_home: Path,
+                                                                             tmp_path: Path) -> None:
+    """A session's export imported a second time, and the start of a profile's own export,
+    were refused as "other history" though every event was already there."""
+    session, whole, start = tmp_path / "s2.jsonl", tmp_path / "all.jsonl", tmp_path / "start.jsonl"
+    assert run(profile_home, "export", "--session", "s2", str(session)).returncode == 0
+    assert run(profile_home, "export", str(whole)).returncode == 0
+    start.write_text("".join(whole.read_text().splitlines(keepends=True)[:3]))
+    home = tmp_path / "h"
+    first = run(home, "import", str(session), "--json", profile="copy")
+    assert first.returncode == 0 and json.loads(first.stdout)["mode"] == "appended", first.stderr
+    before = run(home, "log", "verify", "--json", profile="copy").stdout
+    again = run(home, "import", str(session), "--json", profile="copy")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert json.loads(again.stdout) == {"mode": "appended", "read": 1, "imported": 0, "already_present": 1}
+    assert run(home, "import", str(whole), profile="restored").returncode == 0
+    prefix = run(home, "import", str(start), "--json", profile="restored")
+    assert prefix.returncode == 0, prefix.stderr
+    assert json.loads(prefix.stdout) == {"mode": "verbatim", "read": 3, "imported": 0, "already_present": 3}
+    assert run(home, "log", "verify", "--json", profile="copy").stdout == before
+
+
 def test_a_changed_export_is_refused_and_a_partial_one_is_imported_with_a_warning(profile_home: Path,
                                                                                     tmp_path: Path) -> None:
     export = tmp_path / "e.jsonl"
