@@ -205,10 +205,10 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     # The log stores each envelope's canonical bytes, and a line's hash vouches for exactly
     # those: an export re-serialised on the way (another key order, spacing, escapes) is
     # judged, and restored, in that form.
-    stored = [(n, codec.canonical(env), env) for n, _, env in items]
-    chain = _check_chain(stored)
+    canon = [(n, codec.canonical(env), env) for n, _, env in items]
+    chain = _check_chain(canon)
     if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
-        rest = [raw for _, raw, _ in stored[head:]]
+        rest = [raw for _, raw, _ in canon[head:]]
         for start in range(0, len(rest), CHUNK):
             log.append_sealed(rest[start:start + CHUNK])
             if progress:
@@ -218,7 +218,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         return ImportResult("verbatim", len(items), 0, len(items))  # the start of this log: all there
 
     if whole and not chain:
-        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(stored)}; nothing was imported",
+        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(canon)}; nothing was imported",
                              hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
                                   "to append a session's export as new events")
     # Another history: check every line's own hash and every id first, so a conflict imports nothing.

@@ -78,3 +78,34 @@ def test_log_copy_to_and_from_postgres(tmp_path: Path, pg_url: str, pg_profile: 
     assert res.exit_code == 1 and "holds another log" in res.output
     with PostgresLog.open(pg_url, profile=pg_profile) as pg:
         assert pg.head()[0] == 25
+
+
+def test_a_refused_import_leaves_no_profile_on_the_server(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    """Locally a refused import into a new profile removes the directory it made; on PostgreSQL
+    the profile (schema, role, registry row) it provisioned used to stay, empty."""
+    from eventlog.log.pg_schema import connect, drop_if_empty, lookup
+
+    base = ["--home", str(tmp_path / "h"), "--profile", pg_profile, "--log-url", pg_url]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "e1", "type": "session.created", "session": "s1", "data": {"source": "cli"}}\n'
+                   '{"id": "e2", "type": "message.appended", "session": "nowhere", '
+                   '"data": {"role": "user", "content": "x"}}\n')
+    res = run(*base, "import", str(bad))
+    assert res.exit_code == 1 and "nowhere" in res.output, res.output
+    with connect(pg_url) as conn:
+        assert lookup(conn, pg_profile) is None
+        assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'eventlog\\_%%\\_p%%' AND NOT EXISTS "
+                            "(SELECT 1 FROM eventlog.profiles p WHERE p.role_name = rolname)").fetchone() == (0,)
+    assert not (tmp_path / "h" / "profiles" / pg_profile).exists()
+    res = run(*base, "log", "verify")
+    assert res.exit_code == 1 and "may not use it" in res.output
+
+    good = tmp_path / "good.jsonl"
+    good.write_text(bad.read_text().splitlines()[0] + "\n")
+    assert run(*base, "import", str(good)).exit_code == 0
+    res = run(*base, "import", str(bad))  # refused again: the profile that holds an event stays
+    assert res.exit_code == 1
+    with PostgresLog.open(pg_url, profile=pg_profile) as pg:
+        assert pg.head()[0] == 1
+    with connect(pg_url) as conn:
+        assert drop_if_empty(conn, pg_profile) is False and lookup(conn, pg_profile) is not None

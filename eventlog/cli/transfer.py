@@ -173,10 +173,16 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
     from eventlog import profiles
 
     d = profiles.profile_dir(c.home, c.profile, create=False)
-    created = c.log_url is None and not d.exists()
+    created = not d.exists()
+    created_on_server = c.log_url is not None and not _on_server(c)
     try:
         report = _import(c, fmt, file, whole)
     except BaseException:
+        if created_on_server:
+            from eventlog.log.postgres import drop_empty_profile
+
+            assert c.log_url is not None
+            drop_empty_profile(c.log_url, c.profile)
         if created:
             _remove_if_empty(c, d)
         raise
@@ -210,6 +216,15 @@ def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
     if len(rep.warnings) > 50:
         click.echo(f"warning: ... and {len(rep.warnings) - 50} more", err=True)
     return rep.to_dict()
+
+
+def _on_server(c: Ctx) -> bool:
+    """Whether the profile exists on the --log-url server (and this login may use it)."""
+    try:
+        c.open_log().close()
+    except EventLogError:
+        return False
+    return True
 
 
 def _remove_if_empty(c: Ctx, d: Path) -> None:

@@ -279,6 +279,30 @@ def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
     return ProfileInfo(pid, schema, role, BODY_FORMAT)
 
 
+def drop_if_empty(conn: psycopg.Connection[Any], profile: str) -> bool:
+    """Remove ``profile``'s schema, role and registry row if its log holds no event — what a
+    refused first import leaves behind; True when removed. One transaction, under the registry
+    lock, with the profile's tables locked: a writer that opened the profile meanwhile either
+    appended first (then nothing is removed) or fails, so nothing acknowledged is lost. Needs
+    the administrator that provisioned it; raises psycopg's errors (the caller decides)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_NAMESPACE,))
+        row = conn.execute(f"SELECT schema_name, role_name FROM {REGISTRY}.profiles WHERE name = %s",
+                           (profile,)).fetchone()
+        if row is None:
+            return False
+        s, r = sql.Identifier(str(row[0])), sql.Identifier(str(row[1]))
+        conn.execute(sql.SQL("LOCK TABLE {}.head, {}.events IN ACCESS EXCLUSIVE MODE").format(s, s))
+        head = conn.execute(sql.SQL("SELECT seq FROM {}.head").format(s)).fetchone()
+        held = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {}.events)").format(s)).fetchone()
+        if head is None or head[0] != 0 or held is None or held[0]:
+            return False
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(s))
+        conn.execute(f"DELETE FROM {REGISTRY}.profiles WHERE name = %s", (profile,))
+        conn.execute(sql.SQL("DROP ROLE {}").format(r))
+    return True
+
+
 def grant_login(conn: psycopg.Connection[Any], profile: str, login: str) -> ProfileInfo:
     """Let the login role ``login`` use ``profile`` (``GRANT <profile role> TO login``).
     Needs an administrator connection; raises :class:`StorageError` for an unknown profile or a

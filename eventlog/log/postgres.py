@@ -72,6 +72,7 @@ from eventlog.log.pg_schema import (
     ProfileInfo,
     Statements,
     connect,
+    drop_if_empty,
     ensure_erase_function,
     lookup,
     provision,
@@ -102,6 +103,25 @@ FAST_PATH_BACKOFF = 32
 IDLE_IN_TRANSACTION_S = 60
 """A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
 after this long, so it cannot hold a profile's advisory lock forever."""
+
+
+def drop_empty_profile(url: str, profile: str, *, connect_timeout: float = 10.0) -> bool:
+    """Remove ``profile`` from the server at ``url`` if its log holds no event (see
+    :func:`eventlog.log.pg_schema.drop_if_empty`): what ``eventlog import`` does after a refused
+    import that created the profile. Best effort: False when nothing was removed, also when the
+    server or this login cannot do it."""
+    validate_profile(profile)
+    try:
+        conn = connect(url, connect_timeout=connect_timeout)
+    except psycopg.Error:
+        return False
+    try:
+        return drop_if_empty(conn, profile)
+    except psycopg.Error as e:
+        _log.warning("could not remove the empty profile %r from %s: %s", profile, redact(url), e)
+        return False
+    finally:
+        _quiet_close(conn)
 
 
 class _Sent(Exception):
