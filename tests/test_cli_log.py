@@ -152,6 +152,22 @@ def test_log_copy_from_a_path_without_a_log_creates_nothing(tmp_path: Path) -> N
     assert not missing.exists()
 
 
+def test_log_copy_to_a_folder_of_other_files_is_refused(tmp_path: Path) -> None:
+    """`log copy --to` wrote LMDB files into any existing folder, beside what it held."""
+    home = tmp_path / "home"
+    run(home, "append", input='{"type": "session.created", "session": "s1", "data": {}}')
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("x")
+    code, _out, err = run(home, "log", "copy", "--to", str(notes))
+    assert code == 1 and "holds other files (todo.txt) and no log" in err, err
+    assert sorted(p.name for p in notes.iterdir()) == ["todo.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert run(home, "log", "copy", "--to", str(empty))[0] == 0
+    assert run(home, "log", "copy", "--to", str(empty))[0] == 0  # a log there already: resumed, not refused
+
+
 def test_doctor_reports_the_log_as_verify_does(tmp_path: Path) -> None:
     """`doctor --json`'s log part lacked `erased`, which `log verify --json` reports (outside audit)."""
     run(tmp_path, "append", input='{"type": "session.created", "session": "s1", "data": {}}\n'

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, output_path, pass_ctx, progress_bar
+from eventlog.errors import ValidationError
 
 INT64_MAX = 2**63 - 1
 FOLLOW_POLL_S = 0.02
@@ -139,7 +140,12 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
     assert other is not None
     options: dict[str, Any] = {"create": True} if "://" in other else {}
     if to is not None and "://" not in to:  # a new log directory: where it goes is checked first
-        output_path(to, "--to", c, directory=True)
+        path = output_path(to, "--to", c, directory=True)
+        if path.is_dir() and not (path / "data.mdb").exists() and any(path.iterdir()):
+            names = sorted(p.name for p in path.iterdir())
+            found = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            raise ValidationError("--to", f"{path} holds other files ({found}) and no log",
+                                  hint="give a new folder name, an empty folder, or an existing log directory")
     with progress_bar("copying") as update:
         if to is not None:
             with c.open_log() as source, open_log(other, profile=c.profile, **options) as target:
