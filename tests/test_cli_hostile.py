@@ -578,6 +578,15 @@ def test_replay_as_of_says_its_zone_in_the_help() -> None:
     assert "UTC unless it names a zone" in " ".join(r.stdout.split())
 
 
+def test_replay_until_past_the_head_says_so(profile_home: Path, tmp_path: Path) -> None:
+    """`replay --until 999` on a shorter log wrote the present state and said nothing about it."""
+    r = run(profile_home, "replay", "--until", "999", "--out", str(tmp_path / "r.db"))
+    assert r.returncode == 0 and r.stdout.startswith(f"wrote {tmp_path / 'r.db'}: ")
+    assert "warning: the log ends at seq " in r.stderr and "before --until 999" in r.stderr, r.stderr
+    r = run(profile_home, "replay", "--until", "2", "--out", str(tmp_path / "r2.db"))
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
 def test_no_output_lands_on_the_profiles_own_files(tmp_path: Path) -> None:
     """export and replay refuse an output inside the profile's directory: `export
     profiles/p/log/data.mdb` wrote the export over the log itself and said 'exported 2 events'

@@ -57,6 +57,9 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
                              f"was then cannot be replayed past seq {res['last_seq']}; nothing was written",
                              hint=f"`eventlog replay --until {max(res['last_seq'], 1)}` replays the part before "
                                   "the damage; docs/RELIABILITY.md says how to restore the log")
+    if until_seq is not None and until_seq > res["last_seq"]:  # a mistyped seq or profile, most likely
+        click.echo(f"warning: the log ends at seq {res['last_seq']}, before --until {until_seq}: the replay "
+                   "is the profile as it is now", err=True)
     click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
 
 
