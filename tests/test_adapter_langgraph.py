@@ -288,6 +288,70 @@ def test_two_savers_taking_turns_on_a_thread_mirror_each_message_once(tmp_path: 
     assert len(state) == 8 and transcript == state
 
 
+def _mirror_counts(home: Path, thread: str) -> tuple[int, int]:
+    """(mirrored messages, distinct LangGraph ids among them) of a thread's session."""
+    with SessionStore.open(home) as store:
+        keys = [m["display_metadata"]["langgraph_id"]
+                for m in store.get_messages(lg_model.thread_session(thread), limit=None)]
+    return len(keys), len(set(keys))
+
+
+@pytest.mark.parametrize("savers", ["one shared", "one each"])
+def test_concurrent_writers_on_a_thread_mirror_each_message_once(tmp_path: Path, savers: str) -> None:
+    """Two writers on one thread at once: each mirrored from what it remembered, so a message
+    the other had just mirrored went in again (138 messages for 120, outside audit); and one
+    saver shared by two threads raised KeyError from a put that had already committed."""
+    import threading
+
+    shared = EventlogSaver(home=tmp_path)
+    errors: list[BaseException] = []
+
+    def chat(tag: str) -> None:
+        saver = shared if savers == "one shared" else EventlogSaver(home=tmp_path)
+        try:
+            graph = _chat_graph(saver)
+            for i in range(15):
+                graph.invoke({"messages": [("user", f"{tag} {i}")]}, {"configurable": {"thread_id": "T"}})
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        finally:
+            if saver is not shared:
+                saver.close()
+
+    workers = [threading.Thread(target=chat, args=(tag,)) for tag in "AB"]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    shared.close()
+    assert errors == []
+    assert _mirror_counts(tmp_path, "T") == (60, 60)  # each turn's question and answer, once
+
+
+def test_processes_writing_one_thread_at_once_mirror_each_message_once(tmp_path: Path) -> None:
+    child = textwrap.dedent(f"""
+        import sys
+        from langchain_core.messages import AIMessage
+        from langgraph.graph import START, MessagesState, StateGraph
+        from eventlog.adapters.langgraph import EventlogSaver
+        def bot(state):
+            return {{"messages": [AIMessage(content="echo: " + state["messages"][-1].content)]}}
+        builder = StateGraph(MessagesState)
+        builder.add_node("bot", bot)
+        builder.add_edge(START, "bot")
+        with EventlogSaver(home={str(tmp_path)!r}) as saver:
+            graph = builder.compile(checkpointer=saver)
+            for i in range(15):
+                graph.invoke({{"messages": [("user", sys.argv[1] + str(i))]}}, {{"configurable": {{"thread_id": "T"}}}})
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", child, tag], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                              stderr=subprocess.PIPE, text=True) for tag in "ABC"]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert _mirror_counts(tmp_path, "T") == (90, 90)
+
+
 def test_a_real_graph_resumes_its_thread_and_its_messages_are_searchable(tmp_path: Path) -> None:
     config = {"configurable": {"thread_id": "chat-1"}}
     with EventlogSaver(home=tmp_path) as saver:

@@ -97,6 +97,35 @@ def _mirror_key(message: dict[str, Any]) -> str | None:
     return key if message.get("display_kind") == model.MESSAGE_KIND and isinstance(key, str) else None
 
 
+def _leave_out_mirrored(batch: builtins.list[combine.Request], keys: set[str]) -> None:
+    """Drop from ``batch``'s events the mirrored messages the stream already holds (``keys``)
+    or an earlier event of the batch carries (two puts of one thread queued together)."""
+    taken = set(keys)
+    for r in batch:
+        kept = []
+        for e in r.events:
+            key = _mirror_key(e["data"]) if e["type"] == "message.appended" else None
+            if key is not None:
+                if key in taken:
+                    continue
+                taken.add(key)
+            kept.append(e)
+        r.events[:] = kept
+
+
+class _Mirror:
+    """The LangGraph ids of the messages mirrored into a thread's session: every one, as of the
+    stream's version ``at`` (-1: not known to be complete). An append of mirrored messages at
+    exactly that version, which the log checks inside its write transaction, appends each
+    message once however many writers mirror the same thread."""
+
+    __slots__ = ("at", "keys")
+
+    def __init__(self, at: int, keys: set[str]) -> None:
+        self.at = at
+        self.keys = keys
+
+
 class _Handle:
     """A saver's share of its profile's store and whether it is closed: one object for the saver
     and the shallow copies LangGraph makes of it (``compile()`` with a msgpack allowlist), so that
@@ -147,7 +176,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._handle = _Handle()  # shared with the shallow copies LangGraph makes (with_allowlist)
         self._lock = threading.Lock()
         self._sessions: set[str] = set()
-        self._mirrored: dict[str, set[str]] = {}
+        self._mirrored: dict[str, _Mirror] = {}
         self._one_batch = True
         self._copies = latest.Copies()
         self._erase_mark: int | None = None
@@ -267,11 +296,24 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         thread since (an outside audit found such writes landing in the erased stream): it
         raises NotFoundError and nothing is written."""
         store: SessionStore = batch[0].change[0]
-        events = [e for r in batch for e in r.events]
+        mirrors = any(_mirror_key(e["data"]) for r in batch for e in r.events if e["type"] == "message.appended")
         with self._copies.lock(sid):
             copy = self._copies.get(sid)
             version = copy.version if copy is not None else store.version(sid)
             for _ in range(_APPEND_TRIES):
+                known = self._mirrored.get(sid)
+                if mirrors and (known is None or known.at != version):
+                    # What this saver knows mirrored is not the stream it appends to (another
+                    # writer mirrored this thread too): read it again, and append at its version.
+                    known = self._mirrored[sid] = self._mirror_known(store, sid)
+                    if known.at >= 0 and known.at != version:
+                        if copy is not None:
+                            self._copies.drop(sid)
+                            copy = None
+                        version = known.at
+                if mirrors and known is not None:
+                    _leave_out_mirrored(batch, known.keys)
+                events = [e for r in batch for e in r.events]
                 try:
                     self._append(store, events, version)
                 except ConcurrencyError as e:
@@ -293,6 +335,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     for r in batch:
                         copy = copy.after(len(r.events), r.change[1])
                     self._copies.set(sid, copy)
+                if known is not None and known.at == version:
+                    known.at = version + len(events)
+                    known.keys.update(k for e in events if e["type"] == "message.appended"
+                                      and (k := _mirror_key(e["data"])) is not None)
                 return
             else:
                 raise refused  # other writers kept appending to the thread: nothing of this was written
@@ -494,19 +540,16 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if mirror:
                 store.append_messages(sid, mirror)
                 self._forget(sid)
-        if mirror:
-            self._mirrored[sid].update(m["display_metadata"]["langgraph_id"] for m in mirror)
+                self._mirrored.pop(sid, None)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}}
 
     def _unmirrored(self, store: SessionStore, sid: str, messages: builtins.list[Any]) -> builtins.list[dict[str, Any]]:
         """The checkpoint's messages after the newest one already in the thread's session, as valid
         message fields in order (one that does not validate is left out: the checkpoint keeps it)."""
-        seen = self._mirrored.get(sid)
-        if seen is None:
-            with self._reads(store) as conn:
-                seen = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages WHERE session_id = ?",
-                                                   (sid,))}
-            self._mirrored[sid] = seen
+        known = self._mirrored.get(sid)
+        if known is None:
+            known = self._mirrored[sid] = self._mirror_known(store, sid)
+        seen = known.keys
         out: builtins.list[dict[str, Any]] = []
         taken: set[str] = set()
         # From the newest back to the newest one already mirrored: a turn adds at its end.
@@ -526,6 +569,27 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             taken.add(key)
         out.reverse()
         return out
+
+    def _mirror_known(self, store: SessionStore, sid: str) -> _Mirror:
+        """The messages mirrored into ``sid``, from the read model once it has applied every
+        event the stream held when its version was read (-1 when it does not get there)."""
+        keys: set[str] = set()
+        for _ in range(3):
+            version = store.version(sid)
+            head = store.log.head()[0]  # read after the version: the events it counts are at or below
+            with self._reads(store) as conn:
+                conn.execute("BEGIN")  # one snapshot: the keys and the cursor they are current to
+                try:
+                    keys = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages "
+                                                       "WHERE session_id = ?", (sid,))}
+                    reached = conn.execute("SELECT value FROM meta WHERE key = ?",
+                                           (f"ext:{model.NAMESPACE}:seq",)).fetchone()
+                finally:
+                    conn.execute("COMMIT")
+            if reached is not None and int(reached[0]) >= head:
+                return _Mirror(version, keys)
+            store.sync(timeout=30)
+        return _Mirror(-1, keys)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
