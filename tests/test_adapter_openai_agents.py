@@ -385,7 +385,22 @@ def test_bad_session_ids_are_refused(home: Path) -> None:
 
 # ---------------------------------------------------------------- bad input appends nothing
 
+def _nested(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _holding_itself() -> dict[str, Any]:
+    item: dict[str, Any] = {"role": "user", "content": "a"}
+    item["self"] = item
+    return item
+
+
 @pytest.mark.parametrize("bad", [
+    {"role": "user", "content": "ok", "x": _nested(2000)},  # RecursionError before (outside audit)
+    _holding_itself(),
     {"role": "user", "content": object()},
     {"role": "user", "content": float("nan")},
     {"role": "user", "content": "ok", "extra": {1: "non-string key"}},
@@ -412,6 +427,7 @@ def test_unserialisable_items_are_refused_and_nothing_is_written(home: Path, bad
     ({"type": "function_call_output", "call_id": "c1", "output": [1, float("nan")]}, "items[1].output[1]"),
     ({"role": "user", "content": "ok", "extra": {1: "non-string key"}}, "items[1].extra"),
     ({"role": "user", "content": "ok", "blob": "y" * (17 << 20)}, "items[1]"),
+    (dict(role="user", content="ok", **{"k\ud800": 1}, **{"k\udc00": 2}), "items[1]"),  # one key once replaced
 ])
 def test_a_refused_first_batch_leaves_nothing_not_even_the_session(home: Path, bad: Any, field: str) -> None:
     """The session is created by the first add_items: a batch the store refuses must not leave
@@ -421,6 +437,7 @@ def test_a_refused_first_batch_leaves_nothing_not_even_the_session(home: Path, b
         with pytest.raises(ValidationError) as e:
             await s.add_items([user("first of batch"), bad])
         assert e.value.field.startswith(field), e.value.field
+        assert "display_metadata" not in e.value.field  # the caller's names, not the store's
         with SessionStore.open(home, follower=False) as store:
             assert store.log.head()[0] == 0 and store.list_sessions() == []
         await s.add_items([user("then a good one")])

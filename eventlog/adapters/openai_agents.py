@@ -58,7 +58,7 @@ from eventlog.errors import (
     NotFoundError,
     ValidationError,
 )
-from eventlog.log.codec import MAX_EVENT_BYTES
+from eventlog.log.codec import MAX_DEPTH, MAX_EVENT_BYTES
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.store import SessionStore
 
@@ -107,7 +107,10 @@ def _short(value: Any) -> str | None:
 def _key_orders(value: Any, path: list[Any], out: list[list[Any]]) -> list[list[Any]]:
     """``[path, permutation]`` for each object in ``value`` whose keys are not in sorted order
     (the log keeps canonical JSON, whose objects come back sorted): the permutation lists, for
-    each key in the caller's order, its place among the sorted keys."""
+    each key in the caller's order, its place among the sorted keys. Not past the log's depth
+    limit (an item nested deeper, or holding itself, is the store's to refuse: ValidationError)."""
+    if len(path) > MAX_DEPTH:
+        return out
     if isinstance(value, dict):
         keys = list(value)
         if not all(type(k) is str for k in keys):
@@ -217,7 +220,7 @@ def _item_field(field: str, messages: list[dict[str, Any]]) -> str:
         return field
     i = int(m.group(1) or m.group(2))
     rest = m.group(3)
-    if rest is None:
+    if rest is None or rest == "display_metadata.item":  # the item's own keys (or the item itself)
         return f"items[{i}]"
     if rest.startswith("display_metadata.item."):
         rest = rest[len("display_metadata.item."):]
