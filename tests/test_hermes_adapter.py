@@ -1132,6 +1132,21 @@ def test_nan_usage_is_refused_like_hermes_and_writes_nothing(tmp_path: Path) -> 
         db.close()
 
 
+def test_a_nan_that_fills_no_column_appends_no_event(tmp_path: Path) -> None:
+    """A NaN binds as NULL, so Hermes' insert-or-enrich of a row without a model changes nothing;
+    the facade appended a `hermes.session_enriched {"model": null}` that changed no row (HERMES.md:
+    such an event is dropped). Found by an outside audit."""
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.create_session("s", "cli")
+        before = head(db)
+        with pytest.raises(sqlite3.IntegrityError, match="session_model_usage.model"):
+            db.update_token_counts("s", input_tokens=5, model=float("nan"))
+        assert head(db) == before and db.get_session("s")["model"] is None
+    finally:
+        db.close()
+
+
 def test_usage_key_columns_take_what_hermes_binds(tmp_path: Path) -> None:
     """``session_model_usage``'s key columns (model, route, task) are NOT NULL too: a NaN there
     fails the call as in Hermes, after the session row Hermes inserts in a transaction of its own

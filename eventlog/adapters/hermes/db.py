@@ -378,6 +378,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             tx.emit("session.created", session_id, data)
             return
         fill = {k: sql_value(v, k) for (k, v), now in zip(given.items(), row) if now is None and v is not None}
+        fill = {k: v for k, v in fill.items() if v is not None}  # NaN binds as NULL: it fills nothing
         if fill:
             tx.emit("hermes.session_enriched", session_id, fill)
 
