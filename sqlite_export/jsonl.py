@@ -200,7 +200,10 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     for n, _, env in items:
         for key in ("type", "id") if codec.is_stub(env) else ("type", "data", "id"):  # an erased event has no data
             if key not in env:
-                raise ValidationError(f"line {n}.{key}", "missing from the envelope")
+                raise ValidationError(f"line {n}.{key}", "missing from the envelope",
+                                      hint="an import needs each event's id, so that importing the file again "
+                                           "finds what it wrote; `eventlog append` takes events without one"
+                                      if key == "id" else None)
     head, head_hash = log.head()
     # The log stores each envelope's canonical bytes, and a line's hash vouches for exactly
     # those: an export re-serialised on the way (another key order, spacing, escapes) is

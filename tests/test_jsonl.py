@@ -341,3 +341,13 @@ def test_exported_lines_appended_anew_are_checked_as_append_checks_them(tmp_path
         assert usage and "message_id" not in usage[0]["data"]  # another session's message: not carried
         [reacted] = [m for m in c.get_messages(sid) if c.get_reactions(m["id"])]
         assert reacted["content"] == "second"
+
+
+def test_a_plain_event_without_an_id_is_refused_with_a_way_on(tmp_path: Path) -> None:
+    """An import needs ids (a second import must find what the first wrote); the refusal said only
+    'missing from the envelope', though `eventlog append` takes the same line."""
+    with EventLog.open(tmp_path / "a", durability="nosync") as lg:
+        with pytest.raises(ValidationError) as e:
+            import_jsonl(lg, [b'{"type": "session.created", "session": "s1", "data": {}}'])
+        assert e.value.field == "line 1.id" and "eventlog append" in str(e.value.hint)
+        assert lg.head()[0] == 0
