@@ -39,7 +39,7 @@ from eventlog.log import Log, codec
 from eventlog.log.base import VerifyResult, verify_chain
 from eventlog.log.damage import Damage, Verified
 from eventlog.sessions.events import CURRENT_VERSIONS, EVENT_TIME_FIELDS, MESSAGE_REFERENCES, validate
-from eventlog.sessions.inputs import check_sessions, prepare_input, refuse_duplicate_keys
+from eventlog.sessions.inputs import check_sessions, prepare_input, refuse_duplicate_keys, with_lone_surrogates
 from eventlog.sessions.rules import event_time
 from sqlite_export.errors import converted
 
@@ -126,9 +126,20 @@ def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str,
         try:
             env = codec.decode(raw)
         except ValueError as e:
-            raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
+            env = with_lone_surrogates(raw, e)  # read as `eventlog append` reads it (stored as U+FFFD)
+            if not isinstance(env, dict):
+                raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
         codec.refuse_wide_ints(raw, f"line {n}")  # orjson read it as a float: refused, not imported changed
         yield n, raw, env
+
+
+def _stored_form(raw: bytes, env: dict[str, Any]) -> bytes:
+    """The bytes the log would store for a line's envelope (its canonical encoding), or the line
+    as it is when it has none (a lone surrogate: no chain holds one)."""
+    try:
+        return codec.canonical(env)
+    except TypeError:  # orjson.JSONEncodeError
+        return raw
 
 
 def _chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> VerifyResult:
@@ -208,7 +219,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     # The log stores each envelope's canonical bytes, and a line's hash vouches for exactly
     # those: an export re-serialised on the way (another key order, spacing, escapes) is
     # judged, and restored, in that form.
-    canon = [(n, codec.canonical(env), env) for n, _, env in items]
+    canon = [(n, _stored_form(raw, env), env) for n, raw, env in items]
     chain = _check_chain(canon)
     if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
         rest = [raw for _, raw, _ in canon[head:]]

@@ -351,3 +351,18 @@ def test_a_plain_event_without_an_id_is_refused_with_a_way_on(tmp_path: Path) ->
             import_jsonl(lg, [b'{"type": "session.created", "session": "s1", "data": {}}'])
         assert e.value.field == "line 1.id" and "eventlog append" in str(e.value.hint)
         assert lg.head()[0] == 0
+
+
+def test_a_plain_event_with_a_lone_surrogate_escape_imports_as_append_takes_it(tmp_path: Path) -> None:
+    """`eventlog append` stores a lone surrogate escape as U+FFFD (docs/EVENTS.md); an import of
+    the same plain line refused it as 'not a JSON object'."""
+    from eventlog.sessions.store import SessionStore
+
+    line = b'{"id": "e1", "type": "session.created", "session": "s1", "data": {"title": "caf\\ud800"}}'
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        res = import_jsonl(store.log, [line])
+        assert (res.mode, res.imported) == ("appended", 1)
+        assert store.get_session("s1")["title"] == "caf\ufffd"
+        assert import_jsonl(store.log, [line]).imported == 0  # and again: found, not refused
+    with EventLog.open(tmp_path / "b", durability="nosync") as lg, pytest.raises(ValidationError):
+        import_jsonl(lg, [b'{"id": "e1", "type": "session.created", "data": {"title": "\xff"}}'])  # bytes stay refused

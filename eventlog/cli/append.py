@@ -30,7 +30,7 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
     import orjson
 
     from eventlog.log.codec import refuse_wide_ints
-    from eventlog.sessions.inputs import refuse_duplicate_keys
+    from eventlog.sessions.inputs import refuse_duplicate_keys, with_lone_surrogates
 
     for n, line in enumerate(stream, 1):
         if not line.strip():
@@ -38,38 +38,12 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as e:
-            obj = _with_lone_surrogates(line, e)
+            obj = with_lone_surrogates(line, e)
             if obj is None:
                 raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
         refuse_duplicate_keys(line, f"line {n}")
         refuse_wide_ints(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line, f"line {n}")
         yield n, obj
-
-
-def _with_lone_surrogates(line: str | bytes, error: Exception) -> Any:
-    """A line orjson refuses only for a lone surrogate escape (``"\\ud800"``, valid JSON text)
-    is read by the standard library instead; its text is then validated like any other, which
-    stores such a code point as U+FFFD (docs/EVENTS.md). None: the line stays refused."""
-    if "surrogate" not in str(error):
-        return None
-    import json
-    import re
-
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    if re.search("[\ud800-\udfff]", line):  # undecodable input bytes (surrogateescape), not an escape
-        return None
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not a JSON number")
-
-    try:
-        return json.loads(line, parse_constant=refuse)
-    except (ValueError, RecursionError):
-        return None
 
 
 @click.command()

@@ -41,6 +41,32 @@ def refuse_duplicate_keys(line: str | bytes, where: str) -> None:
         pass  # orjson already accepted the line; its nesting is judged by the event's own checks
 
 
+def with_lone_surrogates(line: str | bytes, error: Exception) -> Any:
+    """A line orjson refuses only for a lone surrogate escape (``"\\ud800"``, valid JSON text)
+    is read by the standard library instead; its text is then validated like any other, which
+    stores such a code point as U+FFFD (docs/EVENTS.md). None: the line stays refused."""
+    if "surrogate" not in str(error):
+        return None
+    import json
+    import re
+
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if re.search("[\ud800-\udfff]", line):  # undecodable input bytes (surrogateescape), not an escape
+        return None
+
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(line, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
 def prepare_input(obj: Any, where: str) -> dict[str, Any]:
     """One input event ``{"type", "session"?, "data", "id"?}`` validated and normalised against
     the catalogue; errors name ``where`` and the field (``line 3.data.role``)."""
