@@ -531,17 +531,23 @@ def test_cancelled_add_still_settles_before_the_cancellation_is_raised(home: Pat
 
 def test_blocking_work_runs_off_the_event_loop_thread(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
-    real = SessionStore.append_messages
 
-    def spy(self: SessionStore, *a: Any, **kw: Any) -> Any:
-        seen.append(threading.get_ident())
-        return real(self, *a, **kw)
+    def spying(name: str) -> None:
+        real = getattr(SessionStore, name)
 
-    monkeypatch.setattr(SessionStore, "append_messages", spy)
+        def spy(self: SessionStore, *a: Any, **kw: Any) -> Any:
+            seen.append(threading.get_ident())
+            return real(self, *a, **kw)
+
+        monkeypatch.setattr(SessionStore, name, spy)
+
+    spying("append_messages")
+    spying("append_events")  # a session's first items go in with its creation
 
     async def go() -> int:
         s = make(home)
         await s.add_items([user("x")])
+        await s.add_items([user("y")])
         s.close()
         return threading.get_ident()
 

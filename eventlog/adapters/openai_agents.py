@@ -312,24 +312,47 @@ class EventlogSession:
                 self._store = _shared.acquire(self._home, self._profile)
             return self._store
 
+    def _creation_fields(self) -> dict[str, Any]:
+        """The session's fields: its source, and the SDK id it stands for when the key does not
+        spell it (a hashed id, a later incarnation)."""
+        fields: dict[str, Any] = {"source": SOURCE}
+        if self._hashed or self._incarnation:
+            origin: dict[str, Any] = {"session_id": self.session_id}
+            if self._incarnation:
+                origin["incarnation"] = self._incarnation
+            fields["model_config"] = {"openai_agents": origin}
+        return fields
+
     def _ensure_session(self, store: SessionStore) -> None:
         if self._created:
             return
         if store.get_session(self.key) is None:
-            fields: dict[str, Any] = {"source": SOURCE}
-            if self._hashed or self._incarnation:
-                origin: dict[str, Any] = {"session_id": self.session_id}
-                if self._incarnation:
-                    origin["incarnation"] = self._incarnation
-                fields["model_config"] = {"openai_agents": origin}
             try:
-                store.create_session(self.key, **fields)
+                store.create_session(self.key, **self._creation_fields())
             except ConflictError:
                 # Created meanwhile by another task or process (or deleted: the append says so).
                 # The other process's create is in the log but maybe not in this process's read
                 # model yet: catch up, so the append that follows finds the session.
                 store.sync(timeout=30)
         self._created = True
+
+    def _first_write(self, store: SessionStore, key: str, messages: list[dict[str, Any]]) -> list[int] | None:
+        """The session's creation and its first items in one atomic batch, appended at stream
+        version 0; their ids, or None when the session exists (or another writer created it
+        first). Two appends left an empty session when a process was killed between them
+        (outside audit)."""
+        if self._created or store.version(key):
+            return None
+        events = [{"type": "session.created", "session": key, "data": self._creation_fields()}]
+        events += [{"type": "message.appended", "session": key, "data": {k: v for k, v in m.items() if v is not None}}
+                   for m in messages]
+        try:
+            seqs = store.append_events(events, expected_version=0)
+        except (ConcurrencyError, ConflictError):  # created meanwhile: appended as to any existing session
+            store.sync(timeout=30)
+            return None
+        self._created = True
+        return seqs[1:]
 
     def _move_on(self, store: SessionStore) -> bool:
         """Follow the session past every incarnation that is gone (erased or deleted, by this
@@ -452,9 +475,11 @@ class EventlogSession:
                     self._move_on(store)  # the first use, or the session just refused the batch
                 before = self._history
                 key = self.key
-            self._ensure_session(store)
             try:
-                ids = store.append_messages(key, messages)
+                first = self._first_write(store, key, messages)
+                if first is None:
+                    self._ensure_session(store)
+                ids = first if first is not None else store.append_messages(key, messages)
                 break
             except ValidationError as e:
                 raise type(e)(_item_field(e.field, messages), e.problem) from None

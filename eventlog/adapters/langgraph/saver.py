@@ -97,6 +97,30 @@ def _mirror_key(message: dict[str, Any]) -> str | None:
     return key if message.get("display_kind") == model.MESSAGE_KIND and isinstance(key, str) else None
 
 
+def _thread_of(batch: builtins.list[combine.Request]) -> str:
+    """The thread a batch writes to (for errors): every saver event but a message names it."""
+    for r in batch:
+        for e in r.events:
+            tid = e["data"].get("thread_id")
+            if isinstance(tid, str):
+                return tid
+    return ""
+
+
+def _one_creation(batch: builtins.list[combine.Request], *, keep: bool) -> None:
+    """Keep the first ``session.created`` of ``batch`` (``keep``: the stream is new) and drop the
+    others (two first writes of one thread queued together)."""
+    for r in batch:
+        kept = []
+        for e in r.events:
+            if e["type"] == "session.created":
+                if not keep:
+                    continue
+                keep = False
+            kept.append(e)
+        r.events[:] = kept
+
+
 def _leave_out_mirrored(batch: builtins.list[combine.Request], keys: set[str]) -> None:
     """Drop from ``batch``'s events the mirrored messages the stream already holds (``keys``)
     or an earlier event of the batch carries (two puts of one thread queued together)."""
@@ -247,16 +271,13 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _session(self, store: SessionStore, thread_id: str, check: builtins.list[dict[str, Any]] | None = None) -> str:
-        """The thread's session, created on its first checkpoint — only once ``check``, the
-        events about to be appended to it, pass the store's checks: a refused write leaves
-        nothing behind, not even the session."""
+    def _session(self, store: SessionStore, thread_id: str) -> str:
+        """The thread's session, created if it has none yet (for the operations on whole threads,
+        which find a thread by its checkpoints: its session exists then)."""
         sid = model.thread_session(thread_id)
         if sid in self._sessions:
             return sid
         if store.get_session(sid) is None:
-            if check:
-                store.check_events(check)
             try:
                 with self._copies.lock(sid):
                     store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
@@ -274,6 +295,22 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     raise NotFoundError("thread", thread_id) from None
         self._sessions.add(sid)
         return sid
+
+    def _creation(self, store: SessionStore, thread_id: str) -> builtins.list[dict[str, Any]]:
+        """``[]`` when the thread's session is live, else its ``session.created``, to go first in
+        the same atomic batch as the thread's first write (appended at stream version 0): a
+        refused write, or a process killed between two appends, used to leave an empty session
+        (outside audits). A session whose id was used and is gone (deleted, or erased with
+        ``erase_deleted=True``) takes nothing: NotFoundError."""
+        sid = model.thread_session(thread_id)
+        if sid in self._sessions:
+            return []
+        if not store.version(sid):  # first: a creation another writer makes meanwhile refuses the batch
+            return [{"type": "session.created", "session": sid,
+                     "data": {"source": SOURCE, "model_config": {"langgraph": {"thread_id": thread_id}}}}]
+        if self._live_elsewhere(store, sid):  # the events that version counts are applied by then
+            return []
+        raise NotFoundError("thread", thread_id)
 
     def _append(self, store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> None:
         _shared.append_events(store, events, expected_version)
@@ -297,10 +334,15 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         raises NotFoundError and nothing is written."""
         store: SessionStore = batch[0].change[0]
         mirrors = any(_mirror_key(e["data"]) for r in batch for e in r.events if e["type"] == "message.appended")
+        thread = _thread_of(batch)
         with self._copies.lock(sid):
             copy = self._copies.get(sid)
             version = copy.version if copy is not None else store.version(sid)
             for _ in range(_APPEND_TRIES):
+                if any(e["type"] == "session.created" for r in batch for e in r.events):
+                    if version and not self._live_elsewhere(store, sid):
+                        raise NotFoundError("thread", thread)
+                    _one_creation(batch, keep=not version)  # once, and only into a stream that is new
                 known = self._mirrored.get(sid)
                 if mirrors and (known is None or known.at != version):
                     # What this saver knows mirrored is not the stream it appends to (another
@@ -315,7 +357,12 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     _leave_out_mirrored(batch, known.keys)
                 events = [e for r in batch for e in r.events]
                 try:
-                    self._append(store, events, version)
+                    try:
+                        self._append(store, events, version)
+                    except ConflictError as e:  # the batch's creation: the stream began meanwhile
+                        if not any(ev["type"] == "session.created" for ev in events):
+                            raise
+                        raise ConcurrencyError(sid, version, store.version(sid)) from e
                 except ConcurrencyError as e:
                     refused = e
                     if copy is not None:
@@ -335,6 +382,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     for r in batch:
                         copy = copy.after(len(r.events), r.change[1])
                     self._copies.set(sid, copy)
+                if any(e["type"] == "session.created" for e in events):
+                    self._sessions.add(sid)
                 if known is not None and known.at == version:
                     known.at = version + len(events)
                     known.keys.update(k for e in events if e["type"] == "message.appended"
@@ -345,7 +394,18 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._check_erases(store)
         self._sessions.discard(sid)
         self._mirrored.pop(sid, None)
-        raise NotFoundError("thread", str(events[0]["data"]["thread_id"]))
+        raise NotFoundError("thread", thread)
+
+    def _live_elsewhere(self, store: SessionStore, sid: str) -> bool:
+        """Whether ``sid``, which a batch meant to create, is live now (another saver or process
+        created it first) rather than gone (deleted or erased): then the batch goes without its
+        creation."""
+        if store.get_session(sid) is None:
+            store.sync(timeout=30)
+        if store.get_session(sid) is None:
+            return False
+        self._sessions.add(sid)
+        return True
 
     def _forget(self, *sids: str) -> None:
         """Drop the copies of threads an operation on whole threads changed."""
@@ -520,13 +580,12 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 data[key] = value
         store = self._open()
         sid = model.thread_session(tid)
-        events = [{"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
+        events = [*self._creation(store, tid), {"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
         change = latest.Put((tid, ns, cid, parent_id, ctype, craw, mtype, mraw),
                             {str(ch): model.version_key(v) for ch, v in versions.items()}, raws)
         mirror: builtins.list[dict[str, Any]] = []
         if self._mirror and ns == "" and "messages" in new_versions and isinstance(values.get("messages"), builtins.list):
             mirror = self._unmirrored(store, sid, values["messages"])
-        self._session(store, tid, check=events)
         if mirror and self._one_batch:
             try:  # the checkpoint and its new messages in one atomic batch: one commit, one sync
                 self._write(store, sid, events + [{"type": "message.appended", "session": sid, "data": m}
@@ -606,10 +665,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         store = self._open()
         sid = model.thread_session(tid)
         cid, task, path = _text(conf["checkpoint_id"], "checkpoint_id"), _text(task_id, "task_id"), _text(task_path, "task_path")
-        events = [{"type": "langgraph.writes_put", "session": sid, "data": {
+        events = [*self._creation(store, tid), {"type": "langgraph.writes_put", "session": sid, "data": {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path,
             "writes": rows}}]
-        self._session(store, tid, check=events)
         self._write(store, sid, events, latest.Writes(ns, cid, task, path, raws))
 
     def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
@@ -640,27 +698,31 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         if not known and store.get_session(sid) is None:
             return
         sid = self._session(store, tid)
-        self._append(store, [{"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}])
-        self._forget(sid)
-        self._mirrored.pop(sid, None)
         if self._erase_deleted:
+            # The erase alone: it takes the checkpoints with the stream (the read model is built
+            # again without them), it is one commit, and an erase a process was killed inside
+            # is finished by the next one. (A thread_deleted appended first, then the erase,
+            # left the thread's words everywhere when a kill fell between the two: outside audit.)
+            self._forget(sid)
+            self._mirrored.pop(sid, None)
             store.erase_session(sid, "EventlogSaver.delete_thread (erase_deleted=True)")
             self._sessions.discard(sid)
             return
-        self._rewind_all(store, sid)
-
-    def _rewind_all(self, store: SessionStore, sid: str) -> None:
-        while True:
+        deleted = {"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}
+        for _ in range(_APPEND_TRIES):  # the deletion and the rewind of its transcript: one batch
             version = store.version(sid)
             store.sync()
-            first = store.get_messages(sid)[:1]
-            if not first:
-                return
+            first = store.get_messages(sid, after=0, limit=1)  # the first active message
+            rewind = [{"type": "messages.rewound", "session": sid, "data": {"message_id": first[0]["id"]}}] if first else []
             try:
-                store.rewind(sid, first[0]["id"], expected_version=version)
-                return
+                self._append(store, [deleted, *rewind], version)
+                break
             except ConcurrencyError:
                 continue
+        else:
+            raise ConcurrencyError(sid, version, store.version(sid))
+        self._forget(sid)
+        self._mirrored.pop(sid, None)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Remove every checkpoint (and its writes) whose metadata ``run_id`` is one of ``run_ids``."""
@@ -702,19 +764,35 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 conn.execute("COMMIT")
         if not parts:
             return
-        dst_sid = self._session(store, dst)
-        self._append(store, [{"type": "langgraph.thread_copied", "session": dst_sid, "data": part} for part in parts])
+        dst_sid = model.thread_session(dst)
+        copied = [{"type": "langgraph.thread_copied", "session": dst_sid, "data": part} for part in parts]
+        keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
+        for _ in range(_APPEND_TRIES):  # the target's creation, its rows and its transcript: one batch
+            version = store.version(dst_sid)
+            if version:
+                store.sync(timeout=30)  # the target's messages as of that version, for the skip below
+            creation = self._creation(store, dst)
+            msgs: builtins.list[dict[str, Any]] = []
+            if self._mirror:
+                skip: set[str | None] = {None}  # None: not a message the mirror wrote
+                skip.update(_mirror_key(m) for m in store.get_messages(dst_sid, limit=None))
+                msgs = [{"type": "message.appended", "session": dst_sid,
+                         "data": {k: m[k] for k in keep if m.get(k) is not None}}
+                        for m in store.get_messages(model.thread_session(src), limit=None) if _mirror_key(m) not in skip]
+            try:
+                self._append(store, [*creation, *copied, *msgs], version)
+                break
+            except ConcurrencyError:
+                continue
+            except ConflictError:  # its creation: the target began meanwhile
+                if not creation:
+                    raise
+                continue
+        else:
+            raise ConcurrencyError(dst_sid, version, store.version(dst_sid))
+        self._sessions.add(dst_sid)
         self._forget(dst_sid)
-        if self._mirror:
-            skip: set[str | None] = {None}  # None: not a message the mirror wrote
-            skip.update(_mirror_key(m) for m in store.get_messages(dst_sid))
-            keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
-            msgs = [{k: m[k] for k in keep if m.get(k) is not None}
-                    for m in store.get_messages(model.thread_session(src)) if _mirror_key(m) not in skip]
-            self._mirrored.pop(dst_sid, None)
-            if msgs:
-                store.append_messages(dst_sid, msgs)
-                self._forget(dst_sid)
+        self._mirrored.pop(dst_sid, None)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint (its writes and the blobs
