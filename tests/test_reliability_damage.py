@@ -301,3 +301,20 @@ def test_a_replay_past_the_damage_fails_and_writes_nothing(pristine: Path, tmp_p
 
     with sqlite3.connect(out) as db:
         assert db.execute("SELECT count(*) FROM messages").fetchone()[0] == 3
+
+
+def test_a_read_that_starts_past_a_recorded_damage_does_not_pass_it_as_intact(pristine: Path, tmp_path: Path) -> None:
+    """Once `log verify` recorded the damage, `log tail` (its last 3 events, or --from past the
+    damage) showed the events after it with exit 0: read from a later seq they chain onto each
+    other, but onto an event that fails (outside audit)."""
+    home = copy(pristine, tmp_path / "home")
+    damage_event(log_dir(home), BAD, DAMAGE_KINDS[0])
+    assert cli(home, "log", "verify").returncode == 1  # records it
+    for args in (["--limit", "3"], ["--from", str(BAD + 2), "--limit", "1"]):
+        r = cli(home, "log", "tail", *args)
+        no_traceback(r)
+        assert r.returncode == 1 and f"seq {BAD}" in r.stderr and r.stdout == "", (args, r.stdout, r.stderr)
+    r = cli(home, "log", "tail", "--from", "1", "--limit", str(BAD + 3), "--json")
+    assert r.returncode == 1 and [json.loads(x)["seq"] for x in r.stdout.splitlines()] == list(range(1, BAD))
+    r = cli(home, "export", str(tmp_path / "e.jsonl"), "--session", "s3")  # s3 lies wholly past the damage
+    assert r.returncode == 1 and f"seq {BAD}" in r.stderr, r.stderr

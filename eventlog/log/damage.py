@@ -108,7 +108,9 @@ class Verified:
     every process. ``to_seq``: the log head as of the first read when None. ``prev``: the hash
     of event ``from_seq - 1`` (read from the log when None). ``raw=False``: the caller uses the
     envelopes only; a log with ``read_checked`` (LMDB) then checks each event as it decodes it,
-    without building its canonical bytes, and the bytes yielded are empty."""
+    without building its canonical bytes, and the bytes yielded are empty. A damage recorded
+    earlier (:func:`recorded`, still there) ends the range before its seq: the events after it
+    chain onto one that fails, so a read starting past it does not pass them as intact."""
 
     def __init__(self, log: Any, from_seq: int = 1, to_seq: int | None = None, prev: str | None = None, *,
                  record: bool = True, raw: bool = True) -> None:
@@ -127,6 +129,16 @@ class Verified:
         expect = self.from_seq
         if expect > to_seq:
             return
+        # A damage recorded at or before the range: what follows it chains onto an event that
+        # fails, so none of it is verified (read from a later seq it would look intact).
+        known = recorded(self.log)
+        if known is not None and 1 <= known.seq <= to_seq and still_damaged(self.log, known):
+            if expect >= known.seq:
+                self.damage = known
+                return
+            to_seq = known.seq - 1
+        else:
+            known = None
         try:
             prev = self.prev if self.prev is not None else self._hash_before(expect)
             if prev is None:
@@ -146,6 +158,9 @@ class Verified:
                 yield seq, raw, env
         except EventLogError as e:  # a backend that refuses to hand out a damaged event
             self._stop(expect, str(e))
+            return
+        if known is not None and expect > to_seq:
+            self.damage = known
             return
         if expect <= to_seq:
             self._stop(expect, f"event {expect} is missing (the log's head is {to_seq})")
