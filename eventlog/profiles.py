@@ -47,6 +47,26 @@ def validate_profile(name: object) -> str:
 HOME_HINT = "give a directory (--home DIR or $EVENTLOG_HOME), or leave both unset for ~/.eventlog"
 
 
+def path_text(value: str | os.PathLike[str], field: str, hint: str | None = None) -> str:
+    """The text of a path eventlog is given, or :class:`ValidationError` naming ``field``: bytes,
+    a NUL character, or text that is not UTF-8 (a lone surrogate, or undecodable bytes of a
+    command-line argument) — LMDB and SQLite take UTF-8 paths only."""
+    try:
+        text = os.fspath(value)
+    except TypeError:
+        raise ValidationError(field, f"must be a path, got {type(value).__name__}", hint=hint) from None
+    if isinstance(text, bytes):
+        raise ValidationError(field, "must be a str path, not bytes", hint=hint)
+    if "\0" in text:
+        raise ValidationError(field, "contains a NUL character", hint=hint)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, "is not valid UTF-8 text (eventlog's files need UTF-8 paths)",
+                              hint=hint or "choose a path of UTF-8 characters") from None
+    return text
+
+
 def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
     """The eventlog home: ``home``, else ``$EVENTLOG_HOME``, else ``~/.eventlog``.
 
@@ -70,6 +90,7 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
         raise ValidationError("home", f"{where} is empty", hint=HOME_HINT)
     if "\0" in text:
         raise ValidationError("home", f"{where} contains a NUL character", hint=HOME_HINT)
+    path_text(text, where, HOME_HINT)
     path = Path(text).expanduser().absolute()
     probe = path
     while True:

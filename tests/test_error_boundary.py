@@ -22,7 +22,9 @@ from eventlog.errors import (
     StorageError,
     ValidationError,
 )
+from eventlog.log import EventLog
 from eventlog.log.memory import MemoryLog
+from eventlog.sessions.store import SessionStore
 from projections import db as projection_db
 from projections.queries import Reader
 from sqlite_export import errors as export_errors
@@ -207,3 +209,52 @@ def test_no_password_reaches_the_cli_output(tmp_path: Path, url: str, secret: st
     r = CliRunner().invoke(main, ["--home", str(tmp_path), "--log-url", url, "sessions", "list"])
     assert r.exit_code == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
     assert secret not in r.stdout + r.stderr, r.stderr
+
+
+_BAD_CALLS = {
+    "read from a seq past 64 bits": lambda lg, store, d: list(lg.read(2**70)),
+    "read up to a seq past 64 bits": lambda lg, store, d: list(lg.read(1, 2**70)),
+    "read_session after past 64 bits": lambda lg, store, d: list(lg.read_session("s1", after=2**70)),
+    "follow from past 64 bits": lambda lg, store, d: list(lg.follow(2**70, timeout=0.05)),
+    "get past 64 bits": lambda lg, store, d: lg.get(-(2**70)),
+    "read_session of a lone surrogate": lambda lg, store, d: list(lg.read_session("\ud800")),
+    "event_seq of a lone surrogate": lambda lg, store, d: lg.event_seq("\ud800"),
+    "a log path with a lone surrogate": lambda lg, store, d: EventLog.open(d / "\ud800"),
+    "a home with a lone surrogate": lambda lg, store, d: SessionStore.open(home=d / "\ud800"),
+    "a snapshot path with a NUL": lambda lg, store, d: store.snapshot(d / "x\x00y.db"),
+    "a snapshot path with a lone surrogate": lambda lg, store, d: store.snapshot(d / "\ud800.db"),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_BAD_CALLS))
+def test_bad_python_input_is_an_eventlog_error(tmp_path: Path, call: str) -> None:
+    """An outside audit fuzzed the Python surface: these raised OverflowError, UnicodeEncodeError
+    or ValueError, which the README's 'every error derives from EventLogError' rules out."""
+    with SessionStore.open(tmp_path, follower=False) as store:
+        store.create_session("s1")
+        with pytest.raises(ValidationError):
+            _BAD_CALLS[call](store.log, store, tmp_path)
+        assert store.log.head()[0] == 1
+
+
+def test_cli_paths_that_are_not_utf8_are_one_line_errors(tmp_path: Path) -> None:
+    """Undecodable bytes in --home, --out or --to reached LMDB or SQLite as a traceback, and
+    `init` left a half-made profile behind (outside audit); a home that is a file named --home
+    when it came from $EVENTLOG_HOME."""
+    import subprocess
+    import sys
+
+    exe = os.fsencode(Path(sys.executable).with_name("eventlog"))
+    base = os.fsencode(tmp_path)
+    bad = base + b"/a\xffb"
+    home = base + b"/h"
+    assert subprocess.run([exe, b"--home", home, b"init"], capture_output=True).returncode == 0
+    for args, code in (([b"--home", bad, b"init"], 2), ([b"--home", home, b"replay", b"--until", b"1", b"--out", bad], 1),
+                       ([b"--home", home, b"log", b"copy", b"--to", bad], 1)):
+        r = subprocess.run([exe, *args], capture_output=True)
+        assert r.returncode == code and b"Traceback" not in r.stderr and b"not valid UTF-8" in r.stderr, r.stderr
+    assert not os.path.exists(bad)
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = subprocess.run([exe, b"sessions", b"list"], capture_output=True, env=dict(os.environ, EVENTLOG_HOME=str(afile)))
+    assert r.returncode == 2 and b"Invalid value for $EVENTLOG_HOME" in r.stderr, r.stderr

@@ -109,7 +109,7 @@ COMMANDS: dict[str, Lazy] = {
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="eventlog", message="%(prog)s %(version)s")
-@click.option("--home", type=click.Path(file_okay=False), default=None, envvar="EVENTLOG_HOME",
+@click.option("--home", metavar="DIR", default=None, envvar="EVENTLOG_HOME",
               help="Home directory (default: $EVENTLOG_HOME or ~/.eventlog).")
 @click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name.")
 @click.option("--log-url", metavar="URL", default=None, envvar="EVENTLOG_LOG_URL",

@@ -181,8 +181,9 @@ def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bo
     Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
     read-only or special file system such as /proc): :func:`handled` turns that into one line."""
 
-    if "\0" in name:
-        raise ValidationError(option, "contains a NUL character")
+    from eventlog.profiles import path_text
+
+    path_text(name, option)
     path = Path(name).expanduser().absolute()
     folder = path.parent
     if not folder.exists():

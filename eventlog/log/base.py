@@ -144,14 +144,21 @@ class Log(Protocol):
 def seq_arg(value: Any, field: str, *, optional: bool = False) -> Any:
     """``value`` when it is an int seq (or None when ``optional``), else :class:`ValidationError`
     naming ``field`` — a read given a string or a float fails as clearly as a bad append."""
-    if (value is None and optional) or (type(value) is int):
+    if (value is None and optional) or (type(value) is int and -(1 << 63) <= value < (1 << 63)):
         return value
+    if type(value) is int:
+        raise ValidationError(field, "must be an integer seq within 64 bits")
     raise ValidationError(field, f"must be an integer seq, got {type(value).__name__}")
 
 
 def str_arg(value: Any, field: str) -> str:
     """``value`` when it is a string (a session or event id to look up), else :class:`ValidationError`."""
     if isinstance(value, str):
+        if not value.isascii():  # ids are ASCII; other text is looked up, if it can be encoded
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValidationError(field, "contains a lone surrogate (no stored id holds one)") from None
         return value
     raise ValidationError(field, f"must be a string, got {type(value).__name__}")
 

@@ -77,6 +77,7 @@ from eventlog.profiles import (
     fsync_file,
     make_dir,
     open_private,
+    path_text,
     restrict_file,
 )
 
@@ -1978,6 +1979,7 @@ class EventLog(LogBase):
             raise ValidationError("path", f"must be the path of a log directory, got {type(path).__name__}")
         if not str(os.fspath(path)).strip() or "\0" in str(os.fspath(path)):
             raise ValidationError("path", "is empty or holds a NUL character: give the log's directory")
+        path_text(path, "path")
         for name, value, low in (("map_size", map_size, 1), ("max_readers", max_readers, 1),
                                  ("lock_timeout", lock_timeout, 0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low \

@@ -40,6 +40,7 @@ from eventlog.profiles import (
     flock_holder,
     flock_until,
     open_private,
+    path_text,
     profile_dir,
     refuse_lost_log,
     resolve_home,
@@ -1244,7 +1245,10 @@ class SessionStore:
                  progress: Any = None) -> dict[str, Any]:
         """Write a standalone state.db (FTS tables inside) of the profile as of a log prefix:
         the whole log, up to ``until_seq``, or up to the last event appended at ``as_of_ns``."""
-        if not isinstance(out, (str, os.PathLike)) or os.path.isdir(out):
+        if not isinstance(out, (str, os.PathLike)):
+            raise ValidationError("out", "must be the path of a file to write (not a directory)")
+        path_text(out, "out")
+        if os.path.isdir(out):
             raise ValidationError("out", "must be the path of a file to write (not a directory)")
         folder = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(folder):  # as the CLI: nothing creates missing folders
