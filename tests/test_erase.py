@@ -101,6 +101,19 @@ def test_erase_refuses_what_it_cannot_do(tmp_path: Path) -> None:
         assert store.erase_session(sid, "x" * 1024)["sessions"] == [sid]  # as long as session.ended's may be
 
 
+def test_an_erase_reason_with_a_lone_surrogate_is_stored_as_every_text_is(tmp_path: Path) -> None:
+    """`end_session(sid, "a\\udcffb")` stores U+FFFD; an erase with the same reason (or `by`) was
+    refused, naming the internal `events[0].data.reason` (outside audit)."""
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        out = store.erase_session(sid, "asked \udcff", by="op\ud800")
+        record = store.log.get(out["seq"])
+        assert record is not None and (record["data"]["reason"], record["data"]["by"]) == ("asked \ufffd", "op\ufffd")
+        store.create_session(source="cli")
+        kept = store.retention(0, reason="old \udcff")
+        assert kept["seq"] > 0 and store.log.get(kept["seq"])["data"]["reason"] == "old \ufffd"  # type: ignore[index]
+
+
 def test_a_deleted_session_can_still_be_erased(tmp_path: Path) -> None:
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         secret, _child, _ordinary = fill(store)

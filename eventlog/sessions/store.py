@@ -197,11 +197,13 @@ class Projections(Protocol):
     def lease_holder(self) -> int | None: ...
 
 
-def _check_reason(reason: Any) -> None:
+def _check_reason(reason: Any) -> str:
     """An erase's ``reason`` (the audit record's): a non-empty text of at most MAX_SHORT (1,024)
-    characters, the limit of ``session.ended``'s reason and every other short text."""
+    characters, the limit of ``session.ended``'s reason and every other short text; returned
+    with lone surrogates as U+FFFD, as every text is stored."""
     if not isinstance(reason, str) or not reason.strip() or len(reason) > rules.MAX_SHORT:
         raise ValidationError("reason", f"must be a non-empty text of at most {rules.MAX_SHORT} characters")
+    return rules.clean_text(reason)
 
 
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
@@ -1022,7 +1024,9 @@ class SessionStore:
         left (``seq`` 0, ``events`` 0). NotFoundError for a session the log never had."""
         self._check()
         sid = ev.validate_session_id(session_id)
-        _check_reason(reason)
+        reason = _check_reason(reason)
+        if isinstance(by, str):
+            by = rules.clean_text(by)
         members = self._lineage_in_log(sid)
         if not members:
             raise NotFoundError("session", sid)
@@ -1145,7 +1149,7 @@ class SessionStore:
         self._check()
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
-        _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
+        reason = _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
         cutoff = time.time() - older_than_s
         old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
                if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
