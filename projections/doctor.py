@@ -23,7 +23,7 @@ from eventlog.log import Log
 from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
 from eventlog.profiles import FILE_MODE as PRIVATE_FILE
-from projections import space
+from projections import files, space
 from projections.health import HEALTHY
 from projections.projector import Projector
 
@@ -114,11 +114,12 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
                             "detail": f"not compared: state.db is {status} (run `eventlog doctor --fix`)"})
     perms = permission_problems(profile_dir)
     disk = disk_state(profile_dir)
+    parts = {kind: _part(health[kind], never_built=not files.generations(profile_dir, kind)) for kind in ("state", "fts")}
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
                 "first_bad_seq": res.first_bad_seq, "reason": res.reason, "erased": res.erased},
-        "state": {**_part(health["state"]), "skipped_types": skipped},
-        "fts": {**_part(health["fts"]), "degraded": bool(health["fts"].get("degraded"))},
+        "state": {**parts["state"], "skipped_types": skipped},
+        "fts": {**parts["fts"], "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,
         "disk": disk,
         "permissions": {"ok": not perms, "problems": perms, "displaced": displaced(profile_dir)},
@@ -152,8 +153,13 @@ def _deep(projector: Projector, progress: Progress | None) -> dict[str, Any]:
         reader.close()
 
 
-def _part(h: dict[str, Any]) -> dict[str, Any]:
-    return {"status": h["status"], "ok": h["status"] in HEALTHY, "detail": h.get("detail"),
+def _part(h: dict[str, Any], *, never_built: bool = False) -> dict[str, Any]:
+    """A projection's part of the report. One that was never built (no pointer, no generation
+    file: a new or just imported profile) is missing but not a problem: the first read builds it
+    from the log (an outside audit found `init` then `doctor` exiting 1)."""
+    unbuilt = never_built and h["status"] == "missing" and h.get("detail") == "no projection file"
+    return {"status": h["status"], "ok": h["status"] in HEALTHY or unbuilt,
+            "detail": "not built yet: the first read builds it from the log" if unbuilt else h.get("detail"),
             "last_seq": h.get("last_seq"), "log_head": h.get("log_head")}
 
 

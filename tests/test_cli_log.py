@@ -178,3 +178,18 @@ def test_doctor_reports_the_log_as_verify_does(tmp_path: Path) -> None:
     log = json.loads(out)["log"]
     assert code == 0 and verify["erased"] == 1
     assert {k: log[k] for k in verify} == verify
+
+
+def test_doctor_on_a_new_profile_finds_nothing_wrong(tmp_path: Path) -> None:
+    """`init` then `doctor` exited 1 ('problems found') for projections no read had built yet
+    (outside audit); a state.db removed after it was built is still a problem."""
+    run(tmp_path, "init")
+    code, out, err = run(tmp_path, "doctor", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["ok"] and report["state"]["status"] == "missing", (out, err)
+    assert "not built yet" in report["state"]["detail"]
+    assert run(tmp_path, "sessions", "list")[0] == 0  # the first read builds them
+    assert run(tmp_path, "doctor")[0] == 0
+    (tmp_path / "profiles" / "p" / "state.db").unlink()
+    code, out, _ = run(tmp_path, "doctor", "--json")
+    assert code == 1 and json.loads(out)["state"]["detail"] == "no projection file"
