@@ -475,6 +475,9 @@ def test_a_failed_import_leaves_no_profile_and_a_sqlite_file_names_the_right_for
     err = one_line_error(run(home, "import", str(db), profile="made"))
     assert "--format hermes" in err
     assert not (home / "profiles" / "made").exists()
+    err = one_line_error(run(home, "import", "--format", "hermes", str(junk), profile="made"))  # and the reverse
+    assert "is not a SQLite database" in err and "leave out --format hermes" in err, err
+    assert not (home / "profiles" / "made").exists()
     r = run(home, "import", "--format", "hermes", str(db), profile="made")
     assert "Traceback" not in r.stderr
     if r.returncode != 0:

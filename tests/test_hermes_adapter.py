@@ -1578,3 +1578,22 @@ def test_an_erase_made_through_eventlogs_cli_takes_the_sessions_out_of_the_herme
         fresh.close()
     held = [str(p) for p in tmp_path.rglob("*") if p.is_file() and b"ErasedThroughTheCli" in p.read_bytes()]
     assert held == [] or all("profiles/default/state." in h or "fts." in h for h in held), held
+
+
+def test_the_launcher_without_hermes_agent_says_what_to_install() -> None:
+    """`python -m eventlog.adapters.hermes ...` and install() without Hermes Agent ended in a bare
+    ModuleNotFoundError traceback (outside audit)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("hermes_state") is not None:
+        pytest.skip("Hermes Agent is installed in this environment (python3 run compat covers the launcher)")
+    r = subprocess.run([sys.executable, "-m", "eventlog.adapters.hermes", "sessions", "list"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("error: Hermes Agent is not installed") and "Traceback" not in r.stderr
+    assert "pip install 'hermes-agent==0.19.0'" in r.stderr
+    from eventlog.adapters.hermes import install
+
+    with pytest.raises(ModuleNotFoundError, match="hermes-agent==0.19.0"):
+        install()

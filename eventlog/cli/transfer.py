@@ -168,11 +168,15 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
         mode = os.stat(file).st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/full: a read that never ends
             raise ValidationError("FILE", f"{file} is a device, not a file", hint="give an export file or a state.db")
-    if fmt == "jsonl" and file != "-":
+    if file != "-":
         with open(file, "rb") as fp:
-            if fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC:
-                raise ValidationError("FILE", f"{file} is a SQLite database, not a JSONL export",
-                                      hint="to import an agent state.db, use --format hermes")
+            is_sqlite = fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+        if fmt == "jsonl" and is_sqlite:
+            raise ValidationError("FILE", f"{file} is a SQLite database, not a JSONL export",
+                                  hint="to import an agent state.db, use --format hermes")
+        if fmt == "hermes" and not is_sqlite:
+            raise ValidationError("FILE", f"{file} is not a SQLite database (a Hermes state.db)",
+                                  hint="to import an export of eventlog, leave out --format hermes (jsonl is the default)")
     from eventlog import profiles
 
     d = profiles.profile_dir(c.home, c.profile, create=False)

@@ -11,9 +11,16 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    from eventlog.adapters.hermes.installing import install
+    from eventlog.adapters.hermes.installing import HERMES_MISSING_HINT, install
 
-    install()
+    try:
+        install()
+    except ModuleNotFoundError as e:
+        if e.name != "hermes_state":
+            raise
+        print(f"error: Hermes Agent is not installed (no module hermes_state) (hint: {HERMES_MISSING_HINT})",
+              file=sys.stderr)
+        return 1
     entry, name = "hermes_cli.main", "hermes"
     if args[:1] == ["agent"]:
         entry, name, args = "run_agent", "hermes-agent", args[1:]

@@ -14,11 +14,19 @@ import sys
 from typing import Any
 
 ORIGINAL = "HermesSessionDB"
+HERMES_MISSING_HINT = "install it in this environment (pip install 'hermes-agent==0.19.0')"
 
 
 def install() -> type:
-    """Swap the class in (idempotent); returns eventlog's ``SessionDB``."""
-    import hermes_state
+    """Swap the class in (idempotent); returns eventlog's ``SessionDB``. Needs Hermes Agent
+    installed (``ModuleNotFoundError`` saying so otherwise)."""
+    try:
+        import hermes_state
+    except ModuleNotFoundError as e:
+        if e.name != "hermes_state":
+            raise
+        raise ModuleNotFoundError(f"install() swaps eventlog's SessionDB into Hermes Agent, which is not installed "
+                                  f"here: {HERMES_MISSING_HINT}", name="hermes_state") from e
 
     from eventlog.adapters.hermes.db import SessionDB
 
