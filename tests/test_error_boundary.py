@@ -198,6 +198,12 @@ def test_no_password_reaches_a_message(url: str, secret: str) -> None:
     ("host=127.0.0.1 port=1 user=u password=pw-xyz dbname=d", "pw-xyz"),  # taken for a path, echoed whole
     ("password = 'pw xyz' host=127.0.0.1", "pw xyz"),
     ("postgresql://postgres:pw-xyz@127.0.0.1:1/db", "pw-xyz"),
+    # raw characters the redaction could not see past (outside audit: printed whole)
+    ("postgresql://postgres:SEC?RETN@127.0.0.1:1/db", "RETN"),
+    ("postgresql://postgres:SEC RETO@127.0.0.1:1/db", "RETO"),
+    ('postgresql://postgres:SEC"RETQ@127.0.0.1:1/db', "RETQ"),
+    ("postgresql://postgres:SEC'RETS@127.0.0.1:1/db", "RETS"),
+    ("postgresql://postgres:SEC<RETL>@127.0.0.1:1/db", "RETL"),
 ])
 def test_no_password_reaches_the_cli_output(tmp_path: Path, url: str, secret: str) -> None:
     """Through the command a user types (found by an outside audit: the two first leaked)."""
@@ -209,6 +215,8 @@ def test_no_password_reaches_the_cli_output(tmp_path: Path, url: str, secret: st
     r = CliRunner().invoke(main, ["--home", str(tmp_path), "--log-url", url, "sessions", "list"])
     assert r.exit_code == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr
     assert secret not in r.stdout + r.stderr, r.stderr
+    r = CliRunner().invoke(main, ["--home", str(tmp_path), "sessions", "list"], env={"EVENTLOG_LOG_URL": url})
+    assert r.exit_code == 1 and secret not in r.stdout + r.stderr, r.stderr
 
 
 _BAD_CALLS = {

@@ -47,6 +47,36 @@ def is_log_url(target: object) -> bool:
     return isinstance(target, str) and bool(_URL.match(target))
 
 
+_USERINFO_OK = re.compile(r"[A-Za-z0-9\-._~!$&()*+,;=:%]*")
+"""What a URL's user and password may hold as they are (RFC 3986's userinfo, less the quote,
+which ends a URL in a message); anything else percent-encoded."""
+
+
+def check_url_userinfo(url: str, field: str) -> None:
+    """Refuse a ``postgresql://`` URL whose user or password holds a character that must be
+    percent-encoded (``@ / ? # "`` space ...): libpq would split it elsewhere than the user
+    meant, and name the password's tail in its error, where no redaction can find it. Nothing
+    of the URL is echoed (:class:`ValidationError` naming ``field``)."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    at = rest.rfind("@")
+    if at < 0:
+        return
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    if end < at:  # an '@' past the authority: in the query (fine) or after a raw '/?#' of a password
+        first = rest.find("@", 0, end)
+        if first >= 0:
+            at = first
+        else:
+            host, _, port = rest[:end].partition(":")
+            if not port or port.isdigit():
+                return  # host[:port] then a path or query that holds an '@'
+            at = -1  # user:password with a raw '/', '?' or '#'
+    if at < 0 or "@" in rest[:at] or not _USERINFO_OK.fullmatch(rest[:at]):
+        raise ValidationError(field, "the URL's user or password holds a character that must be percent-encoded",
+                              hint="percent-encode it: '@' as %40, '/' %2F, '?' %3F, '#' %23, ' ' %20, "
+                                   "'\"' %22, \"'\" %27, '<' %3C, '>' %3E")
+
+
 def open_log(target: str | os.PathLike[str], *, profile: str | None = None, durability: str = "sync",
              **options: Any) -> Log:
     """Open the log at ``target``: a ``postgresql://user:password@host:port/db`` URL opens
@@ -63,12 +93,7 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
                               hint="write it as postgresql://user:password@host:port/dbname "
                                    "(percent-encode special characters in the user and password)")
     if is_log_url(target):
-        userinfo = str(target).split("://", 1)[1].partition("?")[0]
-        if "@" in userinfo[:max(0, userinfo.rfind("@"))]:
-            # libpq would take what follows the first '@' for the host, and name it (the
-            # password's tail) in its error.
-            raise ValidationError("log", "the URL's user or password holds a raw '@'",
-                                  hint="percent-encode it as %40 (and '/', ':', '?', '#' likewise)")
+        check_url_userinfo(str(target), "log")
         if profile is None:
             raise ValidationError("profile", "is required to open a PostgreSQL log (one log per profile)")
         try:

@@ -49,7 +49,7 @@ from eventlog.errors import (
     ValidationError,
     WriterBusyError,
 )
-from eventlog.log import codec, stored
+from eventlog.log import check_url_userinfo, codec, stored
 from eventlog.log.base import (
     FOLLOW_POLL_S,
     LogBase,
@@ -111,6 +111,7 @@ def drop_empty_profile(url: str, profile: str, *, connect_timeout: float = 10.0)
     import that created the profile. Best effort: False when nothing was removed, also when the
     server or this login cannot do it."""
     validate_profile(profile)
+    check_url_userinfo(url, "url")
     try:
         conn = connect(url, connect_timeout=connect_timeout)
     except psycopg.Error:
@@ -246,6 +247,7 @@ class PostgresLog(LogBase):
         (with a hint) when the server cannot be reached or the profile cannot be used.
         """
         validate_profile(profile)
+        check_url_userinfo(url, "url")
         if durability not in DURABILITIES:
             raise ValidationError("durability", f"must be one of {DURABILITIES}")
         where = f"{redact(url)} profile {profile!r}"
