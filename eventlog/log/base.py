@@ -122,10 +122,12 @@ class Log(Protocol):
         """Recompute the whole chain and name the first seq that does not match."""
         ...
 
-    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, streams: Sequence[str] = ()) -> int:
         """Make the content of the events at ``seqs`` unrecoverable and append one ``log.erased``
         event recording them (``data`` plus ``erased``: ``[[seq, hash], ...]``), atomically; the
-        chain still verifies. Events already erased are skipped. Returns the erase event's seq."""
+        chain still verifies. Events already erased are skipped. ``streams``: also every event
+        of these session streams as of the erase (read inside its transaction, so none appended
+        between a caller's read and the erase is left). Returns the erase event's seq."""
         ...
 
     def size_bytes(self) -> int:

@@ -597,6 +597,28 @@ class EraseContract:
         finally:
             lg.close()
 
+    def test_an_erase_of_streams_takes_what_they_hold_at_the_erase(self, tmp_path: Path) -> None:
+        """``streams``: every event of those streams as of the erase, read inside it — an event
+        appended after the caller read the stream is erased by the same record, so no erase needs
+        a second round that a killed process would never make (outside audit, PostgreSQL: the
+        events another host appended between the rounds stayed live)."""
+        lg = self.make_log(tmp_path)
+        try:
+            lg.append([ev("e", secret="MARKER-0"), ev("k", n=0), ev("e", secret="MARKER-1")])
+            read = [e["seq"] for e in lg.read_session("e")]
+            lg.append([ev("e", secret="MARKER-2")])  # another writer, after the caller's read
+            seq = lg.erase(read, {"reason": "all of e"}, streams=["e"])
+            record = lg.get(seq)
+            assert record is not None and [q for q, _ in record["data"]["erased"]] == [1, 3, 4]
+            assert all(e.get("erased") for e in lg.read_session("e"))
+            assert not any(b"MARKER-" in raw for _, raw in lg.read(raw=True))
+            assert lg.get(2) is not None and not lg.get(2).get("erased")  # type: ignore[union-attr]
+            with pytest.raises(ConcurrencyError):  # the stream is closed to writers that counted it
+                lg.append([ev("e", n=9)], expected_version=3)
+            assert lg.erase([], {"reason": "again"}, streams=["e"]) == 0 and lg.verify().ok
+        finally:
+            lg.close()
+
     def test_bad_erase_requests_change_nothing(self, tmp_path: Path) -> None:
         lg = self.make_log(tmp_path)
         try:

@@ -1479,15 +1479,22 @@ class _Environment:
             value = txn.get(key, db=self._events)
         return key if value is not None and stored.id_of(bytes(value)) == eid else None
 
-    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
-        """Replace the events at ``seqs`` by their erased form and append the ``log.erased``
-        record, in one write transaction; returns its seq (0: every seq was erased already).
-        The replaced values' bytes stay in pages LMDB freed: :meth:`compact` removes them."""
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], streams: Sequence[str] = ()) -> int:
+        """Replace the events at ``seqs`` (and every event of ``streams``) by their erased form
+        and append the ``log.erased`` record, in one write transaction; returns its seq (0: every
+        seq was erased already). The replaced values' bytes stay in pages LMDB freed:
+        :meth:`compact` removes them."""
         self._check()
         wanted = check_erase_seqs(seqs)
         with self._writing():
             txn = self._env.begin(write=True)
             try:
+                if streams:  # read here, under the write lock: nothing appended since is left out
+                    more, cur = set(wanted), txn.cursor(db=self._streams)
+                    for name in streams:
+                        if cur.set_key(str(name).encode()):
+                            more.update(key_seq(bytes(k)) for k in cur.iternext_dup())
+                    wanted = sorted(more)
                 def envelope_at(q: int) -> dict[str, Any] | None:
                     value = txn.get(seq_key(q), db=self._events)
                     return None if value is None else self._envelope(q, bytes(value))
@@ -2125,12 +2132,14 @@ class EventLog(LogBase):
         """Drop this process's mapping of the log pages it has touched (see :mod:`eventlog.log.residency`)."""
         return self._live().release_pages()
 
-    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, compact: bool = True) -> int:
-        """Erase the content of the events at ``seqs`` (see :meth:`eventlog.log.Log.erase`), then —
-        unless ``compact=False`` — :meth:`compact` the log so no freed page keeps their bytes."""
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, compact: bool = True,
+              streams: Sequence[str] = ()) -> int:
+        """Erase the content of the events at ``seqs`` and of ``streams`` (see
+        :meth:`eventlog.log.Log.erase`), then — unless ``compact=False`` — :meth:`compact` the log
+        so no freed page keeps their bytes."""
         core = self._live()
         self._check_writable()
-        seq = core.erase(seqs, data)
+        seq = core.erase(seqs, data, [str_arg(x, "streams") for x in streams])
         if seq and compact:
             core.compact()
         return seq

@@ -119,13 +119,14 @@ class MemoryLog(LogBase):
             self._lock.notify_all()
             return len(staged)
 
-    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, streams: Sequence[str] = ()) -> int:
         """See :meth:`eventlog.log.Log.erase`; nothing is appended (0) when every seq is erased already."""
         self._check_open()
         wanted = check_erase_seqs(seqs)
         s = self.storage
         with self._lock:
             self._check_open()
+            wanted = sorted(set(wanted).union(*(s.streams.get(str(name), []) for name in streams)))
             envs = erasable(wanted, lambda q: codec.decode(s.events[q]) if q in s.events else None)
             listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
             stubs = {env["seq"]: codec.canonical(codec.stub(env)) for env in envs}

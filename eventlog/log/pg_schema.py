@@ -377,6 +377,7 @@ class Statements:
         self.version = q("SELECT version FROM {s}.streams WHERE session = %s")
         self.event_seq = q("SELECT seq FROM {s}.events WHERE id = %s")
         self.erase_rows = q("SELECT seq, body FROM {s}.events WHERE seq = ANY(%s::bigint[]) ORDER BY seq")
+        self.stream_seqs = q("SELECT seq FROM {s}.events WHERE session = ANY(%s::text[])")
         self.erase = q("SELECT {s}.erase_events(%s::bigint[], %s::bytea[])")
         self.size = q("SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                       "JOIN pg_namespace n ON n.oid = c.relnamespace "

@@ -667,7 +667,7 @@ class PostgresLog(LogBase):
                 return []
         return fresh
 
-    def erase(self, seqs: Sequence[int], data: dict[str, Any]) -> int:
+    def erase(self, seqs: Sequence[int], data: dict[str, Any], *, streams: Sequence[str] = ()) -> int:
         """Replace the events at ``seqs`` by their stubs and append the ``log.erased`` record
         naming them, in one transaction under the profile's lock (see
         :meth:`eventlog.log.Log.erase`); returns the record's seq, 0 when all were erased already.
@@ -679,6 +679,7 @@ class PostgresLog(LogBase):
         checkpoint, by the database owner): that part of an erasure is the administrator's."""
         self._check_open()
         wanted = check_erase_seqs(seqs)
+        names = [str_arg(x, "streams") for x in streams]
         if self._format != 2:
             raise StorageError("erasing needs a format-2 log", hint="copy the log into a new profile to migrate it")
         with self._write_mutex:
@@ -688,7 +689,7 @@ class PostgresLog(LogBase):
                 self._check_open()
                 self._cached_head = None
                 try:
-                    seq = self._erase_once(wanted, data, sent)
+                    seq = self._erase_once(wanted, data, sent, names)
                     break
                 except _Sent as s:
                     sent = s.seq
@@ -712,7 +713,7 @@ class PostgresLog(LogBase):
             self._wakeups.bump()
         return seq
 
-    def _erase_once(self, wanted: list[int], data: dict[str, Any], sent: int) -> int:
+    def _erase_once(self, wanted: list[int], data: dict[str, Any], sent: int, streams: Sequence[str] = ()) -> int:
         """One try of :meth:`erase`. ``sent``: the record seq of an earlier try whose COMMIT
         went out before the connection was lost: when nothing is left to erase now and that
         record is in the log, that try committed and its seq is the answer."""
@@ -724,6 +725,9 @@ class PostgresLog(LogBase):
                 row = conn.execute(self._sql.head).fetchone()
                 assert row is not None
                 start, prev = int(row[0]), str(row[1])
+                if streams:  # read under the profile's lock: nothing appended since is left out
+                    wanted = sorted(set(wanted).union(int(q) for (q,) in conn.execute(self._sql.stream_seqs,
+                                                                                     (list(streams),))))
                 rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
                 envs = erasable(wanted, lambda q: self._envelope(q, rows[q]) if q in rows else None)
                 listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
