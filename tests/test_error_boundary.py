@@ -266,3 +266,18 @@ def test_cli_paths_that_are_not_utf8_are_one_line_errors(tmp_path: Path) -> None
     afile.write_text("")
     r = subprocess.run([exe, b"sessions", b"list"], capture_output=True, env=dict(os.environ, EVENTLOG_HOME=str(afile)))
     assert r.returncode == 2 and b"Invalid value for $EVENTLOG_HOME" in r.stderr, r.stderr
+
+
+def test_a_refused_postgresql_open_leaves_no_local_profile(tmp_path: Path) -> None:
+    """A read or write whose server refused the open (unreachable, wrong password, no such
+    profile) left an empty profiles/<name>/ in the home (outside audit)."""
+    pytest.importorskip("psycopg")
+    from click.testing import CliRunner
+
+    from eventlog.cli import main
+
+    url = "postgresql://u:pw@127.0.0.1:1/db"
+    for args in (["sessions", "list"], ["messages", "add", "s1", "--role", "user", "--content", "hi"]):
+        r = CliRunner().invoke(main, ["--home", str(tmp_path), "--log-url", url, "--profile", "X", *args])
+        assert r.exit_code == 1 and "cannot reach PostgreSQL" in r.stderr, r.stderr
+        assert not (tmp_path / "profiles" / "X").exists()

@@ -48,11 +48,13 @@ class Ctx:
         """A one-shot store (no follower thread: it catches up on read instead)."""
         from eventlog.sessions.store import SessionStore
 
+        if self.log_url is not None:
+            # The server first: a profile it does not have is an error (not created by a read),
+            # and an open it refuses leaves no local directory behind.
+            self.open_log(create=create).close()
         self.profile_dir(create=create)
         options.setdefault("follower", False)
         if self.log_url is not None:
-            if not create:
-                self.open_log().close()  # a profile the server does not have is an error, not created
             return SessionStore.open(self.home, self.profile, log=self.log_url, **options)
         return SessionStore.open(self.home, self.profile, **options)
 

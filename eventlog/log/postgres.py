@@ -272,8 +272,9 @@ class PostgresLog(LogBase):
             if info is None:
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, or this login may not use it"
                                    + (f" (creating it was refused: {denied})" if denied else ""),
-                                   hint="open it once with an administrator URL (it is created then), and grant "
-                                        "its role to this login (eventlog.log.pg_schema.grant_login)")
+                                   hint="create it with `eventlog init` (or any write) and an administrator URL; "
+                                        "for another login, grant it the profile's role "
+                                        "(eventlog.log.pg_schema.grant_login)")
             if info.format not in BODY_FORMATS:
                 raise StorageError(f"log format {info.format} of profile {profile!r} is not supported by this version "
                                    f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
