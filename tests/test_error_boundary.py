@@ -281,3 +281,14 @@ def test_a_refused_postgresql_open_leaves_no_local_profile(tmp_path: Path) -> No
         r = CliRunner().invoke(main, ["--home", str(tmp_path), "--log-url", url, "--profile", "X", *args])
         assert r.exit_code == 1 and "cannot reach PostgreSQL" in r.stderr, r.stderr
         assert not (tmp_path / "profiles" / "X").exists()
+
+
+def test_compact_on_a_log_that_does_not_compact_is_not_called_invalid_input(tmp_path: Path) -> None:
+    """On PostgreSQL (and the memory log) `compact` said 'invalid log': nothing the user gave was
+    invalid; the backend does not compact (outside audit)."""
+    from eventlog.errors import ConflictError
+
+    with SessionStore.open(tmp_path, log=MemoryLog(profile="default"), follower=False) as store:
+        with pytest.raises(ConflictError) as e:
+            store.compact()
+    assert str(e.value).startswith("log: this log backend does not compact") and "VACUUM" in str(e.value.hint)

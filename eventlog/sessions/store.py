@@ -1204,7 +1204,7 @@ class SessionStore:
         self._check()
         compact = getattr(self.log, "compact", None)
         if compact is None:
-            raise ValidationError("log", "this log backend does not compact (only the LMDB log does)",
+            raise ConflictError("log", "this log backend does not compact (only the LMDB log does)",
                                   hint="on PostgreSQL the server reclaims space (VACUUM, by its administrator): "
                                        "docs/POSTGRES.md")
         result: dict[str, Any] = compact()
