@@ -80,17 +80,9 @@ def resolve_home(home: str | os.PathLike[str] | None = None) -> Path:
         where = "$EVENTLOG_HOME" if env is not None else "home"
     else:
         where = "home"
-    try:
-        text = os.fspath(home)
-    except TypeError:
-        raise ValidationError("home", f"must be a path, got {type(home).__name__}", hint=HOME_HINT) from None
-    if isinstance(text, bytes):
-        raise ValidationError("home", "must be a str path, not bytes", hint=HOME_HINT)
+    text = path_text(home, "home", HOME_HINT)  # a path, str, no NUL, UTF-8
     if text == "":
         raise ValidationError("home", f"{where} is empty", hint=HOME_HINT)
-    if "\0" in text:
-        raise ValidationError("home", f"{where} contains a NUL character", hint=HOME_HINT)
-    path_text(text, where, HOME_HINT)
     path = Path(text).expanduser().absolute()
     probe = path
     while True:

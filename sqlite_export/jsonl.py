@@ -267,9 +267,9 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             fresh.append((n, event if plain else _source_time(event, env)))
             continue
         stored = log.get(seq) or {}
+        renumbered = refs.renumbered(event)
         if not prepared.same_content(stored) and not any(  # or as an earlier import appended it
-                codec.prepare(form, n).same_content(stored)
-                for form in (refs.renumbered(event), _source_time(refs.renumbered(event), env))):
+                codec.prepare(form, n).same_content(stored) for form in (renumbered, _source_time(renumbered, env))):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
     if fresh and not onto_other_history and head > 0:  # (a file whose events are all here is a no-op)

@@ -211,6 +211,12 @@ def message_to_item(message: dict[str, Any]) -> dict[str, Any] | None:
 _MESSAGE_FIELD = re.compile(r"^(?:messages\[(\d+)\]|events\[(\d+)\]\.data)(?:\.(.*))?$")
 
 
+def _message_events(key: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``message.appended`` events that ``append_messages`` would write for ``messages``."""
+    return [{"type": "message.appended", "session": key, "data": {k: v for k, v in m.items() if v is not None}}
+            for m in messages]
+
+
 def _item_field(field: str, messages: list[dict[str, Any]]) -> str:
     """The store's name for a refused message field (``messages[i].content``,
     ``events[i].data.display_metadata.item.x``) as the path in the caller's item (``items[i]``,
@@ -343,11 +349,9 @@ class EventlogSession:
         (outside audit)."""
         if self._created or store.version(key):
             return None
-        events = [{"type": "session.created", "session": key, "data": self._creation_fields()}]
-        events += [{"type": "message.appended", "session": key, "data": {k: v for k, v in m.items() if v is not None}}
-                   for m in messages]
+        created = {"type": "session.created", "session": key, "data": self._creation_fields()}
         try:
-            seqs = store.append_events(events, expected_version=0)
+            seqs = store.append_events([created, *_message_events(key, messages)], expected_version=0)
         except (ConcurrencyError, ConflictError):  # created meanwhile: appended as to any existing session
             store.sync(timeout=30)
             return None
@@ -463,10 +467,8 @@ class EventlogSession:
     def _add_items(self, messages: list[dict[str, Any]]) -> None:
         store = self._open()
         if not self._created:  # a refused first batch leaves nothing behind, not even the session
-            events = [{"type": "message.appended", "session": self.key,
-                       "data": {k: v for k, v in m.items() if v is not None}} for m in messages]
             try:
-                store.check_events(events)
+                store.check_events(_message_events(self.key, messages))
             except ValidationError as e:
                 raise type(e)(_item_field(e.field, messages), e.problem) from None
         for attempt in range(MOVE_ON_TRIES):
@@ -476,10 +478,11 @@ class EventlogSession:
                 before = self._history
                 key = self.key
             try:
-                first = self._first_write(store, key, messages)
-                if first is None:
+                written = self._first_write(store, key, messages)
+                if written is None:
                     self._ensure_session(store)
-                ids = first if first is not None else store.append_messages(key, messages)
+                    written = store.append_messages(key, messages)
+                ids = written
                 break
             except ValidationError as e:
                 raise type(e)(_item_field(e.field, messages), e.problem) from None

@@ -7,7 +7,7 @@ import os
 import random
 import sqlite3
 import threading
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -107,28 +107,25 @@ def _thread_of(batch: builtins.list[combine.Request]) -> str:
     return ""
 
 
-def _one_creation(batch: builtins.list[combine.Request], *, keep: bool) -> None:
-    """Keep the first ``session.created`` of ``batch`` (``keep``: the stream is new) and drop the
-    others (two first writes of one thread queued together)."""
+def _creation_key(e: dict[str, Any]) -> str | None:
+    return "created" if e["type"] == "session.created" else None
+
+
+def _message_key(e: dict[str, Any]) -> str | None:
+    return _mirror_key(e["data"]) if e["type"] == "message.appended" else None
+
+
+def _leave_out(batch: builtins.list[combine.Request], key_of: Callable[[dict[str, Any]], str | None],
+               taken: set[str]) -> None:
+    """Drop from ``batch``'s events (in place, request by request) each one whose key (``key_of``;
+    None: always kept) is in ``taken`` or was met earlier in the batch — a thread's creation or a
+    mirrored message that two writes of one thread queued together both carry, or that the
+    stream already holds."""
+    taken = set(taken)
     for r in batch:
         kept = []
         for e in r.events:
-            if e["type"] == "session.created":
-                if not keep:
-                    continue
-                keep = False
-            kept.append(e)
-        r.events[:] = kept
-
-
-def _leave_out_mirrored(batch: builtins.list[combine.Request], keys: set[str]) -> None:
-    """Drop from ``batch``'s events the mirrored messages the stream already holds (``keys``)
-    or an earlier event of the batch carries (two puts of one thread queued together)."""
-    taken = set(keys)
-    for r in batch:
-        kept = []
-        for e in r.events:
-            key = _mirror_key(e["data"]) if e["type"] == "message.appended" else None
+            key = key_of(e)
             if key is not None:
                 if key in taken:
                     continue
@@ -342,7 +339,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 if any(e["type"] == "session.created" for r in batch for e in r.events):
                     if version and not self._live_elsewhere(store, sid):
                         raise NotFoundError("thread", thread)
-                    _one_creation(batch, keep=not version)  # once, and only into a stream that is new
+                    _leave_out(batch, _creation_key, {"created"} if version else set())  # once, into a new stream
                 known = self._mirrored.get(sid)
                 if mirrors and (known is None or known.at != version):
                     # What this saver knows mirrored is not the stream it appends to (another
@@ -354,7 +351,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                             copy = None
                         version = known.at
                 if mirrors and known is not None:
-                    _leave_out_mirrored(batch, known.keys)
+                    _leave_out(batch, _message_key, known.keys)
                 events = [e for r in batch for e in r.events]
                 try:
                     try:
@@ -395,6 +392,26 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._sessions.discard(sid)
         self._mirrored.pop(sid, None)
         raise NotFoundError("thread", thread)
+
+    def _append_as_read(self, store: SessionStore, sid: str, build: Callable[[], builtins.list[dict[str, Any]]]) -> None:
+        """Append the events ``build`` derives from stream ``sid`` (read with the projections
+        caught up to the version read first) as one batch at that version; again, from a new
+        read, when another writer moved the stream meanwhile (a creation that lost the race
+        is a ConflictError: the same)."""
+        for _ in range(_APPEND_TRIES):
+            version = store.version(sid)
+            if version:
+                store.sync(timeout=30)  # the stream's events as of that version, for build's reads
+            events = build()
+            try:
+                self._append(store, events, version)
+                return
+            except ConcurrencyError:
+                continue
+            except ConflictError:
+                if not any(e["type"] == "session.created" for e in events):
+                    raise
+        raise ConcurrencyError(sid, version, store.version(sid))
 
     def _live_elsewhere(self, store: SessionStore, sid: str) -> bool:
         """Whether ``sid``, which a batch meant to create, is live now (another saver or process
@@ -709,18 +726,13 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             self._sessions.discard(sid)
             return
         deleted = {"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}
-        for _ in range(_APPEND_TRIES):  # the deletion and the rewind of its transcript: one batch
-            version = store.version(sid)
-            store.sync()
+
+        def deletion() -> builtins.list[dict[str, Any]]:  # the deletion and the rewind of its transcript
             first = store.get_messages(sid, after=0, limit=1)  # the first active message
-            rewind = [{"type": "messages.rewound", "session": sid, "data": {"message_id": first[0]["id"]}}] if first else []
-            try:
-                self._append(store, [deleted, *rewind], version)
-                break
-            except ConcurrencyError:
-                continue
-        else:
-            raise ConcurrencyError(sid, version, store.version(sid))
+            return [deleted, *({"type": "messages.rewound", "session": sid, "data": {"message_id": m["id"]}}
+                               for m in first)]
+
+        self._append_as_read(store, sid, deletion)
         self._forget(sid)
         self._mirrored.pop(sid, None)
 
@@ -767,11 +779,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         dst_sid = model.thread_session(dst)
         copied = [{"type": "langgraph.thread_copied", "session": dst_sid, "data": part} for part in parts]
         keep = ("role", "content", "tool_calls", "tool_name", "tool_call_id", "display_kind", "display_metadata")
-        for _ in range(_APPEND_TRIES):  # the target's creation, its rows and its transcript: one batch
-            version = store.version(dst_sid)
-            if version:
-                store.sync(timeout=30)  # the target's messages as of that version, for the skip below
-            creation = self._creation(store, dst)
+
+        def copy() -> builtins.list[dict[str, Any]]:  # the target's creation, its rows and its transcript
             msgs: builtins.list[dict[str, Any]] = []
             if self._mirror:
                 skip: set[str | None] = {None}  # None: not a message the mirror wrote
@@ -779,17 +788,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 msgs = [{"type": "message.appended", "session": dst_sid,
                          "data": {k: m[k] for k in keep if m.get(k) is not None}}
                         for m in store.get_messages(model.thread_session(src), limit=None) if _mirror_key(m) not in skip]
-            try:
-                self._append(store, [*creation, *copied, *msgs], version)
-                break
-            except ConcurrencyError:
-                continue
-            except ConflictError:  # its creation: the target began meanwhile
-                if not creation:
-                    raise
-                continue
-        else:
-            raise ConcurrencyError(dst_sid, version, store.version(dst_sid))
+            return [*self._creation(store, dst), *copied, *msgs]
+
+        self._append_as_read(store, dst_sid, copy)
         self._sessions.add(dst_sid)
         self._forget(dst_sid)
         self._mirrored.pop(dst_sid, None)
