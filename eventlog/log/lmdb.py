@@ -90,12 +90,12 @@ DICT_SAMPLES = 2000
 DEFAULT_MAP_SIZE = 32 * 1024**3
 """Address space reserved up front (the file is sparse); doubled on MapFullError."""
 READ_CHUNK = 1024
+"""Events per read transaction in long scans: a long-lived reader pins freed pages."""
 READ_CHUNK_BYTES = 4 << 20
 """A scan's read transaction also ends once its chunk holds this many bytes (at least one event)."""
 RELEASE_EVERY_BYTES = 8 << 20
 """A scan hands the log pages it read back to the page cache after this many bytes (see
 :mod:`eventlog.log.residency`): a rebuild of a 2 GB log stays a few dozen MB resident."""
-"""Events per read transaction in long scans: a long-lived reader pins freed pages."""
 DEFAULT_LOCK_TIMEOUT_S = 10.0
 """How long an append waits for another process's write to finish before WriterBusyError."""
 READER_SWEEP_S = 1.0
