@@ -33,6 +33,19 @@ def fill(path: Path, n: int, **extra: object) -> list[dict[str, object]]:
 
 
 
+def test_hash_at_checks_its_argument_and_finds_nothing_below_one(tmp_path: Path) -> None:
+    """``hash_at`` (read by the projections' cursor checks) takes a seq like ``get``: a string
+    or a float was an AttributeError, a negative seq an OverflowError."""
+    with EventLog.open(tmp_path / "log", durability="nosync") as lg:
+        lg.append([ev()])
+        assert lg.hash_at(1) == lg.head()[1]
+        assert lg.hash_at(0) is None and lg.hash_at(-1) is None and lg.hash_at(2) is None
+        for bad in ("1", None, 1.0, 2**64):
+            with pytest.raises(ValidationError) as info:
+                lg.hash_at(bad)  # type: ignore[arg-type]
+            assert info.value.field == "seq"
+
+
 def test_unknown_durability_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValidationError):
         EventLog.open(tmp_path / "log", durability="fast")

@@ -153,11 +153,32 @@ def encode_plain(data: Any, field: str) -> bytes:
     try:
         raw = canonical(data)
         if orjson.loads(raw) == data and _depth_ok(data):
+            if _LONG_DIGITS.search(raw) is not None:  # orjson writes and reads back 64-bit unsigned ints
+                _check_ints(data, field)
             return raw
     except (orjson.JSONEncodeError, TypeError, RecursionError):
         pass
     check_json(data, field)
     raise ValidationError(field, "not plain JSON")
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+"""19 digits in a row: the shortest run that can spell an int outside the signed 64-bit range
+(2**63 has 19). Rare in real data, so only then are the ints walked."""
+
+
+def _check_ints(value: Any, field: str) -> None:
+    """Refuse an int outside the signed 64-bit range anywhere in ``value`` (whose nesting is
+    known to be within bounds), naming its field: every reader of the log, an import of its
+    export among them, holds ints to that range."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_ints(v, f"{field}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_ints(v, f"{field}[{i}]")
+    elif isinstance(value, int) and not INT64_MIN <= int.__int__(value) <= INT64_MAX:
+        raise ValidationError(field, "integer outside the signed 64-bit range")
 
 
 def _depth_ok(value: Any, depth: int = 0) -> bool:
@@ -300,6 +321,26 @@ def stub(env: dict[str, Any]) -> dict[str, Any]:
 
 def is_stub(env: dict[str, Any]) -> bool:
     return env.get("erased") is True and "data" not in env
+
+
+def sealed_problem(env: dict[str, Any]) -> str | None:
+    """Why an imported event's envelope cannot be indexed or read as an event, or None.
+
+    A sealed event is restored as it is (its bytes carry its hash), so its envelope is not held
+    to what ``prepare`` accepts: an extra key, an odd ts or version keep their bytes. But its
+    type, session and id are what every reader and the log's own indexes look up by, so they
+    must be what an append can write: a type that is text, a session that is null or a stream
+    id, an id of the id form; and a live event's data is an object."""
+    etype, session, eid = env.get("type"), env.get("session"), env.get("id")
+    if type(etype) is not str or not etype:
+        return f"its type {etype!r} is not a name"
+    if session is not None and (type(session) is not str or not ID_RE.fullmatch(session)):
+        return "its session is not null or 1-128 characters of [A-Za-z0-9_.:@-]"
+    if type(eid) is not str or not ID_RE.fullmatch(eid):
+        return "its id is not 1-128 characters of [A-Za-z0-9_.:@-]"
+    if not is_stub(env) and type(env.get("data")) is not dict:
+        return "its data is not a JSON object"
+    return None
 
 
 def decode_in_place(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -69,6 +69,10 @@ BAD_EVENTS: list[tuple[str, Any]] = [
     ("events[1].data", {"type": "a.b", "session": "s", "data": {"key \udfff": 1}}),
     ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": b"bytes"}}),
     ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": 2**70}}),
+    # orjson writes and reads back 64-bit unsigned ints: the import of their export refused them
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": 2**63}}),
+    ("events[1].data.x[1].y", {"type": "a.b", "session": "s", "data": {"x": [1, {"y": 2**64 - 1}]}}),
+    ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": -(2**63) - 1}}),
     ("events[1].data.x", {"type": "a.b", "session": "s", "data": {"x": {1, 2}}}),
     ("events[1].extra", {"type": "a.b", "session": "s", "data": {}, "extra": 1}),
     ("events[1].type", {"type": "NotDotted", "session": "s", "data": {}}),
@@ -83,6 +87,43 @@ BAD_EVENTS: list[tuple[str, Any]] = [
     ("events[1].session", {"type": "a.b", "session": 5, "data": {}}),
     ("events[1].id", {"type": "a.b", "session": "s", "data": {}, "id": ""}),
     ("events[1].v", {"type": "a.b", "session": "s", "data": {}, "v": True}),
+]
+
+def sealed_chain(envs: list[dict[str, Any]], prev: str = codec.ZERO_HASH, first: int = 1) -> list[bytes]:
+    """Canonical bytes of the envelopes ``envs`` chained from seq ``first`` after ``prev`` (seq,
+    prev and hash filled in; each id gets ``-<seq>``): what a crafted whole-chain import holds."""
+    out = []
+    for seq, env in enumerate(envs, first):
+        body = dict(env, id=f"{env['id']}-{seq}" if isinstance(env.get("id"), str) else env.get("id"), seq=seq,
+                    prev=prev)
+        digest = hashlib.sha256(bytes.fromhex(prev) + codec.canonical(body)).hexdigest()
+        out.append(codec.canonical(dict(body, hash=digest)))
+        prev = digest
+    return out
+
+
+ODD_ENVELOPES = [  # each hash-valid; none fits the format-2 header as it is
+    {"type": "session.created", "v": 1, "session": "s1", "id": "e1", "ts": -1, "data": {"source": "cli"}},
+    {"type": "message.appended", "v": 70000, "session": "s1", "id": "e2", "ts": 5, "data": {"role": "user", "content": "v"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e3", "ts": 6, "origin": "elsewhere",
+     "data": {"role": "user", "content": "extra key"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e4", "ts": 7.5, "data": {"role": "user", "content": "f"}},
+    {"type": "message.appended", "v": 1, "session": "s1", "id": "e5", "ts": 8, "data": {"role": "user", "content": "plain"}},
+    {"type": "mess\u00e4ge.appended", "v": 1, "session": None, "id": "e6", "ts": 9, "data": {}},
+]
+
+UNUSABLE_ENVELOPES: list[tuple[str, dict[str, Any]]] = [  # hash-valid, but no reader or index could use them
+    ("type", {"type": 5, "v": 1, "session": "s1", "id": "e", "ts": 1, "data": {}}),
+    ("type", {"type": None, "v": 1, "session": "s1", "id": "e", "ts": 1, "data": {}}),
+    ("type", {"type": "", "v": 1, "session": "s1", "id": "e", "ts": 1, "data": {}}),
+    ("session", {"type": "a.b", "v": 1, "session": ["s1"], "id": "e", "ts": 1, "data": {}}),
+    ("session", {"type": "a.b", "v": 1, "session": "", "id": "e", "ts": 1, "data": {}}),
+    ("session", {"type": "a.b", "v": 1, "session": "s" * 600, "id": "e", "ts": 1, "data": {}}),
+    ("session", {"type": "a.b", "v": 1, "session": 7, "id": "e", "ts": 1, "data": {}}),
+    ("id", {"type": "a.b", "v": 1, "session": "s1", "id": 12, "ts": 1, "data": {}}),
+    ("id", {"type": "a.b", "v": 1, "session": "s1", "id": "e" * 600, "ts": 1, "data": {}}),
+    ("data", {"type": "a.b", "v": 1, "session": "s1", "id": "e", "ts": 1, "data": [1]}),
+    ("data", {"type": "a.b", "v": 1, "session": "s1", "id": "e", "ts": 1}),
 ]
 
 JSON_VALUES = st.recursive(
@@ -227,6 +268,17 @@ class LogContract:
                 call()
             assert info.value.field == field, (field, info.value)
         assert log.head()[0] == 1 and [e["seq"] for e in log.read(1)] == [1]
+
+    def test_lookups_no_event_can_answer_find_nothing(self, log: Log) -> None:
+        """A seq below 1, or an id no event can hold (empty, longer than any key), is simply not
+        there: it was an OverflowError, or a storage error that read like a disk fault."""
+        log.append([dict(ev("s1", i=0), id="e1")])
+        for seq in (0, -1, -(2**63)):
+            assert log.get(seq) is None
+        for name in ("", "s" * 600, "ü" * 300):
+            assert log.stream_version(name) == 0 and list(log.read_session(name)) == []
+            assert log.event_seq(name) is None
+        assert log.stream_version("s1") == 1 and log.event_seq("e1") == 1 and log.get(1) is not None
 
     def test_stored_bytes_are_canonical_and_verify(self, log: Log) -> None:
         log.append([ev(n=i, text="ü" * i) for i in range(5)])
@@ -421,6 +473,30 @@ class LogContract:
         with pytest.raises(IntegrityError):
             other.append_sealed(raws[:1])  # already there: not a continuation
         assert other.append_sealed(raws[2:]) == 2 and other.verify().ok
+
+    def test_sealed_events_with_odd_envelopes_keep_their_bytes(self, log: Log) -> None:
+        """A valid chain whose envelopes a compact stored form cannot hold (an extra key, a
+        negative or float ts, a version over 65535, a non-ASCII type) keeps their canonical bytes,
+        and so their hashes: dropping the extra key left a log failing its own verify."""
+        raws = sealed_chain(ODD_ENVELOPES)
+        assert log.append_sealed(raws) == len(raws)
+        assert stored(log) == raws and log.verify().ok
+        assert log.append([ev("s1")]) == [len(raws) + 1] and log.verify().ok
+        assert log.stream_version("s1") == 6
+
+    @pytest.mark.parametrize("field,env", UNUSABLE_ENVELOPES)
+    def test_sealed_events_no_reader_could_use_are_refused(self, log: Log, field: str, env: dict[str, Any]) -> None:
+        """A hash-valid imported event whose type, session, id or data no reader or index can
+        use is an IntegrityError naming the field, and nothing is written (a list session was an
+        AttributeError from the stored form, an empty one a storage error from LMDB)."""
+        log.append([ev(n=0)])
+        before = (log.head(), stored(log))
+        good = sealed_chain([{"type": "a.b", "v": 1, "session": "s1", "id": "g", "ts": 1, "data": {}}],
+                            before[0][1], 2)
+        with pytest.raises(IntegrityError, match=f"its {field} "):
+            log.append_sealed(good + sealed_chain([env], codec.decode(good[0])["hash"], 3))
+        assert (log.head(), stored(log)) == before
+        assert log.append_sealed(good) == 1 and log.verify().ok
 
     # ---- closed ----------------------------------------------------------------------------
 

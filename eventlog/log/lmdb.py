@@ -1608,6 +1608,8 @@ class _Environment:
                     env, reason = codec.check_stored(raw, seq + 1, prev)
                     if reason is not None or env is None:
                         raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+                    if (problem := codec.sealed_problem(env)) is not None:
+                        raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
                     seq += 1
                     key = seq_key(seq)
                     if self.format != FORMAT_2:
@@ -1616,12 +1618,12 @@ class _Environment:
                         value = stored.pack_sealed(seq, env, raw, self.compression)
                     if not evs.put(key, value, append=True):
                         raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
-                    eid = env.get("id")
-                    if type(eid) is not str or not self._sealed_id(txn, ids, eid, seq):
-                        raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
+                    eid = env["id"]
+                    if not self._sealed_id(txn, ids, eid, seq):
+                        raise IntegrityError(f"imported event {seq} has an already used id {eid!r}")
                     claim = max(claim, codec.derived_seq(eid))
-                    if env.get("session") is not None:
-                        streams.put(str(env["session"]).encode(), key)
+                    if (session := env.get("session")) is not None:
+                        streams.put(session.encode(), key)
                     prev = env["hash"]
                 if claim > seq:
                     found_claim = txn.get(b"idclaim", db=self._meta)
@@ -1646,10 +1648,13 @@ class _Environment:
     def event_seq(self, event_id: str) -> int | None:
         """The seq of the event with id ``event_id``, or None."""
         named = codec.derived_seq(event_id)
+        key = _lookup_key(event_id)
+        if key is None:
+            return None
         with self._read() as txn:
             found: bytes | memoryview | None = self._derived_at(txn, event_id, named) if named else None
             if found is None:
-                found = txn.get(event_id.encode(), db=self._ids)
+                found = txn.get(key, db=self._ids)
         return None if found is None else key_seq(found)
 
     # ---------------------------------------------------------------- reads
@@ -1702,12 +1707,16 @@ class _Environment:
             self._writer_mu.release()
 
     def hash_at(self, seq: int) -> str | None:
+        if seq < 1:
+            return None
         with self._read() as txn:
             raw = txn.get(seq_key(seq), db=self._events)
             return None if raw is None else stored.hash_of(bytes(raw))
 
     def get(self, seq: int) -> dict[str, Any] | None:
         """The envelope at ``seq``, or ``None``."""
+        if seq < 1:
+            return None
         with self._read() as txn:
             raw = txn.get(seq_key(seq), db=self._events)
             if raw is not None:
@@ -1801,15 +1810,18 @@ class _Environment:
 
     def stream_version(self, session: str) -> int:
         """The number of events in ``session``'s stream (0 for an unknown session)."""
+        key = _lookup_key(session)
+        if key is None:
+            return 0
         with self._read() as txn:
             cur = txn.cursor(db=self._streams)
-            return cur.count() if cur.set_key(session.encode()) else 0
+            return cur.count() if cur.set_key(key) else 0
 
     def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """The envelopes of one session stream with ``seq > after``, in seq order, in bounded
         read transactions."""
-        key = session.encode()
-        while True:
+        key = _lookup_key(session)
+        while key is not None:
             chunk: list[tuple[int, bytes | None]] = []
             with self._read() as txn:
                 self._know_dicts(txn)
@@ -1851,6 +1863,16 @@ class _Environment:
 
     def __repr__(self) -> str:
         return f"_Environment({str(self.path)!r}, durability={self.durability!r}, refs={self.refs})"
+
+
+def _lookup_key(text: str) -> bytes | None:
+    """``text`` as a key of the ``ids`` or ``streams`` table, or None when no key can be it
+    (LMDB keys are 1-511 bytes; every stored id and stream id is 1-128 characters)."""
+    key = text.encode()
+    return key if 0 < len(key) <= _MAX_KEY else None
+
+
+_MAX_KEY = 511
 
 
 def _file_size(path: Path) -> int:
@@ -2070,7 +2092,7 @@ class EventLog(LogBase):
     def hash_at(self, seq: int) -> str | None:
         """The hash recorded by the event at ``seq`` (None when there is none), read from its
         header without decoding its data."""
-        return self._live().hash_at(seq)
+        return self._live().hash_at(seq_arg(seq, "seq"))
 
     def read(self, from_seq: int = 1, to_seq: int | None = None, *, raw: bool = False) -> Iterator[Any]:
         core = self._live()

@@ -106,6 +106,8 @@ class MemoryLog(LogBase):
                 env, reason = codec.check_stored(raw, seq + 1, prev)
                 if reason is not None or env is None:
                     raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+                if (problem := codec.sealed_problem(env)) is not None:
+                    raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
                 if env["id"] in s.ids or any(e["id"] == env["id"] for e in staged):
                     raise IntegrityError(f"imported event {seq + 1} has an already used id {env['id']!r}")
                 staged.append(env)

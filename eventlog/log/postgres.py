@@ -807,22 +807,24 @@ class PostgresLog(LogBase):
             env, reason = codec.check_stored(raw, seq + 1, prev)
             if reason is not None or env is None:
                 raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+            if (problem := codec.sealed_problem(env)) is not None:
+                raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
             seq += 1
-            eid, session = env.get("id"), env.get("session")
-            if type(eid) is not str or eid in eids:
-                raise IntegrityError(f"imported event {seq} has a missing or already used id {eid!r}")
+            eid, session = env["id"], env.get("session")
+            if eid in eids:
+                raise IntegrityError(f"imported event {seq} has an already used id {eid!r}")
             seqs.append(seq)
             eids.append(eid)
             envs.append(env)
-            sessions.append(None if session is None else str(session))
+            sessions.append(session)
             if session is not None:
-                new[str(session)] += 1
+                new[session] += 1
             prev = str(env["hash"])
         taken = conn.execute(self._sql.find_ids, (eids,)).fetchone()
         if taken is not None:
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
-        bodies = ([stored.pack_stub(env) if codec.is_stub(env) else stored.pack_envelope(env, self._compression)
-                   for env in envs] if self._format == 2 else batch)
+        bodies = ([stored.pack_sealed(q, env, raw, self._compression) for q, env, raw in zip(seqs, envs, batch)]
+                  if self._format == 2 else batch)
         conn.execute(self._sql.write, (seqs, eids, sessions, bodies, list(new), list(new.values()), seq, prev))
         return seq, prev
 

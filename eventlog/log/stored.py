@@ -314,7 +314,8 @@ def pack_sealed(seq: int, env: dict[str, Any], raw: bytes, compression: Compress
         value = pack_stub(env) if codec.is_stub(env) else pack_envelope(env, compression)
         if canonical_bytes(seq, value, compression) == bytes(raw):
             return value
-    except (KeyError, TypeError, ValueError, OverflowError, struct.error, UnicodeError, StoredFormatError):
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, struct.error, UnicodeError,
+            StoredFormatError):
         pass
     return bytes(raw)
 
