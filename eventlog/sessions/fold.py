@@ -166,11 +166,15 @@ class Fold:
 
     def _erased(self, data: Any) -> None:
         """The log's erase record: the sessions it names vanish (their events are stubs now, so a
-        fold from the start never sees them either)."""
+        fold from the start never sees them either), and their ids stay taken, as the
+        projection's tombstones keep them: a later creation of one (only a restored whole chain
+        can hold it) is ignored by both."""
         names = data.get("sessions") if isinstance(data, dict) else None
         for sid in names if isinstance(names, list) else []:
-            if isinstance(sid, str) and sid in self._sessions:
-                self._forget(sid)
+            if isinstance(sid, str):
+                if sid in self._sessions:
+                    self._forget(sid)
+                self._ever.add(sid)
 
     # One method per event type: (session, seq, data, event time). All but _created apply
     # only to a live session.
