@@ -426,3 +426,47 @@ def test_non_iterable_message_batches_are_refused() -> None:
                 store.append_messages(ROOT, bad)  # type: ignore[arg-type]
             assert getattr(err.value, "field", "").startswith("messages")
 
+
+
+class _LyingInt(int):
+    def __int__(self) -> int:
+        return 2**70
+
+
+class _AnyStr(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("user")
+
+
+class _BigFloat(float):
+    def __float__(self) -> float:
+        return 1e300
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+
+def test_subclasses_are_judged_by_the_values_they_store() -> None:
+    """A str, int or float subclass is checked as the value that will be stored, never as what
+    its own methods make of it: an int whose ``__int__`` lied passed the range check and then
+    failed to encode (a raw TypeError), a str equal to everything stored the role 'wizard'
+    (outside audit, helper-40)."""
+    with tempfile.TemporaryDirectory() as home, SessionStore.open(home=home, profile="p", read_model="fold",
+                                                                  durability="nosync") as store:
+        seed(store)
+        mid = store.append_message(ROOT, "user", "x", token_count=_LyingInt(5))
+        assert store.log.get(mid)["data"]["token_count"] == 5
+        before = store.log.head()
+        with pytest.raises(EventLogError) as err:
+            store.append_message(ROOT, _AnyStr("wizard"), "x")
+        assert getattr(err.value, "field", "").endswith("role")
+        with pytest.raises(EventLogError) as err:
+            store.set_title(ROOT, "A title", source=_AnyStr("bogus"))
+        assert getattr(err.value, "field", "").endswith("source")
+        assert store.log.head() == before
+        seq = store.record_usage(ROOT, model="m", estimated_cost_usd=_BigFloat(0.5))
+        assert store.log.get(seq)["data"]["estimated_cost_usd"] == 0.5
+        assert store.log.verify().ok

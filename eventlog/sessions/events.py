@@ -83,8 +83,25 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+def _exact(value: Any) -> Any:
+    """A str, int or float subclass's own value as the exact builtin: the checks below then
+    see what will be stored, not what a subclass's ``__eq__``, ``__hash__`` or ``__int__``
+    make of it (a role that compared equal to every name, a count whose ``__int__`` lied)."""
+    t = type(value)
+    if t is str or t is int or t is float or t is bool or value is None:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    return value
+
+
 def _json_value(value: Any, field: str, depth: int = 1) -> Any:
     """Normalize a JSON value: exact builtin types, clean text, finite floats, int64 ints."""
+    value = _exact(value)
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -147,7 +164,7 @@ def _text(limit: int = MAX_SHORT, *, nonempty: bool = False) -> Validator:
     def check(value: Any, field: str) -> str:
         if not isinstance(value, str):
             raise ValidationError(field, f"must be a string, got {_kind(value)}")
-        text = clean_text(value)
+        text = clean_text(_exact(value))
         if len(text) > limit:
             raise ValidationError(field, f"longer than {limit} characters")
         if nonempty and not text.strip():
@@ -190,9 +207,10 @@ def validate_session_id(value: Any, field: str = "session") -> str:
 def _external_id(value: Any, field: str) -> str:
     """Routing ids of other systems (chat, user, thread): text, or an int kept as its digits."""
     if isinstance(value, int) and not isinstance(value, bool):
+        value = _exact(value)
         if not INT64_MIN <= value <= INT64_MAX:
             raise ValidationError(field, "integer outside the signed 64-bit range")
-        return str(int(value))
+        return str(value)
     result: str = _SHORT(value, field)
     return result
 
@@ -201,6 +219,7 @@ def _int_range(low: int) -> Validator:
     def check(value: Any, field: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValidationError(field, f"must be an integer, got {_kind(value)}")
+        value = _exact(value)
         if not low <= value <= INT64_MAX:
             raise ValidationError(field, f"must be between {low} and {INT64_MAX}")
         return int(value)
@@ -211,6 +230,7 @@ def _int_range(low: int) -> Validator:
 def _cost(value: Any, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValidationError(field, f"must be a number or null, got {_kind(value)}")
+    value = _exact(value)
     if isinstance(value, float) and not math.isfinite(value):
         raise ValidationError(field, "NaN and Infinity are not costs")
     if not 0 <= value <= MAX_COST:
@@ -227,6 +247,7 @@ def parse_time(value: Any, field: str = "timestamp") -> float:
     """
     if isinstance(value, bool):
         raise ValidationError(field, "must be epoch seconds or an ISO-8601 string, got bool")
+    value = _exact(value)
     if isinstance(value, (int, float)):
         seconds = value
     elif isinstance(value, str):
@@ -251,6 +272,7 @@ def parse_time(value: Any, field: str = "timestamp") -> float:
 
 def _choice(options: frozenset[str] | dict[str, int]) -> Validator:
     def check(value: Any, field: str) -> str:
+        value = _exact(value)
         if not isinstance(value, str) or value not in options:
             allowed = "|".join(sorted(options))
             shown = repr(clean_text(value)[:64]) if isinstance(value, str) else _kind(value)
