@@ -169,11 +169,16 @@ def test_bad_arguments_and_a_closed_handle_of_a_shared_profile_are_refused(tmp_p
     with SessionStore.open(tmp_path, "p", follower=False) as store:
         for field, call in (("which", lambda: store.rebuild("bogus")), ("timeout", lambda: store.sync("x")),
                             ("out", lambda: store.snapshot(tmp_path)),
-                            ("out", lambda: store.snapshot(tmp_path / "no" / "such" / "x.db"))):  # as the CLI
+                            ("out", lambda: store.snapshot(tmp_path / "no" / "such" / "x.db")),  # as the CLI
+                            # a snapshot's prefix is named exactly (a float, a negative seq were taken)
+                            *(("until_seq", lambda bad=bad: store.snapshot(tmp_path / "s.db", until_seq=bad))
+                              for bad in ("5", 1.5, -1, 2**63, True)),
+                            *(("as_of_ns", lambda bad=bad: store.snapshot(tmp_path / "s.db", as_of_ns=bad))
+                              for bad in ("x", float("nan"), -1, 2**63))):
             with pytest.raises(ValidationError) as info:
                 call()
             assert info.value.field == field
-        assert not (tmp_path / "no").exists()  # nothing creates missing folders
+        assert not (tmp_path / "no").exists() and not (tmp_path / "s.db").exists()  # nothing creates missing folders
         other = SessionStore.open(tmp_path, "p", follower=False)  # the profile stays open through `store`
         other.close()
         for call in (other.sync, other.health, other.projection_lag, other.rebuild, lambda: other.version("s"),

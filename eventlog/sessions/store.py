@@ -1258,6 +1258,9 @@ class SessionStore:
         path_text(out, "out")
         if os.path.isdir(out):
             raise ValidationError("out", "must be the path of a file to write (not a directory)")
+        for name, value in (("until_seq", until_seq), ("as_of_ns", as_of_ns)):
+            if value is not None and (type(value) is not int or not 0 <= value < 1 << 63):
+                raise ValidationError(name, f"must be an integer from 0 to 2**63-1 or None, got {value!r:.40}")
         folder = os.path.dirname(os.path.abspath(out))
         if not os.path.isdir(folder):  # as the CLI: nothing creates missing folders
             raise ValidationError("out", f"the folder {folder} does not exist or is not a folder",
