@@ -1597,3 +1597,36 @@ def test_the_launcher_without_hermes_agent_says_what_to_install() -> None:
 
     with pytest.raises(ModuleNotFoundError, match="hermes-agent==0.19.0"):
         install()
+
+
+def test_a_title_on_a_session_in_a_parent_loop_answers_at_once(path: Path) -> None:
+    """Hermes accepts a session that is its own parent; a title
+    another session holds must then be refused with Hermes' ValueError (an import can bring a
+    longer loop). The recursive query
+    looking for a compression ancestor to hand the title over counted depth and never ended,
+    inside the write — every writer of the profile waited behind it (outside audit, helper-39).
+    Run in a child so a loop fails the test instead of hanging the suite."""
+    code = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from eventlog.adapters.hermes import SessionDB
+        with SessionDB(db_path=Path(sys.argv[1])) as db:
+            db.create_session("a", "cli", parent_session_id="a")
+            db.end_session("a", "compression")
+            db.create_session("b", "cli")
+            db.set_session_title("b", "taken")
+            try:
+                db.set_session_title("a", "taken")
+                print("a set")
+            except ValueError as e:
+                print("a refused", "already in use" in str(e))
+            db.create_session("c", "cli")
+            db.end_session("c", "compression")
+            db.create_session("d", "cli", parent_session_id="c")
+            db.set_session_title("c", "mine")
+            db.set_session_title("d", "mine")  # c is d's compression parent: the title moves to d
+            print(db.get_session("c")["title"], db.get_session("d")["title"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["a refused True", "None mine"]

@@ -231,12 +231,17 @@ def _billing_route(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int
 
 def compression_ancestors(conn: sqlite3.Connection, sid: Any) -> list[Any]:
     """``sid`` and the sessions above it reached through compression edges (a parent that ended
-    with reason 'compression'), nearest first."""
-    rows = conn.execute(
-        "WITH RECURSIVE up(id, depth) AS (SELECT ?, 0 UNION SELECT p.id, up.depth + 1 FROM up"
-        " JOIN sessions c ON c.id = up.id JOIN sessions p ON p.id = c.parent_session_id"
-        " WHERE p.end_reason = 'compression') SELECT id FROM up ORDER BY depth", (sid,)).fetchall()
-    return [r[0] for r in rows]
+    with reason 'compression'), nearest first. Walked one parent at a time with the ids seen so far:
+    Hermes accepts a session that is its own parent (or a longer loop), and a recursive query
+    that counts depth never ends on one — inside a write, holding every writer of the profile."""
+    out, seen = [sid], {sid}
+    while True:
+        row = conn.execute("SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id"
+                           " WHERE c.id = ? AND p.end_reason = 'compression'", (out[-1],)).fetchone()
+        if row is None or row[0] in seen:
+            return out
+        out.append(row[0])
+        seen.add(row[0])
 
 
 @rule("session.titled")
