@@ -1630,3 +1630,58 @@ def test_a_title_on_a_session_in_a_parent_loop_answers_at_once(path: Path) -> No
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["a refused True", "None mine"]
+
+
+WAL_WRITER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from eventlog.adapters.hermes import SessionDB
+    path, name, seconds = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+    with SessionDB(db_path=path) as db, open(sys.argv[4], "w") as out:
+        db.create_session(name, "cli")
+        end = time.time() + seconds
+        i = 0
+        while time.time() < end:
+            try:
+                mid = db.append_message(name, "user", f"{name} m{i}")
+                db.update_token_counts(name, input_tokens=1)
+                out.write(json.dumps({"t": time.time(), "id": mid}) + "\\n")
+            except Exception as e:
+                out.write(json.dumps({"t": time.time(), "err": repr(e)}) + "\\n")
+            i += 1
+""")
+
+
+def test_a_wal_truncated_under_writing_processes_is_repaired_and_no_write_is_lost(path: Path, tmp_path: Path) -> None:
+    """Truncating the projection's WAL under open connections fails later statements with
+    "disk I/O error"; the failed ROLLBACK's "no transaction is active" then hid it from the
+    repair, and every write of every process failed until restart (outside audit, helper-39:
+    100% of calls 20 s after the last damage). Now the projection is rebuilt from the log and
+    the write runs again: once the damage stops, every call succeeds, and every acknowledged
+    message is there."""
+    with SessionDB(db_path=path) as db:
+        db.create_session("seed", "cli")
+        wal = path_of(db) + "-wal"
+    procs = [subprocess.Popen([sys.executable, "-c", WAL_WRITER, str(path), f"w{n}", "9", str(tmp_path / f"w{n}.jsonl")])
+             for n in range(3)]
+    time.sleep(1.5)
+    for _ in range(8):
+        for target in {wal, os.path.realpath(path) + "-wal"}:
+            if os.path.exists(target):
+                os.truncate(target, 0)
+        time.sleep(0.6)
+    calm = time.time() + 2  # no damage from here on; the writers run on for about 2.5 s more
+    for p in procs:
+        assert p.wait(60) == 0
+    import json
+
+    acked: dict[str, list[int]] = {}
+    for n in range(3):
+        rows = [json.loads(line) for line in (tmp_path / f"w{n}.jsonl").read_text().splitlines()]
+        late = [r for r in rows if r["t"] > calm]
+        assert late and not [r for r in late if "err" in r], [r for r in late if "err" in r][:3]
+        acked[f"w{n}"] = [r["id"] for r in rows if "id" in r]
+    with SessionDB(db_path=path) as db:
+        for name, ids in acked.items():
+            stored = [m["id"] for m in db.get_messages(name)]
+            assert set(ids) <= set(stored) and len(stored) == len(set(stored))

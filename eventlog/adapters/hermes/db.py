@@ -250,7 +250,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 # A damaged projection page: the query fails as it would on Hermes' own file, but
                 # the projection is rebuilt from the log at once, so the next call is served.
                 if engine is not None and not self.read_only and is_corrupt(e):
-                    engine.heal(e)
+                    engine.heal(e, self._generation)
                 raise
 
     def close(self) -> None:

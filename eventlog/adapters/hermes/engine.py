@@ -82,13 +82,15 @@ class Tx:
 
 
 class _Request:
-    __slots__ = ("fn", "result", "error", "done")
+    __slots__ = ("fn", "result", "error", "done", "appended")
 
     def __init__(self, fn: Callable[[Tx], Any]) -> None:
         self.fn = fn
         self.result: Any = None
         self.error: BaseException | None = None
         self.done = False
+        self.appended = False
+        """Its events are in the log: its result stands whatever fails after."""
 
 
 NO_PROJECTION = "no projection yet"
@@ -288,6 +290,7 @@ class Engine:
         one sync serves them all."""
         if not self._erases_checked:
             self.finish_erases()
+        generation = self.generation
         req = _Request(fn)
         turn = self._turn
         with turn:
@@ -307,6 +310,13 @@ class Engine:
         if not req.done:
             try:
                 self._commit(group)
+            except BaseException as e:
+                # Failed before the log took the group's events (opening the transaction on a
+                # damaged file, a catch-up): every caller of the group gets the error, not only
+                # the leader — the others returned None as if written.
+                for r in group:
+                    if not r.appended:
+                        r.result, r.error = None, r.error or e
             finally:
                 with turn:
                     for r in group:
@@ -317,7 +327,7 @@ class Engine:
             if not healed and is_corrupt(req.error):
                 # The projection file is damaged (a torn page, a disk fault): nothing of this
                 # write reached the log, so it is rebuilt from the log and the write runs again.
-                self.heal(req.error)
+                self.heal(req.error, generation)
                 return self.write(fn, healed=True)
             raise req.error
         return req.result  # type: ignore[no-any-return]
@@ -389,7 +399,7 @@ class Engine:
                     if r.error is None:
                         events += tx.events
                 if not events:
-                    conn.execute("ROLLBACK")
+                    _rollback(conn)
                     return _DONE
                 # Appended only right after the cursor: the events were derived from the projection
                 # at that seq. The head read above can be older than the log's (a read transaction
@@ -397,12 +407,14 @@ class Engine:
                 # has recovered LMDB's lock), and an event built on a state that missed one before
                 # it could be dropped by every replay (a message id used twice) once acknowledged.
                 seqs = self.log.append(events, expected_head=cursor)
+                for r in group:
+                    r.appended = r.error is None
             except HeadMovedError:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 self._sync(conn)
                 return _BEHIND
             except ValidationError as e:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 writers = [r for r in group if r.error is None]
                 if len(writers) > 1:
                     for r in writers:
@@ -412,7 +424,7 @@ class Engine:
                     r.error = e
                 return _DONE
             except BaseException as e:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 for r in group:
                     r.error = r.error or e
                 return _DONE
@@ -421,15 +433,12 @@ class Engine:
             if last - self._hash_seq >= HASH_EVERY or self._hash_seq == 0:
                 env = self.log.get(last)
                 known_hash = env["hash"] if env else None
-            projection.write_cursor(conn, last, known_hash)
             try:
+                projection.write_cursor(conn, last, known_hash)
                 conn.execute("COMMIT")
             except sqlite3.Error as e:  # the events are durable in the log; the next sync applies them
                 log.warning("hermes projection commit failed after append (%s); it will catch up", e)
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
+                _rollback(conn)
                 return _DONE
             self._cursor = last
             if known_hash is not None:
@@ -534,10 +543,15 @@ class Engine:
             self._erases_checked = True
             return seq
 
-    def heal(self, error: BaseException) -> None:
-        """Rebuild a projection a query found damaged (:func:`is_corrupt`); the log is the data."""
-        log.warning("hermes projection %s is damaged (%s); rebuilding it from the log", self.layout.pointer, error)
-        self.rebuild()
+    def heal(self, error: BaseException, generation: int | None = None) -> None:
+        """Rebuild a projection a query found damaged (:func:`is_corrupt`); the log is the data.
+        ``generation``: the one the query ran on — when this process has moved to another file
+        since (another caller healed it first), nothing is rebuilt again."""
+        with self.mutex:
+            if generation is not None and generation != self.generation:
+                return
+            log.warning("hermes projection %s is damaged (%s); rebuilding it from the log", self.layout.pointer, error)
+            self.rebuild()
 
     def rebuild(self) -> Path:
         """Rebuild the projection from the log now (``eventlog``-side repair)."""
@@ -548,10 +562,24 @@ class Engine:
 
 
 def is_corrupt(error: BaseException) -> bool:
-    """True for SQLite's "database disk image is malformed" and "file is not a database" (the
-    primary result codes SQLITE_CORRUPT and SQLITE_NOTADB, whatever the extended code)."""
+    """True for SQLite's "database disk image is malformed", "file is not a database" and "disk
+    I/O error" (the primary result codes SQLITE_CORRUPT, SQLITE_NOTADB and SQLITE_IOERR, whatever
+    the extended code): the projection file, its WAL or its shared-memory index is damaged — a
+    WAL truncated under open connections fails every later statement with an I/O error — and a
+    projection rebuilt from the log in a new file is the repair. (A full disk is SQLITE_FULL, not
+    one of these.)"""
     code = getattr(error, "sqlite_errorcode", None)
-    return isinstance(error, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in (11, 26)
+    return isinstance(error, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in (10, 11, 26)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End the write transaction after a failure. SQLite has already rolled it back after some
+    errors (an I/O error among them), and the "no transaction is active" that ROLLBACK then
+    raises must not replace the error the caller gets (it hid a damaged WAL from the repair)."""
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 KEPT_BY_DELETE = frozenset({"hermes.compression_lock_acquired", "hermes.compression_lock_refreshed",
