@@ -118,20 +118,30 @@ def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bo
 
 
 def refuse_lost_log(d: Path) -> None:
-    """Refuse to open a profile whose log directory is gone while its projections remain: a new,
-    empty log would be created and the projections rebuilt from it — losing the only copy of
-    the profile's sessions left. :class:`IntegrityError` says what to restore instead."""
-    if (d / "log").is_dir():
-        return
+    """Refuse to open a profile whose log is gone while its projections remain — its ``log/``
+    directory, or the data file in it (``log/data.mdb``, or the generation ``log/current``
+    names): a new, empty log would be created and the projections rebuilt from it, losing the
+    only copy of the profile's sessions left. :class:`IntegrityError` says what to restore."""
+    log_dir = d / "log"
+    if log_dir.is_dir():
+        if os.path.lexists(log_dir / "current") or os.path.lexists(log_dir / "data.mdb"):
+            return  # a generation named by ``current`` without its data file is the log's own refusal
+        lost = f"{log_dir} holds no data.mdb"
+    else:
+        lost = f"{log_dir} is missing"
+    if _has_projections(d) or _has_projections(d / "hermes"):
+        raise IntegrityError(
+            f"profile {d.name!r} has lost its log ({lost}) but its projections are still there",
+            hint=f"restore log/ from a backup; to start the profile anew, move {d} aside first "
+                 "(a new log would replace what the projections hold)")
+
+
+def _has_projections(d: Path) -> bool:
     try:
         names = os.listdir(d)
     except OSError:
-        return
-    if any(n in ("state.db", "fts.db") or (n.startswith(("state.", "fts.")) and n.endswith(".db")) for n in names):
-        raise IntegrityError(
-            f"profile {d.name!r} has lost its log ({d / 'log'} is missing) but its projections are still there",
-            hint=f"restore log/ from a backup; to start the profile anew, move {d} aside first "
-                 "(a new log would replace what the projections hold)")
+        return False
+    return any(n in ("state.db", "fts.db") or (n.startswith(("state.", "fts.")) and n.endswith(".db")) for n in names)
 
 
 def make_dir(path: Path) -> None:

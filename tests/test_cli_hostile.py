@@ -438,9 +438,12 @@ def test_a_truncated_log_file_is_named_with_a_restore_hint(tmp_path: Path, size:
         assert f"data.mdb is truncated ({size} bytes)" in err and "restore the profile's log/" in err, err
 
 
-def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projections(tmp_path: Path) -> None:
-    """log/ gone, state.db still there: every command (init included) and SessionStore.open
-    refuse, naming the lost log, and touch nothing; with log/ back all is as before."""
+@pytest.mark.parametrize("lost", ["log/", "log/data.mdb", "everything in log/"])
+def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projections(tmp_path: Path, lost: str) -> None:
+    """log/ gone (or its data file, or all its files), state.db still there: every command
+    (init included) and SessionStore.open refuse, naming the lost log, and touch nothing; with
+    the log back all is as before. Losing only log/data.mdb made a read build a new empty log
+    and wipe the projections (outside audit, helper-38)."""
     from eventlog.errors import IntegrityError
 
     home = tmp_path / "h"
@@ -448,16 +451,27 @@ def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projections(tmp_path
     assert run(home, "sessions", "new", "--title", "keep me").returncode == 0
     assert run(home, "sessions", "list").returncode == 0
     profile = home / "profiles" / PROFILE
-    (profile / "log").rename(tmp_path / "log-backup")
-    before = sorted(os.listdir(profile))
+    backup = tmp_path / "log-backup"
+    if lost == "log/":
+        (profile / "log").rename(backup)
+    else:
+        backup.mkdir()
+        for name in (["data.mdb"] if lost == "log/data.mdb" else os.listdir(profile / "log")):
+            (profile / "log" / name).rename(backup / name)
+    before = sorted(os.listdir(profile)), sorted(os.listdir(profile / "log")) if lost != "log/" else None
     state = (profile / "state.db").resolve().read_bytes()
     for args in (["sessions", "list"], ["init"], ["append"], ["search", "keep"]):
         err = one_line_error(run(home, *args, input=""))
         assert "lost its log" in err and "restore log/ from a backup" in err, (args, err)
     with pytest.raises(IntegrityError, match="lost its log"):
         SessionStore.open(home, PROFILE)
-    assert sorted(os.listdir(profile)) == before and (profile / "state.db").resolve().read_bytes() == state
-    (tmp_path / "log-backup").rename(profile / "log")
+    after = sorted(os.listdir(profile)), sorted(os.listdir(profile / "log")) if lost != "log/" else None
+    assert after == before and (profile / "state.db").resolve().read_bytes() == state
+    if lost == "log/":
+        backup.rename(profile / "log")
+    else:
+        for name in os.listdir(backup):
+            (backup / name).rename(profile / "log" / name)
     r = run(home, "sessions", "list", "--json")
     assert r.returncode == 0 and [x["title"] for x in json.loads(r.stdout)] == ["keep me"], r.stderr
 

@@ -1685,3 +1685,25 @@ def test_a_wal_truncated_under_writing_processes_is_repaired_and_no_write_is_los
         for name, ids in acked.items():
             stored = [m["id"] for m in db.get_messages(name)]
             assert set(ids) <= set(stored) and len(stored) == len(set(stored))
+
+
+def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projection(path: Path) -> None:
+    """The facade's log gone (its data file removed) while the projection holds the sessions:
+    opening refuses, naming the lost log, instead of starting an empty log and rebuilding the
+    projection from it (which wiped it: outside audit, helper-38's finding, on the facade)."""
+    from eventlog.errors import IntegrityError
+
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "keep me")
+        log_dir = Path(db._engine.layout.log_dir)  # type: ignore[union-attr]
+    data = log_dir / "data.mdb"
+    data.rename(log_dir.parent / "data.mdb.saved")
+    projection_file = Path(os.path.realpath(path))
+    before = projection_file.read_bytes()
+    with pytest.raises(IntegrityError, match="lost its log"):
+        SessionDB(db_path=path)
+    assert not data.exists() and projection_file.read_bytes() == before
+    (log_dir.parent / "data.mdb.saved").rename(data)
+    with SessionDB(db_path=path) as db:
+        assert [m["content"] for m in db.get_messages("s")] == ["keep me"]

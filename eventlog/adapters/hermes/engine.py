@@ -33,7 +33,7 @@ from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
 from eventlog.errors import HeadMovedError, StorageError, ValidationError
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
-from eventlog.profiles import make_dir
+from eventlog.profiles import make_dir, refuse_lost_log
 
 log = logging.getLogger("eventlog.adapters.hermes")
 T = TypeVar("T")
@@ -183,6 +183,7 @@ class Engine:
                         from eventlog.adapters.hermes.importer import adopt
 
                         adopt(self.layout)
+            refuse_lost_log(self.layout.profile)
             self.log = EventLog.open(self.layout.log_dir, profile=projection.PROFILE)
             if self._usable() is None:
                 if self._cursor < self.log.head()[0]:
