@@ -1707,3 +1707,66 @@ def test_a_lost_log_is_never_replaced_by_a_new_one_over_the_projection(path: Pat
     (log_dir.parent / "data.mdb.saved").rename(data)
     with SessionDB(db_path=path) as db:
         assert [m["content"] for m in db.get_messages("s")] == ["keep me"]
+
+
+@pytest.mark.parametrize("what", ["empty file", "garbage", "empty database", "dangling link"])
+def test_a_db_path_replaced_by_something_holding_no_sessions_is_healed(path: Path, what: str) -> None:
+    """With the log in place, db_path replaced by something holding no Hermes sessions (a
+    plain sqlite3.connect on the path while the link was gone makes an empty file) is kept aside
+    and the projection rebuilt from the log; every open was refused for good before ("is a
+    Hermes database, but an eventlog log already exists": outside audit, helper-39)."""
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "keep me")
+    os.unlink(path)
+    if what == "empty file":
+        path.write_bytes(b"")
+    elif what == "garbage":
+        path.write_bytes(os.urandom(8192))
+    elif what == "empty database":
+        sqlite3.connect(path).execute("SELECT 1").fetchone()
+    else:
+        os.symlink("nowhere.db", path)
+    with SessionDB(db_path=path) as db:
+        assert [m["content"] for m in db.get_messages("s")] == ["keep me"]
+    kept = [n for n in os.listdir(path.parent) if n.endswith(".displaced")]
+    assert kept == ["state.db.pre-eventlog.displaced"]
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT content FROM messages").fetchall() == [("keep me",)]
+    raw.close()
+
+
+def test_a_projection_file_removed_under_a_running_writer_is_rebuilt(path: Path) -> None:
+    """The generation file db_path names, deleted while a writer has it open: the writer went
+    on writing into the deleted file, so no reader and no raw SELECT on db_path saw the
+    acknowledged writes until some process opened a new writer (outside audit, helper-39)."""
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "before")
+        os.unlink(os.path.realpath(path))
+        db.append_message("s", "user", "after")
+        raw = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            assert [r[0] for r in raw.execute("SELECT content FROM messages ORDER BY id")] == ["before", "after"]
+        finally:
+            raw.close()
+        assert [m["content"] for m in db.get_messages("s")] == ["before", "after"]
+
+
+def test_a_hermes_database_with_sessions_at_db_path_is_still_refused_beside_a_log(path: Path) -> None:
+    """What only a person can settle stays refused: a database holding Hermes sessions put at
+    db_path after the switch (the log holds the profile's history since), nothing moved."""
+    from eventlog.errors import StorageError
+
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+    os.unlink(path)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT)")
+    conn.execute("INSERT INTO sessions VALUES ('old', 'cli')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StorageError, match="is a Hermes database, but an eventlog log already exists"):
+        SessionDB(db_path=path)
+    assert path.is_file() and not path.is_symlink()
+    assert not [n for n in os.listdir(path.parent) if ".pre-eventlog" in n]

@@ -116,6 +116,7 @@ class Engine:
         self._writer: sqlite3.Connection | None = None
         self._writer_path: Path | None = None
         self._writer_target: str | None = None
+        self._writer_id: tuple[int, int] | None = None
         self.generation = 0
         """Bumped whenever the writer moves to another generation file (readers follow)."""
         self._cursor = 0
@@ -231,13 +232,19 @@ class Engine:
     # ---- the projection writer ----------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
-        """The writer connection on the generation ``db_path`` names now (reopened after a swap)."""
+        """The writer connection on the generation ``db_path`` names now (reopened after a swap,
+        and when the file it has open is no longer the one there: deleted or replaced under it,
+        its writes would reach no reader)."""
         try:
             target = os.readlink(self.layout.pointer)
         except OSError:
             target = None
         if self._writer is not None and target is not None and target == self._writer_target:
-            return self._writer
+            if _file_id(self.layout.pointer) == self._writer_id:
+                return self._writer
+            log.warning("hermes projection %s: the file under the writer was removed or replaced; rebuilding it"
+                        " from the log", self.layout.pointer)
+            self._validated = self._served = None  # checked again; readers of this process follow
         current = self.layout.current()
         if current is None or (current != self._validated and projection.problem(current, self.log) is not None):
             current = projection.rebuild(self.layout, self.log)
@@ -245,6 +252,7 @@ class Engine:
         if self._writer is not None:
             self._writer.close()
         self._writer = projection.connect(current)
+        self._writer_id = _file_id(current)
         if current != self._served:  # readers of this process follow the writer to a new file
             self.generation += 1
             self._served = current
@@ -571,6 +579,15 @@ def is_corrupt(error: BaseException) -> bool:
     one of these.)"""
     code = getattr(error, "sqlite_errorcode", None)
     return isinstance(error, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in (10, 11, 26)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """Device and inode of the file at ``path`` (links followed), or None when there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

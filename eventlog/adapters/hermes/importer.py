@@ -88,6 +88,15 @@ def adopt(layout: projection.Layout) -> int:
                     " history, so the file is kept as %s and the projection is rebuilt from the log"
                     " (restoring a snapshot is not supported)", layout.pointer, aside)
         return 0
+    if head > 0 and not _holds_sessions(layout.pointer):
+        # Not a Hermes database with sessions: an empty file (a plain sqlite3.connect on the
+        # path while the link was missing makes one), garbage, a dangling link. Nothing to import
+        # and nothing the log lacks: kept aside, and the projection rebuilt from the log (it was
+        # refused for good before: outside audit, helper-39).
+        aside = _move_aside(layout, ".displaced")
+        log.warning("%s held no Hermes sessions (empty, unreadable or not Hermes'); it is kept as %s and the"
+                    " projection is rebuilt from the log", layout.pointer, aside)
+        return 0
     if head > 0:
         raise StorageError(
             f"{layout.pointer} is a Hermes database, but an eventlog log already exists at {layout.log_dir}",
@@ -154,6 +163,18 @@ def _is_projection_copy(path: Path) -> bool:
         try:
             return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                 (schema.CURSOR_TABLE,)).fetchone() is not None
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def _holds_sessions(path: Path) -> bool:
+    """True when the file at ``path`` is an SQLite database whose ``sessions`` table has a row."""
+    try:
+        conn = sqlite3.connect(f"file:{os.path.realpath(path)}?mode=ro", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None
         finally:
             conn.close()
     except sqlite3.Error:
