@@ -153,6 +153,73 @@ def test_retention_also_erases_deleted_sessions_whose_words_the_log_keeps(tmp_pa
     assert traces(tmp_path) == []
 
 
+def test_retention_keeps_a_lineage_a_descendant_of_which_is_in_use(tmp_path: Path) -> None:
+    """The age of a lineage is its newest session's: an old root whose continuation is being
+    written to now is not erased with it (outside audit, helper-41: a child in use went)."""
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        root = store.create_session(source="cli", started_at=1_000_000_000.0)
+        store.append_message(root, "user", "old", timestamp=1_000_000_001.0)
+        child = store.create_session(source="cli", parent_session_id=root)
+        store.append_message(child, "user", "in use")
+        lone = store.create_session(source="cli", started_at=1_000_000_000.0)
+        assert store.retention(30 * 86400)["sessions"] == [lone]
+        assert store.get_session(root) is not None and store.get_session(child) is not None
+
+
+RETENTION_WRITER = r"""
+import random, sys, time
+from pathlib import Path
+from eventlog.sessions.store import SessionStore
+home, sids, acks, stop = Path(sys.argv[1]), sys.argv[2].split(","), open(sys.argv[3], "w"), Path(sys.argv[4])
+with SessionStore.open(home, "p", follower=False, durability="nosync") as store:
+    while not stop.exists():
+        sid = random.choice(sids)
+        try:
+            seq = store.append_message(sid, "user", "late", timestamp=1_000_000_002.0)
+        except Exception:
+            continue
+        acks.write(f"{seq} {sid}\n")
+        acks.flush()
+"""
+
+
+def test_retention_leaves_no_acknowledged_write_of_an_erased_session_readable(tmp_path: Path) -> None:
+    """A write acknowledged into a session retention is erasing is erased with it or refused:
+    retention read the sessions' seqs outside the erase, and writes landing between stayed in
+    the log in clear text after the erase record (outside audit, helper-41: 23 of 3,601). A
+    real writer process races it; every acknowledged seq in an erased session must be a stub."""
+    import subprocess
+    import sys
+    import time
+
+    with SessionStore.open(tmp_path, "p", follower=False, durability="nosync") as store:
+        sids = []
+        for _ in range(150):
+            sid = store.create_session(source="cli", started_at=1_000_000_000.0)
+            store.append_messages(sid, [{"role": "user", "content": f"old {i}", "timestamp": 1_000_000_001.0}
+                                        for i in range(6)])
+            sids.append(sid)
+    acks, stop = tmp_path / "acks", tmp_path / "stop"
+    child = subprocess.Popen([sys.executable, "-c", RETENTION_WRITER, str(tmp_path), ",".join(sids), str(acks), str(stop)])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and (not acks.exists() or acks.stat().st_size < 2000):
+            time.sleep(0.05)
+        with SessionStore.open(tmp_path, "p", follower=False) as store:
+            done = store.retention(30 * 86400)
+        time.sleep(0.3)
+    finally:
+        stop.touch()
+        child.wait(60)
+    erased = set(done["sessions"])
+    assert erased == set(sids)
+    with EventLog.open(tmp_path / "profiles" / "p" / "log", readonly=True) as lg:
+        left = [(int(seq), sid) for seq, sid in (line.split() for line in acks.read_text().splitlines())
+                if not (lg.get(int(seq)) or {}).get("erased")]
+        assert lg.verify().ok
+    assert left == [], f"{len(left)} acknowledged writes of erased sessions still readable: {left[:5]}"
+
+
 def cli(home: Path, *args: str) -> tuple[int, str, str]:
     from click.testing import CliRunner
 

@@ -30,7 +30,8 @@ def parse_duration(text: str) -> float:
 @pass_ctx
 @handled
 def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool) -> None:
-    """Erase every session (and its lineage) whose last activity is older than a duration."""
+    """Erase every lineage (a session and its descendants) whose last activity, in any of its
+    sessions, is older than a duration."""
     seconds = parse_duration(older_than)
     with c.open_store() as store:
         try:

@@ -1034,6 +1034,14 @@ class SessionStore:
         if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
             self._keep_lineage_flags(sid, set(members))
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
+        seq, erased = self._erase_streams(members, events, data)
+        return {"seq": seq, "sessions": members, "events": erased}
+
+    def _erase_streams(self, members: list[str], events: list[dict[str, Any]], data: dict[str, Any]
+                       ) -> tuple[int, int]:
+        """Erase every event of the streams ``members`` (``events``: what was read of them), then
+        compact and purge; returns ``(seq of the erase, events erased)``. Shared by
+        :meth:`erase_session` and :meth:`retention`."""
         erase = getattr(self.log, "erase")
         compact = getattr(self.log, "compact", None)
         for gone in members:
@@ -1072,7 +1080,7 @@ class SessionStore:
                 self._reads.advance(seq)
         else:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
-        return {"seq": seq, "sessions": members, "events": erased}
+        return seq, erased
 
     def finish_erase(self) -> int:
         """Finish an erase whose process was killed after the erase was committed but before
@@ -1122,12 +1130,23 @@ class SessionStore:
                       for flag, on, off in (("archived", "archive", "unarchive"), ("pinned", "pin", "unpin"),
                                             ("hidden", "hide", "unhide"))])
 
-    def _lineage_in_log(self, sid: str) -> list[str]:
+    def _lineage_in_log(self, sid: str, children: dict[str, list[str]] | None = None) -> list[str]:
         """``sid`` and its descendants, live or deleted, read from the log (erased ones count
-        too: the stubs keep their session). Empty when the log never had ``sid``."""
+        too: the stubs keep their session). Empty when the log never had ``sid``. ``children``:
+        :meth:`_children_in_log`, when the caller already read it (one scan for many sessions)."""
         if not any(env.get("type") == "session.created" for env in self.log.read_session(sid)):
             return []
         members, frontier = [sid], {sid}
+        if children is None:
+            children = self._children_in_log()
+        while frontier:
+            nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
+            members.extend(sorted(nxt))
+            frontier = nxt
+        return members
+
+    def _children_in_log(self) -> dict[str, list[str]]:
+        """Every session's children as the log names them (one scan)."""
         children: dict[str, list[str]] = {}
         for env in self.log.read():
             if env.get("type") == "session.created" and isinstance(env.get("data"), dict):
@@ -1139,44 +1158,36 @@ class SessionStore:
                 named = env["data"].get("sessions")
                 if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
                     children.setdefault(named[0], []).extend(n for n in named[1:])
-        while frontier:
-            nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
-            members.extend(sorted(nxt))
-            frontier = nxt
-        return members
+        return children
 
     def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
                   by: str | None = None) -> dict[str, Any]:
-        """Erase every session (with its lineage) whose last activity is older than
-        ``older_than_s`` seconds — in one erase, one compaction. ``dry_run``: only say which.
-        Returns ``{"sessions", "erased_events", "seq"}``."""
+        """Erase every lineage (a session and its descendants) whose last activity — of any of its
+        sessions — is older than ``older_than_s`` seconds, and every deleted session as old whose
+        words the log still holds, in one erase and one compaction, as :meth:`erase_session`
+        erases (a write that lands meanwhile goes with its session, or is refused). ``dry_run``:
+        only say which. Returns ``{"sessions", "erased_events", "seq"}``."""
         self._check()
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
         reason = _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
         cutoff = time.time() - older_than_s
-        old = [s["id"] for s in self._fresh().list_sessions(archived=None, hidden=None, limit=None)
-               if s.get("parent_session_id") is None and (s.get("last_activity_at") or s.get("started_at") or 0) < cutoff]
-        old += self._deleted_with_words(cutoff)
+        live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
+        active = {s["id"]: s.get("last_activity_at") or s.get("started_at") or 0 for s in live}
+        children = self._children_in_log()
         members: list[str] = []
-        for sid in old:
-            for m in self._lineage_in_log(sid):
-                if m not in members:
-                    members.append(m)
+        roots = [s["id"] for s in live if s.get("parent_session_id") is None and active[s["id"]] < cutoff]
+        for sid in roots + self._deleted_with_words(cutoff):
+            lineage = self._lineage_in_log(sid, children)
+            if any(active.get(m, 0) >= cutoff for m in lineage):
+                continue  # a descendant is still in use: the lineage is not old
+            members.extend(m for m in lineage if m not in members)
         if dry_run or not members:
             return {"sessions": members, "erased_events": 0, "seq": 0, "dry_run": dry_run}
-        seqs = [env["seq"] for m in members for env in self.log.read_session(m)]
+        events = [env for m in members for env in self.log.read_session(m)]
         data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
-        seq = int(getattr(self.log, "erase")(seqs, data))
-        for gone in members:
-            self._live.pop(gone, None)
-        self._deleted.update(members)
-        if seq:
-            self._core.appended(seq)
-            self._purge_after_erase(seq)
-        else:
-            self.finish_erase()
-        return {"sessions": members, "erased_events": len(seqs) if seq else 0, "seq": seq, "dry_run": False}
+        seq, erased = self._erase_streams(members, events, data)
+        return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": False}
 
     def _deleted_with_words(self, cutoff: float) -> list[str]:
         """Deleted (tombstoned) sessions whose last event is older than ``cutoff`` (seconds) and
