@@ -500,6 +500,35 @@ def test_an_export_taken_after_an_erase_imports_verbatim(tmp_path: Path) -> None
         assert not any(MARKER.encode() in raw for _, raw in lg.read(raw=True))
 
 
+def test_a_process_of_this_version_opening_the_log_is_never_taken_for_an_earlier_one(tmp_path: Path) -> None:
+    """A process of this version caught just after opening LMDB's lock table counted as an
+    earlier version's (it took dictionaries.lock after): an erase then kept a dictionary that had
+    learnt the erased words (outside audit, helper-41: 2 of 8 erases beside `log tail` loops).
+    The child here stops right after LMDB's open, before anything else of the log's open."""
+    import subprocess
+    import sys
+
+    lg, _, _ = _dictionary_log(tmp_path / "log")
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys\n"
+        "import eventlog.log.lmdb as m\n"
+        "real = m._Environment._open_first\n"
+        "def paused(self, readonly):\n"
+        "    real(self, readonly)\n"
+        "    print('open', flush=True); sys.stdin.readline()\n"
+        "m._Environment._open_first = paused\n"
+        "m.EventLog.open(sys.argv[1]).close()\n"), str(tmp_path / "log")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "open"
+        assert lg._core._unaware_pids() == []
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)
+        lg.close()
+
+
 def test_a_dictionary_is_not_retired_while_a_process_of_an_earlier_version_has_the_log_open(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An earlier version could still append events compressed with the dictionary (it knows

@@ -403,16 +403,26 @@ class _Environment:
         self._trainer: threading.Thread | None = None
         self._stopping = threading.Event()
         self._lock_map: int | None = None
-        for attempt in range(OPEN_MOVED_RETRIES):
-            try:
-                self._open_first(readonly)
-                break
-            except (StorageError, OSError):
-                # The generation ``current`` named was retired by another process's compaction
-                # while this one opened it: open the one it names now.
-                if attempt == OPEN_MOVED_RETRIES - 1 or generation_dir(path) == self.env_dir:
-                    raise
-        self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK)
+        # Held before LMDB's lock table is opened: a process with the table open but not this
+        # lock is taken for an earlier version's (_unaware_pids), and one caught between the two
+        # made an erase keep a dictionary that had learnt erased words (outside audit, helper-41).
+        self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK) if self.path.is_dir() else None
+        try:
+            for attempt in range(OPEN_MOVED_RETRIES):
+                try:
+                    self._open_first(readonly)
+                    break
+                except (StorageError, OSError):
+                    # The generation ``current`` named was retired by another process's compaction
+                    # while this one opened it: open the one it names now.
+                    if attempt == OPEN_MOVED_RETRIES - 1 or generation_dir(path) == self.env_dir:
+                        raise
+        except BaseException:
+            if self._aware_fd is not None:
+                os.close(self._aware_fd)
+            raise
+        if self._aware_fd is None:  # a log made just now: its folder exists from here on
+            self._aware_fd = _hold_shared(self.path / RETIRE_AWARE_LOCK)
         _live_logs.add(self)
         self._sweeper = _Thread(target=self._sweep, name="eventlog-reader-sweep", daemon=True)
         self._sweeper.start()
