@@ -108,6 +108,11 @@ class ConflictError(EventLogError):
         self.field = field
 
 
+class EarlierProcessError(ConflictError):
+    """A process of an earlier eventlog release has the log open and the operation (a compaction
+    of a log still in the first release's layout) would lose what it writes; nothing changed."""
+
+
 class TitleConflictError(ConflictError):
     """The title is already held by another session of this profile."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -500,6 +501,41 @@ def test_an_export_taken_after_an_erase_imports_verbatim(tmp_path: Path) -> None
         assert not any(MARKER.encode() in raw for _, raw in lg.read(raw=True))
 
 
+def test_no_compaction_leaves_the_first_layout_while_an_earlier_process_has_it_open(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A process of the first release knows no generation folder: after a compaction it went on
+    appending into the retired file, acknowledged and lost (outside audit, helper-41: 1-3 writes
+    per run). While such a process — here a bare LMDB open, which takes no dictionaries.lock —
+    has a first-layout log open, compact() is an EarlierProcessError that changes nothing, and an
+    erase is recorded but left pending (a warning says so) until a compaction after it."""
+    import subprocess
+    import sys
+
+    from eventlog.errors import EarlierProcessError
+
+    lg, secret, _ = _dictionary_log(tmp_path / "log")
+    old = subprocess.Popen([sys.executable, "-c", "import lmdb, sys\n"
+                            "env = lmdb.open(sys.argv[1], max_dbs=8, subdir=True)\n"
+                            "print('open', flush=True); sys.stdin.readline()", str(tmp_path / "log")],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert old.stdout is not None and old.stdout.readline().strip() == "open"
+        with pytest.raises(EarlierProcessError, match=str(old.pid)):
+            lg.compact()
+        assert not os.path.lexists(tmp_path / "log" / "current") and not list((tmp_path / "log").glob("g*"))
+        with caplog.at_level("WARNING"):
+            seq = lg.erase(secret, {"reason": "forget"})
+        assert seq and lg.erase_pending() == seq and lg.verify().ok
+        assert any("was not compacted" in r.getMessage() and str(old.pid) in r.getMessage() for r in caplog.records)
+    finally:
+        assert old.stdin is not None
+        old.stdin.close()
+        old.wait(30)
+    lg.compact()
+    assert os.path.islink(tmp_path / "log" / "current") and traces(tmp_path) == [] and lg.verify().ok
+    lg.close()
+
+
 def test_a_process_of_this_version_opening_the_log_is_never_taken_for_an_earlier_one(tmp_path: Path) -> None:
     """A process of this version caught just after opening LMDB's lock table counted as an
     earlier version's (it took dictionaries.lock after): an erase then kept a dictionary that had
@@ -542,6 +578,7 @@ def test_a_dictionary_is_not_retired_while_a_process_of_an_earlier_version_has_t
     from eventlog.log.lmdb import generation_dir
 
     lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    lg.compact()  # out of the first release's layout, which no compaction leaves while such a process has it open
     trained = lg._core.compression.current
     old = subprocess.Popen([sys.executable, "-c", "import lmdb, sys, time\n"
                             "env = lmdb.open(sys.argv[1], max_dbs=8, readonly=True, subdir=True)\n"

@@ -1070,12 +1070,19 @@ class SessionStore:
                 events = [env for member in members for env in self.log.read_session(member, after=seen[member])]
             else:
                 raise ConcurrencyError(members[0], 0, len(events))
+        compacted = True
         if seq and compact is not None:
-            compact()
+            after_erase = getattr(self.log, "compact_after_erase", None)
+            if after_erase is not None:
+                compacted = after_erase()
+            else:
+                compact()
         if seq:
             self._core.appended(seq)
-            if self._projector is not None:
+            if self._projector is not None and compacted:
                 self._purge_after_erase(seq)
+            elif self._projector is not None:  # the erase stays pending: the next compaction finishes it
+                self._projector.purge(after=seq)
             else:
                 self._reads.advance(seq)
         else:

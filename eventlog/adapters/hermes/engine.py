@@ -531,9 +531,10 @@ class Engine:
                 who = "unknown"
             # The record names every id it settles (a rebuild then finds none of them due).
             seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": list(found),
-                                            "sqlite_sequence": sequences}))
+                                            "sqlite_sequence": sequences}, compact=False))
+            compacted = bool(seq) and self.log.compact_after_erase()
             self._purge_rebuild()  # the replaced generation held the words
-            if seq:
+            if compacted:
                 self.log.erase_finished(seq)  # compacted and the projection purged: files clean
             self._sync(self._connection())
             return seq
