@@ -178,3 +178,19 @@ def test_hidden_sessions_are_listed_with_hidden(home: Path) -> None:
     assert f"{hidden}  --H" in cli(home, "sessions", "list", "--hidden")[1]
     code, _, err = cli(home, "sessions", "show", "no-such")
     assert code == 1 and "`eventlog sessions list --archived --hidden`" in err
+
+
+def test_text_output_never_passes_terminal_control_sequences(home: Path) -> None:
+    """Stored titles, sources and content are shown with control characters escaped: an OSC
+    sequence in a title set the terminal's window title, planted links or cleared the screen
+    through `sessions list`/`show` and `search` (outside audit, helper-38). JSON keeps the text."""
+    evil = "evil\x1b]0;pwned\x07\x1b[2J"
+    sid = new(home, "--title", evil, "--source", "g\x1b]8;;http://x\x07w")
+    assert cli(home, "messages", "add", sid, "--role", "user", "--content", f"zzq {evil}")[0] == 0
+    for args in (["sessions", "list"], ["sessions", "show", sid], ["search", "zzq"], ["stats"]):
+        code, out, err = cli(home, *args)
+        assert code == 0, err
+        assert "\x1b" not in out and "\x07" not in out, (args, out)
+    assert "\\x1b]0;pwned\\x07" in cli(home, "sessions", "list")[1]
+    code, out, _ = cli(home, "sessions", "show", sid, "--json")
+    assert json.loads(out)["session"]["title"] == evil

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, iso, json_flags, json_option, pass_ctx, read_flags, warn_flags
+from eventlog.errors import printable
 
 
 @click.command()
@@ -30,4 +31,5 @@ def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | N
         click.echo("warning: the search index is degraded; results come from a slower scan "
                    "(hint: eventlog rebuild --projection fts)", err=True)
     for r in res["results"]:
-        click.echo(f"{r['session_id']}  [{r['message_id']}] {r['role']:<9} {iso(r['timestamp'])}  {r['snippet']}")
+        click.echo(f"{r['session_id']}  [{r['message_id']}] {r['role']:<9} {iso(r['timestamp'])}  "
+                   f"{printable(r['snippet'])}")

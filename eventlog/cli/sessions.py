@@ -18,7 +18,7 @@ from eventlog.cli.common import (
     read_flags,
     warn_flags,
 )
-from eventlog.errors import EventLogError, NotFoundError, TitleConflictError
+from eventlog.errors import EventLogError, NotFoundError, TitleConflictError, printable
 
 if TYPE_CHECKING:
     from eventlog.sessions.store import SessionStore
@@ -86,7 +86,7 @@ def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned
     for r in rows:
         flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-") + ("H" if r.get("hidden") else "")
         click.echo(f"{r['id']}  {flags}  {iso(r['last_activity_at'])}  {r['message_count']:>5} msgs  "
-                   f"{r.get('source') or 'cli':<8} {r.get('title') or ''}")
+                   f"{printable(r.get('source') or 'cli'):<8} {printable(r.get('title') or '')}")
 
 
 @sessions.command("show")
@@ -108,12 +108,12 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
         emit_json({"session": session, "messages": messages, **json_flags(flags)})
         return
 
-    click.echo(f"{session['id']}  {session.get('title') or '(untitled)'}")
-    click.echo(f"source {session.get('source') or 'cli'}  model {session.get('model') or '-'}  "
+    click.echo(f"{session['id']}  {printable(session.get('title') or '(untitled)')}")
+    click.echo(f"source {printable(session.get('source') or 'cli')}  model {printable(session.get('model') or '-')}  "
                f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
     for m in messages:
         flag = "" if m.get("active", True) else " (rewound)"
-        click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {_message_text(m)}")
+        click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {printable(_message_text(m))}")
 
 
 def _message_text(m: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_flags, json_option, pass_ctx, read_flags, warn_flags
+from eventlog.errors import printable
 
 
 @click.command()
@@ -27,7 +28,7 @@ def stats(c: Ctx, as_json: bool) -> None:
         return
     click.echo(f"sessions {body['sessions']}  messages {body['messages']}")
     for src, row in sorted(body["by_source"].items()):
-        click.echo(f"  {src:<12} {row['sessions']:>6} sessions {row['messages']:>8} messages")
+        click.echo(f"  {printable(src):<12} {row['sessions']:>6} sessions {row['messages']:>8} messages")
     click.echo(f"tokens in {body['input_tokens']} out {body['output_tokens']} cache-read {body['cache_read_tokens']} "
                f"cache-write {body['cache_write_tokens']} reasoning {body['reasoning_tokens']}")
     cost = body["estimated_cost_usd"]
