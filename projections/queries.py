@@ -20,7 +20,17 @@ from typing import Any, Callable, TypeVar
 from eventlog.errors import DiskFullError, EventLogError, ProjectionError, ValidationError
 from eventlog.sessions.fold import search_terms
 from eventlog.sessions.reads import typed_read
-from eventlog.sessions.rules import COSTS, DEFAULT_SOURCE, FLAGS, INT64_MAX, INT64_MIN, TOKENS, as_int, normalize_title
+from eventlog.sessions.rules import (
+    COSTS,
+    DEFAULT_SOURCE,
+    FLAGS,
+    INT64_MAX,
+    INT64_MIN,
+    TOKENS,
+    as_int,
+    normalize_title,
+    workspace_scope,
+)
 from projections import db as sql
 from projections import files, fts, space
 from projections.apply import lineage_of, load_int
@@ -322,8 +332,10 @@ class Reader:
         if not children:
             where.append("s.parent_session_id IS NULL")
         if workspace is not None:
-            where.append("(s.git_repo_root = ? OR s.cwd = ? OR substr(s.cwd, 1, length(?) + 1) = ? || '/')")
-            params += [workspace] * 4
+            path, under = workspace_scope(workspace)
+            where.append("(s.git_repo_root = ? OR substr(s.git_repo_root, 1, ?) = ?"
+                         " OR s.cwd = ? OR substr(s.cwd, 1, ?) = ?)")
+            params += [path, len(under), under] * 2
         cond = " AND ".join(where) or "1"
         start = _clamp(offset)
         count = -1 if limit is None else _clamp(limit)

@@ -24,6 +24,7 @@ LIST_VARIANTS: list[dict[str, Any]] = [
     {"pinned": True, "limit": None}, {"pinned": False, "limit": 3}, {"hidden": True, "limit": None},
     {"children": False, "limit": None}, {"source": "cli", "limit": None}, {"source": "tg", "limit": None},
     {"workspace": "/w", "limit": None}, {"workspace": "/w/x", "hidden": None, "limit": None},
+    {"workspace": "/", "limit": None}, {"workspace": "/w/", "limit": None}, {"workspace": "/w/x/..", "limit": None},
 ]
 SEARCH_WORDS = ["alpha", "Beta", "gamma delta", "中文", "文测试", "a", "ph", "grep", '"alpha', "alpha)", "*",
                 "beta OR", "NEAR(alpha", "al*", "'", "", "zzz"]

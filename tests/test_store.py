@@ -884,3 +884,25 @@ def test_latest_n_and_paging_match_the_fold(tmp_path_factory: pytest.TempPathFac
         if limit is not None:
             window = window[:limit] if kw["after"] is not None and kw["before"] is None else window[max(0, len(window) - limit):]
         assert [m["id"] for m in got] == (window[::-1] if newest_first else window)
+
+
+def test_the_workspace_filter_is_at_or_under_the_path_for_git_roots_and_cwds(store: SessionStore) -> None:
+    """``--workspace PATH``: sessions whose git root or cwd is PATH or under it, with PATH
+    normalised. A git root under PATH, the root '/', a trailing slash and a '..' all missed,
+    and an empty PATH matched every absolute cwd (outside audit, helper-38)."""
+    repo = store.create_session(cwd="/elsewhere", git_repo_root="/work/repo")
+    app = store.create_session(cwd="/work/app")
+    deep = store.create_session(cwd="/work/app/src/")
+    other = store.create_session(cwd="/workshop")
+    rel = store.create_session(cwd="rel/dir")
+
+    def ids(path: str) -> set[str]:
+        return {s["id"] for s in store.list_sessions(workspace=path, limit=None)}
+
+    assert ids("/work") == ids("/work/") == {repo, app, deep}
+    assert ids("/work/app") == ids("/work/app/") == ids("/work/app/../app") == {app, deep}
+    assert ids("/") == {repo, app, deep, other}
+    assert ids("/work/repo/") == {repo} and ids("rel") == {rel}
+    with pytest.raises(ValidationError) as info:
+        store.list_sessions(workspace="")
+    assert info.value.field == "workspace"

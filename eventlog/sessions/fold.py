@@ -35,6 +35,7 @@ from eventlog.sessions.rules import (
     normalize_title,
     outranked,
     title_claim,
+    workspace_scope,
 )
 from eventlog.sessions.rules import descendants as _descendants
 from eventlog.sessions.rules import lineage as _lineage
@@ -454,9 +455,9 @@ class Fold:
             if not children and row["parent_session_id"] is not None:
                 return False
             if workspace is not None:
-                cwd = row["cwd"]
-                return row["git_repo_root"] == workspace or (
-                    cwd is not None and (cwd == workspace or cwd.startswith(workspace + "/")))
+                path, under = workspace_scope(workspace)
+                return any(p is not None and (p == path or p.startswith(under))
+                           for p in (row["git_repo_root"], row["cwd"]))
             return True
 
         rows = sorted((r for r in self._sessions.values() if matches(r)), key=lambda r: r["id"], reverse=True)

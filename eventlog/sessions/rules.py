@@ -11,6 +11,7 @@ The envelope's own limits (ids, 64-bit integers, event size, nesting) belong to 
 from __future__ import annotations
 
 import logging
+import posixpath
 import re
 from typing import Any, Callable, Iterable
 
@@ -227,3 +228,13 @@ def lineage(session_id: str, parent_of: Callable[[str], str | None],
     """The lineage of a live session: its root first, then the root's descendants by id."""
     root = lineage_root(session_id, parent_of)
     return [root, *descendants(root, children_of)]
+
+
+def workspace_scope(path: str) -> tuple[str, str]:
+    """A ``workspace`` filter as ``(the path, the prefix of every path under it)``, normalised
+    (``/a/b/``, ``/a/./b`` and ``/a/c/../b`` are ``/a/b``; the root's prefix is ``/``): a session is
+    in it when its git root or cwd is the path or starts with the prefix."""
+    norm = posixpath.normpath(path)
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    return norm, norm if norm.endswith("/") else norm + "/"

@@ -1318,6 +1318,8 @@ class SessionStore:
                       offset: int = 0) -> list[dict[str, Any]]:
         """Sessions matching every filter, most recent activity first, the page ``[offset:offset+limit]``
         (``limit=None``: all), then the matching pinned sessions outside the page (docs/EVENTS.md)."""
+        if workspace == "":
+            raise ValidationError("workspace", "must be a path (an empty one matched every absolute path)")
         return self._fresh().list_sessions(source=source, archived=archived, pinned=pinned, hidden=hidden,
                                            children=children, workspace=workspace, limit=limit, offset=offset)
 
