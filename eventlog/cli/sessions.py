@@ -68,7 +68,8 @@ def _titles(store: SessionStore) -> Iterator[None]:
 @click.option("--archived", is_flag=True, help="Include archived sessions.")
 @click.option("--pinned", is_flag=True, help="Only pinned sessions.")
 @click.option("--hidden", is_flag=True, help="Include hidden sessions (hidden through the Python API or Hermes).")
-@click.option("--workspace", default=None, help="Only sessions whose git root or cwd is at or under PATH (normalised: /a/b/ is /a/b).")
+@click.option("--workspace", default=None,
+              help="Only sessions whose git root or cwd is at or under PATH (normalised: /a/b/ is /a/b).")
 @json_option
 @pass_ctx
 @handled

@@ -100,7 +100,7 @@ class Log(Protocol):
         """Envelopes with ``from_seq <= seq <= to_seq`` in seq order (``raw=True``: ``(seq, bytes)``)."""
         ...
 
-    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def read_session(self, session_id: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """The envelopes of one session stream in seq order (only those with ``seq > after``)."""
         ...
 

@@ -258,7 +258,7 @@ class LogContract:
             ("to_seq", lambda: list(log.read(1, 2.0))),  # type: ignore[arg-type]
             ("from_seq", lambda: next(iter(log.follow("x", timeout=0)))),  # type: ignore[arg-type]
             ("seq", lambda: log.get("1")),  # type: ignore[arg-type]
-            ("session", lambda: list(log.read_session(5))),  # type: ignore[arg-type]
+            ("session_id", lambda: list(log.read_session(5))),  # type: ignore[arg-type]
             ("after", lambda: list(log.read_session("s1", after="1"))),  # type: ignore[arg-type]
             ("session", lambda: log.stream_version(None)),  # type: ignore[arg-type]
             ("event_id", lambda: log.event_seq(5)),  # type: ignore[arg-type]
@@ -279,6 +279,7 @@ class LogContract:
             assert log.stream_version(name) == 0 and list(log.read_session(name)) == []
             assert log.event_seq(name) is None
         assert log.stream_version("s1") == 1 and log.event_seq("e1") == 1 and log.get(1) is not None
+        assert [e["seq"] for e in log.read_session(session_id="s1")] == [1]  # DESIGN.md names it so
 
     def test_stored_bytes_are_canonical_and_verify(self, log: Log) -> None:
         log.append([ev(n=i, text="ü" * i) for i in range(5)])

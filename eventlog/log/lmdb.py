@@ -2132,8 +2132,8 @@ class EventLog(LogBase):
                 raise ClosedError("this event log handle is closed", hint="open the log again")
             yield item
 
-    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
-        return self._live().read_session(str_arg(session, "session"), after=max(0, seq_arg(after, "after")))
+    def read_session(self, session_id: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+        return self._live().read_session(str_arg(session_id, "session_id"), after=max(0, seq_arg(after, "after")))
 
     def stream_version(self, session: str) -> int:
         return self._live().stream_version(str_arg(session, "session"))

@@ -185,9 +185,9 @@ class MemoryLog(LogBase):
         with self._lock:
             return len(self.storage.streams.get(session, []))
 
-    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def read_session(self, session_id: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         self._check_open()
-        str_arg(session, "session")
+        session = str_arg(session_id, "session_id")
         after = seq_arg(after, "after")
         with self._lock:
             stored = self.storage.events

@@ -992,10 +992,10 @@ class PostgresLog(LogBase):
                 return
             nxt = int(rows[-1][0]) + 1
 
-    def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
+    def read_session(self, session_id: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """The envelopes of one session stream with ``seq > after``, in seq order."""
         self._check_open()
-        str_arg(session, "session")
+        session = str_arg(session_id, "session_id")
         after = max(0, seq_arg(after, "after"))
         while True:
             rows = self._retrying("cannot read the log", lambda c: c.execute(
