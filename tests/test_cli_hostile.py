@@ -623,6 +623,17 @@ def test_no_output_lands_on_the_profiles_own_files(tmp_path: Path) -> None:
     assert (d / "log" / "data.mdb").read_bytes() == data and not (d / "mine.jsonl").exists()
     assert run(home, "log", "verify").returncode == 0
     assert run(home, "export", str(tmp_path / "elsewhere.jsonl")).returncode == 0
+    # nor over another profile's files: an export overwrote another profile's live log
+    # (outside audit, helper-38)
+    with SessionStore.open(home, "other", follower=False) as store:
+        store.create_session("s2")
+    theirs = home / "profiles" / "other" / "log" / "data.mdb"
+    before = theirs.read_bytes()
+    for args in (["export", str(theirs)], ["replay", "--until", "1", "--out", str(theirs)],
+                 ["export", str(home / "profiles" / "loose.jsonl")]):
+        err = one_line_error(run(home, *args))
+        assert "inside the profiles folder of the home" in err, (args, err)
+    assert theirs.read_bytes() == before and not (home / "profiles" / "loose.jsonl").exists()
 
 
 def test_export_of_an_unknown_session_is_not_found_in_every_format(profile_home: Path, tmp_path: Path) -> None:

@@ -204,10 +204,14 @@ def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bo
         own = [Path(os.path.realpath(c.home / "profiles" / c.profile))]
         if c.log_url is not None and "://" not in c.log_url:
             own.append(Path(os.path.realpath(c.log_url)))
+        every = Path(os.path.realpath(c.home / "profiles"))
+        if not directory:  # a file among any profile's files (export over another profile's live log)
+            own.append(every)
         for d in own:
             if real == d or d in real.parents:
-                raise ValidationError(option, f"{path} is inside the profile's own directory {d}",
-                                      hint="write it somewhere else: the profile's files are the log and its projections")
+                where = "the profiles folder of the home" if d == every else "the profile's own directory"
+                raise ValidationError(option, f"{path} is inside {where} {d}",
+                                      hint="write it somewhere else: the profiles' files are their logs and projections")
     return path
 
 
