@@ -194,3 +194,17 @@ def test_text_output_never_passes_terminal_control_sequences(home: Path) -> None
     assert "\\x1b]0;pwned\\x07" in cli(home, "sessions", "list")[1]
     code, out, _ = cli(home, "sessions", "show", sid, "--json")
     assert json.loads(out)["session"]["title"] == evil
+
+
+def test_search_role_is_one_of_the_catalogue_roles(home: Path) -> None:
+    """`--role nosuch` silently found nothing (outside audit, helper-38): it is bad usage now,
+    and the CLI's list is the catalogue's."""
+    from eventlog.cli.search import search
+    from eventlog.sessions.events import ROLES
+
+    role = next(p for p in search.params if p.name == "role")
+    assert set(role.type.choices) == ROLES  # type: ignore[attr-defined]
+    new(home)
+    code, _, err = cli(home, "search", "x", "--role", "nosuch")
+    assert code == 2 and "nosuch" in err
+    assert cli(home, "search", "x", "--role", "tool")[0] == 0

@@ -11,7 +11,8 @@ from eventlog.errors import printable
 @click.argument("query")
 @click.option("--limit", type=click.IntRange(min=1, max=2**63 - 1), default=20, show_default=True,
               help="At most N results.")
-@click.option("--role", default=None, help="Only messages with this role.")
+@click.option("--role", default=None, type=click.Choice(("assistant", "session_meta", "system", "tool", "user")),
+              help="Only messages with this role.")
 @click.option("--session", "session_id", default=None, help="Only messages of this session.")
 @json_option
 @pass_ctx
