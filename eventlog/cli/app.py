@@ -99,7 +99,8 @@ COMMANDS: dict[str, Lazy] = {
     "import": Lazy("eventlog.cli.transfer", "import_cmd",
                    "Import FILE into the profile (created if it does not exist)."),
     "retention": Lazy("eventlog.cli.erase", "retention",
-                      "Erase every session (and its lineage) whose last activity is older than a duration."),
+                      "Erase every lineage (a session and its descendants) whose last activity, in any of its "
+                      "sessions, is older than a duration."),
     "compact": Lazy("eventlog.cli.erase", "compact",
                     "Rewrite the log file with only its live pages, giving freed space back (crash-safe)."),
     "demo": Lazy("eventlog.cli.demo", "demo",
