@@ -104,7 +104,8 @@ COMMANDS: dict[str, Lazy] = {
     "compact": Lazy("eventlog.cli.erase", "compact",
                     "Rewrite the log file with only its live pages, giving freed space back (crash-safe)."),
     "demo": Lazy("eventlog.cli.demo", "demo",
-                 "Write a realistic agent conversation into the demo profile, read it back, verify the log."),
+                 "Write a realistic agent conversation into the demo profile (or the one --profile names), read "
+                 "it back, verify the log."),
 }
 
 

@@ -66,7 +66,11 @@ def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
 @click.pass_context
 @handled
 def demo(ctx: click.Context) -> None:
-    """Write a realistic agent conversation into the demo profile, read it back, verify the log."""
+    """Write a realistic agent conversation into the demo profile (or the one --profile names), read
+    it back, verify the log.
+
+    Each run adds one more session (its title numbered: "... #2").
+    """
     c: Ctx = ctx.obj
     given = ctx.parent is not None and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE
     profile = c.profile if given else DEMO_PROFILE
