@@ -1770,3 +1770,21 @@ def test_a_hermes_database_with_sessions_at_db_path_is_still_refused_beside_a_lo
         SessionDB(db_path=path)
     assert path.is_file() and not path.is_symlink()
     assert not [n for n in os.listdir(path.parent) if ".pre-eventlog" in n]
+
+
+def test_a_raw_upsert_is_recorded_like_any_raw_write(path: Path) -> None:
+    """``INSERT ... ON CONFLICT ... DO UPDATE SET`` through ``_conn`` or ``_execute_write`` (Hermes
+    runs it) was refused as "raw writes to SET": the DO UPDATE was read as a write to a table
+    named SET (outside audit, helper-39). Its rows are recorded and survive a rebuild."""
+    with SessionDB(db_path=path) as db:
+        db.create_session("s1", "cli")
+        db._conn.execute("INSERT INTO state_meta (key, value) VALUES ('k', 'v1') "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        db._conn.execute("INSERT INTO state_meta (key, value) VALUES ('k', 'v2') "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+        db._execute_write(lambda c: c.execute("INSERT INTO sessions (id, source, started_at) VALUES ('s1', 'cli', 1.0) "
+                                              "ON CONFLICT(id) DO UPDATE SET title = 'upserted'"))
+        same_live_and_rebuilt(db, lambda: (db.get_meta("k"), db.get_session_title("s1")), ("v2", "upserted"))
+        with pytest.raises(UnsupportedRawWrite, match="sqlite_sequence"):
+            db._conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('x', 1) "
+                             "ON CONFLICT DO UPDATE SET seq = 2")

@@ -82,11 +82,16 @@ _DML_TARGET = re.compile(r"\b(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPD
                          r"\s+[\"`\[]?(?:main\.)?(\w+)[\"`\]]?\s*(\([^)]*\))?", re.I)
 
 
+_UPSERT_TAIL = re.compile(r"\bDO\s*$", re.I)
+
+
 def check_target(sql: str) -> None:
     """Refuse a write to a table that is not Hermes' (its schema version, eventlog's cursor,
     ``sqlite_sequence``, FTS internals); an FTS command (``INSERT INTO messages_fts(messages_fts)
     VALUES('optimize')``) only reorganises the index and is let through."""
     for m in _DML_TARGET.finditer(sql):
+        if _UPSERT_TAIL.search(sql, 0, m.start()):
+            continue  # the DO UPDATE SET of an upsert: its table is the INSERT's, checked already
         table, cols = m.group(1), (m.group(2) or "").strip("() ").strip("\"`[]")
         if table in CAPTURED or (table in schema.FTS_TABLES and cols == table):
             continue
