@@ -135,12 +135,24 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         report["log"]["detail"] = (f"the erase at seq {erase_seq} did not finish: files of the profile may "
                                    "still hold what it erased")
         report["log"]["hint"] = "run `eventlog compact` (or the erase again) to finish it"
+    leftovers = _compaction_leftovers(profile_dir / "log")
+    if leftovers:
+        report["log"]["leftovers"] = leftovers
     if deep_report is not None:
         report["deep"] = deep_report
     report["ok"] = bool(res.ok and not erase_seq and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
                         and lease["ok"]
                         and (deep_report is None or deep_report["ok"]))
     return report
+
+
+def _compaction_leftovers(log_dir: Path) -> list[str]:
+    """The ``log/<generation>.tmp`` folders a compaction stopped before its end left (a full
+    copy of the log each, until the next compaction removes them; one under way has one too)."""
+    try:
+        return sorted(f"log/{n}" for n in os.listdir(log_dir) if n.endswith(".tmp") and (log_dir / n).is_dir())
+    except OSError:
+        return []
 
 
 def _deep(projector: Projector, progress: Progress | None) -> dict[str, Any]:

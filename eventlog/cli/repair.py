@@ -82,6 +82,9 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             if part == "deep" and item["ok"]:
                 detail = f"matches the log up to seq {item['compared_seq']}"
             click.echo(f"{part:<12} {status:<11} {detail}")
+        for name in report["log"].get("leftovers", []):
+            click.echo(f"note: {name} is a copy of the log that a compaction stopped before its end left "
+                       "(unless one is running now); the next `eventlog compact` removes it")
         for name in report["permissions"].get("displaced", []):
             click.echo(f"note: {name} was set aside (it stood where a projection pointer belongs); remove it "
                        "once you have looked")
