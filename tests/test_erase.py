@@ -686,3 +686,32 @@ def test_a_dictionary_trained_while_an_erase_commits_is_not_stored(tmp_path: Pat
     assert traces(tmp_path) == [], traces(tmp_path)
     assert lg.verify().ok
     lg.close()
+
+
+def test_a_dictionary_an_earlier_release_erased_from_is_retired_by_the_next_compaction(tmp_path: Path) -> None:
+    """An earlier release records no dictionary range and marks nothing when it erases: the
+    erased words stayed in its dictionary through every compaction of this release (outside
+    audit, helper-41). A dictionary without a range in a log holding erased events is retired
+    now. The earlier release's state is made here by dropping the range and the mark."""
+    import lmdb
+
+    from eventlog.log.lmdb import generation_dir
+
+    lg, secret, ordinary = _dictionary_log(tmp_path / "log")
+    before = {q: lg.get(q) for q in ordinary}
+    trained = lg._core.compression.current
+    lg.erase(secret, {"reason": "forget"}, compact=False)
+    lg.close()
+    env = lmdb.open(str(generation_dir(tmp_path / "log")), max_dbs=8)
+    meta = env.open_db(b"meta")
+    with env.begin(write=True) as txn:
+        for key in (b"zdict:%d:range" % trained, b"zdict:%d:tainted" % trained):
+            txn.delete(key, db=meta)
+    env.close()
+    with EventLog.open(tmp_path / "log") as lg:
+        assert traces(tmp_path) != []  # in the dictionary, and in the pages the erase freed
+        lg.compact()
+        assert traces(tmp_path) == [] and lg._core.compression.current > trained and lg.verify().ok
+        assert {q: lg.get(q) for q in ordinary} == before
+        lg.compact()  # a second compaction: the new dictionary has its range, nothing more to retire
+        assert lg.verify().ok

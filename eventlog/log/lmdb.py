@@ -720,6 +720,12 @@ class _Environment:
                 compression.use(1, trained)
         ids = [] if upgrade else self._dict_ids(txn)
         retired = {d for d in ids if txn.get(b"zdict:%d:tainted" % d, db=self._meta) is not None}
+        unranged = [d for d in ids if d not in retired and txn.get(b"zdict:%d:range" % d, db=self._meta) is None]
+        if unranged and self._holds_stubs(txn):
+            # A dictionary trained before ranges were recorded, in a log holding erased events:
+            # an earlier release's erase marked nothing (outside audit, helper-41: its words stayed
+            # in the dictionary through every later compaction). It may have learnt from them.
+            retired.update(unranged)
         if retired:
             unaware = self._unaware_pids()
             if unaware:  # they may still append with it: keep it (marked) for a later compaction
@@ -1466,6 +1472,16 @@ class _Environment:
                 r.seqs, r.error = [], ConcurrencyError(stream, r.expected, actual)
                 return []
         return fresh
+
+    def _holds_stubs(self, txn: lmdb.Transaction) -> bool:
+        """Whether any event of the log is an erased one (one pass over the stored values' first
+        bytes; a first-format value is looked at as text)."""
+        kind = bytes((stored.KIND_ERASED,))
+        for value in txn.cursor(db=self._events).iternext(keys=False, values=True):
+            head = bytes(value[:1])
+            if head == kind or (head == b"{" and b'"erased":true' in bytes(value)):
+                return True
+        return False
 
     def _is_erased(self, txn: lmdb.Transaction, key: bytes) -> bool:
         """Whether the event at ``key`` is an erased one (a stub)."""
