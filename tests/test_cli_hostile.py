@@ -661,3 +661,19 @@ def test_a_reader_that_goes_away_ends_an_export_quietly(tmp_path: Path) -> None:
         proc.stdout.close()  # the reader goes away, as `head -1` does
         assert proc.wait(60) == 0, args
         assert proc.stderr.read() == b"", args
+
+
+def test_append_names_bytes_that_are_not_utf8_and_takes_a_byte_order_mark(tmp_path: Path) -> None:
+    """A 0xFF byte in `append`'s input was refused as "surrogates not allowed" (orjson's words for
+    what stdin made of it), and a UTF-8 byte order mark, which `import` takes, was refused
+    (outside audit, helper-38)."""
+    home = tmp_path / "h"
+    argv = [EXE, "--home", str(home), "--profile", PROFILE, "append"]
+    bad = subprocess.run(argv, input=b'{"type": "session.created", "session": "s1", "data": {"title": "a\xffb"}}\n',
+                         capture_output=True, timeout=60)
+    err = bad.stderr.decode()
+    assert bad.returncode == 1 and "not valid UTF-8 (byte 0xff at character 66)" in err, err
+    bom = subprocess.run(argv, input=b'\xef\xbb\xbf{"type": "session.created", "session": "s1", "data": {}}\n',
+                         capture_output=True, timeout=60)
+    assert bom.returncode == 0, bom.stderr
+    assert json.loads(run(home, "sessions", "list", "--json").stdout)[0]["id"] == "s1"

@@ -33,6 +33,8 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
     from eventlog.sessions.inputs import refuse_duplicate_keys, with_lone_surrogates
 
     for n, line in enumerate(stream, 1):
+        if n == 1 and line[:1] == "\ufeff":  # a byte order mark some editors write (import takes it too)
+            line = line[1:]
         if not line.strip():
             continue
         try:
@@ -40,6 +42,10 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
         except orjson.JSONDecodeError as e:
             obj = with_lone_surrogates(line, e)
             if obj is None:
+                bad = next((i for i, ch in enumerate(line) if "\udc80" <= ch <= "\udcff"), None)
+                if bad is not None:  # stdin's undecodable bytes (surrogateescape): say so, not orjson's words
+                    raise ValidationError(f"line {n}", f"not valid UTF-8 (byte 0x{ord(line[bad]) - 0xDC00:02x} "
+                                                       f"at character {bad + 1})") from None
                 raise ValidationError(f"line {n}", f"not valid JSON ({e})") from None
         refuse_duplicate_keys(line, f"line {n}")
         refuse_wide_ints(line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line, f"line {n}")
