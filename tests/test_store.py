@@ -906,3 +906,22 @@ def test_the_workspace_filter_is_at_or_under_the_path_for_git_roots_and_cwds(sto
     with pytest.raises(ValidationError) as info:
         store.list_sessions(workspace="")
     assert info.value.field == "workspace"
+
+
+def test_append_message_names_a_refused_field_as_its_caller_passed_it(store: SessionStore) -> None:
+    """`append_message(sid, 5, "x")` named `messages[0].role`, a list its caller never passed
+    (outside audit, helper-38)."""
+    sid = store.create_session()
+    head = store.log.head()
+    for kwargs, field in (({"role": 5}, "role"), ({"role": "user", "token_count": -1}, "token_count"),
+                          ({"role": "wizard"}, "role")):
+        with pytest.raises(ValidationError) as info:
+            store.append_message(sid, content="x", **kwargs)
+        assert info.value.field == field
+    with pytest.raises(ValidationError) as info:
+        store.append_message(sid, "user", ["x" * (5 << 20), "y" * (5 << 20)])
+    assert info.value.field == "content"
+    with pytest.raises(ValidationError) as info:
+        store.append_messages(sid, [{"role": 5}])
+    assert info.value.field == "messages[0].role"  # the batch form names its list
+    assert store.log.head() == head

@@ -720,8 +720,15 @@ class SessionStore:
         return sid
 
     def append_message(self, session_id: str, role: str, content: Any = None, **fields: Any) -> int:
-        """Append one message; returns its durable id (the seq of its event)."""
-        return self.append_messages(session_id, [dict(fields, role=role, content=content)])[0]
+        """Append one message; returns its durable id (the seq of its event). A refused field is
+        named as the caller passed it (``role``, not ``messages[0].role``)."""
+        try:
+            return self.append_messages(session_id, [dict(fields, role=role, content=content)])[0]
+        except ValidationError as e:
+            if not e.field.startswith("messages[0]."):
+                raise
+            named = type(e)(e.field[len("messages[0]."):], e.problem, hint=getattr(e, "hint", None))
+            raise named from None
 
     def append_messages(self, session_id: str, messages: Iterable[dict[str, Any]]) -> list[int]:
         """Append several messages to one session in one atomic batch; returns their ids."""
