@@ -150,7 +150,7 @@ def test_every_error_class_has_a_hint(tmp_path: Path) -> None:
     args: dict[str, tuple[Any, ...]] = {
         "ValidationError": ("field", "problem"), "ProfileNameError": ("profile", "bad"),
         "EventTooLargeError": ("data", "too big"), "ConcurrencyError": ("s", 1, 2), "HeadMovedError": (1, 2),
-        "NotFoundError": ("widget", "w1"), "ConflictError": ("field", "problem"),
+        "NotFoundError": ("widget", "w1"), "ConflictError": ("field", "problem"), "EarlierProcessError": ("log", "p"),
         "TitleConflictError": ("t", "s1"), "DuplicateEventError": ("id", 3),
         "WriterBusyError": ("/x", None, 1.0), "ForkedEnvironmentError": (),
     }
