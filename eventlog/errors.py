@@ -112,6 +112,8 @@ class EarlierProcessError(ConflictError):
     """A process of an earlier eventlog release has the log open and the operation (a compaction
     of a log still in the first release's layout) would lose what it writes; nothing changed."""
 
+    hint: str | None = "stop the earlier release's processes (or let them finish), then retry; nothing was changed"
+
 
 class TitleConflictError(ConflictError):
     """The title is already held by another session of this profile."""
