@@ -1034,34 +1034,43 @@ class SessionStore:
         reason = _check_reason(reason)
         if isinstance(by, str):
             by = rules.clean_text(by)
-        members = self._lineage_in_log(sid)
-        if not members:
-            raise NotFoundError("session", sid)
-        events = [env for member in members for env in self.log.read_session(member)]
-        if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
-            self._keep_lineage_flags(sid, set(members))
-        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
-        seq, erased = self._erase_streams(members, events, data)
+        def pick() -> list[str]:
+            members = self._lineage_in_log(sid)
+            if not members:
+                raise NotFoundError("session", sid)
+            return members
+
+        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by if by is not None else _user()})
         return {"seq": seq, "sessions": members, "events": erased}
 
-    def _erase_streams(self, members: list[str], events: list[dict[str, Any]], data: dict[str, Any]
-                       ) -> tuple[int, int]:
-        """Erase every event of the streams ``members`` (``events``: what was read of them), then
-        compact and purge; returns ``(seq of the erase, events erased)``. Shared by
-        :meth:`erase_session` and :meth:`retention`."""
+    def _erase_streams(self, pick: Callable[[], list[str]], record: dict[str, Any]) -> tuple[list[str], int, int]:
+        """Erase every event of the sessions ``pick()`` names (``record``: the erase record's
+        reason and by), then compact and purge; returns ``(sessions, seq of the erase, events
+        erased)``. Shared by :meth:`erase_session` and :meth:`retention`."""
         erase = getattr(self.log, "erase")
         compact = getattr(self.log, "compact", None)
-        for gone in members:
-            self._live.pop(gone, None)
-        self._deleted.update(members)
         # The streams are read outside the log's write lock: another process may append to them
         # until the erase lands (its append was acknowledged before the erase, so it goes with
         # the session). Erased again until nothing of them is left; once a stream ends in an
         # erased event, the log refuses every append counted before (ConcurrencyError) and the
         # writer finds the session gone.
         seq = erased = 0
-        seen = {m: 0 for m in members}  # per stream, the last seq read (each round reads what is new)
         with self._ruled():  # a writer that fell back from the version-checked append waits
+            # The sessions are chosen inside the rules lock: a creation with a parent takes it and
+            # checks the parent live, so no child of theirs appears between the choice and the
+            # erase (outside audit, helper-42: children created meanwhile stayed, readable).
+            members = pick()
+            if not members:
+                return [], 0, 0
+            events = [env for member in members for env in self.log.read_session(member)]
+            if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
+                for top in self._tops(members):
+                    self._keep_lineage_flags(self._parent_in_log(top), set(members))
+            data = {**record, "sessions": members}
+            for gone in members:
+                self._live.pop(gone, None)
+            self._deleted.update(members)
+            seen = {m: 0 for m in members}  # per stream, the last seq read (each round reads what is new)
             for _ in range(ERASE_ROUNDS):
                 for env in events:
                     seen[env["session"]] = max(seen[env["session"]], env["seq"])
@@ -1094,7 +1103,21 @@ class SessionStore:
                 self._reads.advance(seq)
         else:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
-        return seq, erased
+        return members, seq, erased
+
+    def _parent_in_log(self, sid: str) -> str | None:
+        """The parent ``sid``'s creation names (None: none, or its creation was erased)."""
+        for env in self.log.read_session(sid):
+            if env.get("type") == "session.created":
+                data = env.get("data")
+                parent = data.get("parent_session_id") if isinstance(data, dict) else None
+                return parent if isinstance(parent, str) else None
+        return None
+
+    def _tops(self, members: list[str]) -> list[str]:
+        """The sessions of ``members`` whose parent is not among them (each erased lineage's top)."""
+        inside = set(members)
+        return [m for m in members if self._parent_in_log(m) not in inside]
 
     def finish_erase(self) -> int:
         """Finish an erase whose process was killed after the erase was committed but before
@@ -1123,22 +1146,20 @@ class SessionStore:
         if done is not None:
             done(seq)
 
-    def _keep_lineage_flags(self, sid: str, erased: set[str]) -> None:
+    def _keep_lineage_flags(self, parent: str | None, erased: set[str]) -> None:
         """Before an erase whose streams set lineage flags (archived, pinned, hidden): those
-        flags also hold for the sessions above ``sid`` that stay, and replayed without the erased
-        events they would fall back. So the surviving lineage root's current flags are
-        appended to its own stream first (an erase never changes a session it leaves)."""
+        flags also hold for the sessions above the erased ones (from ``parent``, the parent of an
+        erased lineage's top) that stay, and replayed without the erased events they would fall
+        back. So the surviving lineage root's current flags are appended to its own stream first
+        (an erase never changes a session it leaves). The parent comes from the log: a deleted
+        child has no row to read it from (outside audit, helper-42: its flags were lost)."""
         reads = self._fresh()
-        root, seen = None, set()
-        row = reads.get_session(sid)
-        while row is not None and row.get("parent_session_id") and row["parent_session_id"] not in seen:
-            parent = row["parent_session_id"]
+        root, row, seen = None, None, set()
+        while parent is not None and parent not in seen and parent not in erased and reads.is_live(parent):
             seen.add(parent)
-            up = reads.get_session(parent) if reads.is_live(parent) else None
-            if up is None:
-                break
-            root, row = parent, up
-        if root is None or root in erased or row is None:
+            root, row = parent, reads.get_session(parent)
+            parent = row.get("parent_session_id") if row is not None else None
+        if root is None or row is None:
             return
         self._append([self._event(_FLAG_EVENTS[on if row.get(flag) else off], root, {})
                       for flag, on, off in (("archived", "archive", "unarchive"), ("pinned", "pin", "unpin"),
@@ -1186,21 +1207,26 @@ class SessionStore:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
         reason = _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
         cutoff = time.time() - older_than_s
-        live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
-        active = {s["id"]: s.get("last_activity_at") or s.get("started_at") or 0 for s in live}
-        children = self._children_in_log()
-        members: list[str] = []
-        roots = [s["id"] for s in live if s.get("parent_session_id") is None and active[s["id"]] < cutoff]
-        for sid in roots + self._deleted_with_words(cutoff):
-            lineage = self._lineage_in_log(sid, children)
-            if any(active.get(m, 0) >= cutoff for m in lineage):
-                continue  # a descendant is still in use: the lineage is not old
-            members.extend(m for m in lineage if m not in members)
-        if dry_run or not members:
-            return {"sessions": members, "erased_events": 0, "seq": 0, "dry_run": dry_run}
-        events = [env for m in members for env in self.log.read_session(m)]
-        data = {"reason": reason, "by": by if by is not None else _user(), "sessions": members}
-        seq, erased = self._erase_streams(members, events, data)
+
+        def pick() -> list[str]:
+            live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
+            active = {s["id"]: s.get("last_activity_at") or s.get("started_at") or 0 for s in live}
+            children = self._children_in_log()
+            members: list[str] = []
+            # A session whose parent is gone (deleted or erased) is the root of what is left.
+            roots = [s["id"] for s in live if s.get("parent_session_id") not in active and active[s["id"]] < cutoff]
+            for sid in roots + self._deleted_with_words(cutoff):
+                lineage = self._lineage_in_log(sid, children)
+                if any(active.get(m, 0) >= cutoff for m in lineage):
+                    continue  # a descendant is still in use: the lineage is not old
+                members.extend(m for m in lineage if m not in members)
+            return members
+
+        if dry_run:
+            return {"sessions": pick(), "erased_events": 0, "seq": 0, "dry_run": True}
+        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by if by is not None else _user()})
+        if not members:
+            self.finish_erase()  # an earlier erase killed before its files were clean
         return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": False}
 
     def _deleted_with_words(self, cutoff: float) -> list[str]:
