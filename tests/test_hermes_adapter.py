@@ -1788,3 +1788,62 @@ def test_a_raw_upsert_is_recorded_like_any_raw_write(path: Path) -> None:
         with pytest.raises(UnsupportedRawWrite, match="sqlite_sequence"):
             db._conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('x', 1) "
                              "ON CONFLICT DO UPDATE SET seq = 2")
+
+
+def _hermes_like(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT)")
+    conn.execute("INSERT INTO sessions VALUES ('old', 'cli')")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("what", ["hermes database", "empty file"])
+def test_db_path_replaced_under_a_running_writer_is_refused_or_kept_aside(path: Path, what: str) -> None:
+    """A running writer met db_path replaced by something else at its next write and rebuilt its
+    link over it: a real Hermes history put there vanished with no trace (outside audit,
+    helper-42). A database with sessions is refused now (nothing written), anything else kept
+    aside, as at open."""
+    from eventlog.errors import StorageError
+
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+        db.append_message("s", "user", "before")
+        os.unlink(path)
+        if what == "hermes database":
+            _hermes_like(path)
+            with pytest.raises(StorageError, match="is a Hermes database"):
+                db.append_message("s", "user", "after")
+            assert path.is_file() and not path.is_symlink()
+            assert sqlite3.connect(path).execute("SELECT id FROM sessions").fetchall() == [("old",)]
+        else:
+            path.write_bytes(b"")
+            db.append_message("s", "user", "after")
+            assert path.is_symlink() and (path.parent / "state.db.pre-eventlog.displaced").is_file()
+            assert [m["content"] for m in db.get_messages("s")] == ["before", "after"]
+
+
+def test_a_hermes_database_another_process_has_locked_is_not_moved_aside(path: Path) -> None:
+    """With the log in place, a Hermes database at db_path that another process holds in an
+    exclusive transaction read as "no sessions" (database is locked) and was moved aside under
+    the process still writing it (outside audit, helper-42). It is refused, and stays."""
+    from eventlog.errors import StorageError
+
+    with SessionDB(db_path=path) as db:
+        db.create_session("s", "cli")
+    os.unlink(path)
+    _hermes_like(path)
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys\n"
+                               "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "c.execute('BEGIN EXCLUSIVE')\n"
+                               "print('locked', flush=True); sys.stdin.readline()", str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StorageError, match="is a Hermes database"):
+            SessionDB(db_path=path)
+        assert path.is_file() and not [n for n in os.listdir(path.parent) if ".pre-eventlog" in n]
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(30)

@@ -242,6 +242,19 @@ class Engine:
         if self._writer is not None and target is not None and target == self._writer_target:
             if _file_id(self.layout.pointer) == self._writer_id:
                 return self._writer
+        if self.layout.is_foreign_file():
+            # Something not ours was put at db_path while this engine ran: a Hermes database with
+            # sessions is refused, anything else kept aside — never covered by the rebuild's link
+            # (a real Hermes history was, with no trace: outside audit, helper-42).
+            if self.log.head()[0] == 0:
+                raise StorageError(f"{self.layout.pointer} was replaced while eventlog's SessionDB had it open",
+                                   hint="close every SessionDB on it and open it again: a Hermes database there "
+                                        "is then switched to eventlog")
+            from eventlog.adapters.hermes.importer import adopt
+
+            adopt(self.layout)
+            self._validated = self._served = None
+        elif self._writer is not None and target is not None and target == self._writer_target:
             log.warning("hermes projection %s: the file under the writer was removed or replaced; rebuilding it"
                         " from the log", self.layout.pointer)
             self._validated = self._served = None  # checked again; readers of this process follow

@@ -170,15 +170,20 @@ def _is_projection_copy(path: Path) -> bool:
 
 
 def _holds_sessions(path: Path) -> bool:
-    """True when the file at ``path`` is an SQLite database whose ``sessions`` table has a row."""
+    """True when the file at ``path`` is an SQLite database whose ``sessions`` table has a row,
+    or may be: one another process has locked (a Hermes still running, in an exclusive
+    transaction or locking mode) is not known to hold nothing, so it is not moved aside (it was,
+    as "no sessions": outside audit, helper-42)."""
     try:
-        conn = sqlite3.connect(f"file:{os.path.realpath(path)}?mode=ro", uri=True)
+        conn = sqlite3.connect(f"file:{os.path.realpath(path)}?mode=ro", uri=True, timeout=0.5)
         try:
             return conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchone() is not None
         finally:
             conn.close()
-    except sqlite3.Error:
-        return False
+    except sqlite3.Error as e:
+        code = getattr(e, "sqlite_errorcode", None)
+        busy = (code & 0xFF in (5, 6)) if isinstance(code, int) else "locked" in str(e) or "busy" in str(e)
+        return busy
 
 
 def _move_aside(layout: projection.Layout, suffix: str = "") -> Path:
