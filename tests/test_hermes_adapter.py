@@ -1847,3 +1847,20 @@ def test_a_hermes_database_another_process_has_locked_is_not_moved_aside(path: P
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(30)
+
+
+def test_comments_neither_hide_a_refused_raw_write_nor_refuse_an_upsert(path: Path) -> None:
+    """A comment ending in DO made a write to eventlog's own tables pass as an upsert's tail (and
+    then silently do nothing); a comment between DO and UPDATE refused an upsert (outside
+    audit, helper-42)."""
+    with SessionDB(db_path=path) as db:
+        for sql in ("-- DO\nUPDATE eventlog_projection SET seq = 0",
+                    "/* DO */ INSERT INTO sqlite_sequence (name, seq) VALUES ('x', 1)",
+                    "-- DO\nUPDATE schema_version SET version = 1"):
+            with pytest.raises(UnsupportedRawWrite):
+                db._conn.execute(sql)
+        db._conn.execute("INSERT INTO state_meta (key, value) VALUES ('k', '-- DO') "
+                         "ON CONFLICT(key) DO /* keep */ UPDATE SET value = excluded.value")
+        db._conn.execute("INSERT INTO state_meta (key, value) VALUES ('k', 'v2') -- a note\n"
+                         "ON CONFLICT(key) DO -- really\n UPDATE SET value = excluded.value")
+        same_live_and_rebuilt(db, lambda: db.get_meta("k"), "v2")

@@ -85,10 +85,46 @@ _DML_TARGET = re.compile(r"\b(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPD
 _UPSERT_TAIL = re.compile(r"\bDO\s*$", re.I)
 
 
+def without_comments(sql: str) -> str:
+    """``sql`` with every ``-- ...`` and ``/* ... */`` comment outside quotes replaced by one
+    space (quoted text, identifiers included, is kept as it is)."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"`[":
+            close = "]" if ch == "[" else ch
+            j = i + 1
+            while j < n:
+                if sql[j] == close:
+                    if close != "]" and j + 1 < n and sql[j + 1] == close:  # a doubled quote
+                        j += 2
+                        continue
+                    break
+                j += 1
+            out.append(sql[i:j + 1])
+            i = j + 1
+        elif sql.startswith("--", i):
+            j = sql.find("\n", i)
+            out.append(" ")
+            i = n if j < 0 else j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            out.append(" ")
+            i = n if j < 0 else j + 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
 def check_target(sql: str) -> None:
     """Refuse a write to a table that is not Hermes' (its schema version, eventlog's cursor,
     ``sqlite_sequence``, FTS internals); an FTS command (``INSERT INTO messages_fts(messages_fts)
-    VALUES('optimize')``) only reorganises the index and is let through."""
+    VALUES('optimize')``) only reorganises the index and is let through. Comments are read as
+    the blanks they are (a comment ending in DO made a write to any table pass as an upsert's
+    tail, and a comment between DO and UPDATE refused an upsert: outside audit, helper-42)."""
+    sql = without_comments(sql)
     for m in _DML_TARGET.finditer(sql):
         if _UPSERT_TAIL.search(sql, 0, m.start()):
             continue  # the DO UPDATE SET of an upsert: its table is the INSERT's, checked already
