@@ -192,6 +192,10 @@ def test_text_output_never_passes_terminal_control_sequences(home: Path) -> None
         assert code == 0, err
         assert "\x1b" not in out and "\x07" not in out, (args, out)
     assert "\\x1b]0;pwned\\x07" in cli(home, "sessions", "list")[1]
+    code, out, err = cli(home, "messages", "add", sid, "--role", "user", "--content", "x\x9b2J \u202e \u2028 \x7f")
+    assert code == 0, err
+    code, out, _ = cli(home, "log", "tail")  # orjson escapes only C0 controls (helper-42)
+    assert code == 0 and not any(ch in out for ch in "\x9b\u202e\u2028\x7f\x1b\x07"), out
     code, out, _ = cli(home, "sessions", "show", sid, "--json")
     assert json.loads(out)["session"]["title"] == evil
 

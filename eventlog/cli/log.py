@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, output_path, pass_ctx, progress_bar
-from eventlog.errors import ValidationError
+from eventlog.errors import ValidationError, printable
 
 INT64_MAX = 2**63 - 1
 FOLLOW_POLL_S = 0.02
@@ -28,7 +28,8 @@ def _summary(env: dict[str, Any]) -> str:
     data = orjson.dumps(env.get("data")).decode()
     if len(data) > 80:
         data = data[:77] + "..."
-    return f"{env['seq']:>8}  {ts}  {env['type']:<24} {env.get('session') or '-'}  {data}"
+    line = f"{env['seq']:>8}  {ts}  {env['type']:<24} {env.get('session') or '-'}  {data}"
+    return printable(line)  # orjson escapes only C0 controls: C1, bidi overrides, U+2028 are raw
 
 
 @log.command("tail")
