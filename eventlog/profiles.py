@@ -123,17 +123,29 @@ def refuse_lost_log(d: Path) -> None:
     names): a new, empty log would be created and the projections rebuilt from it, losing the
     only copy of the profile's sessions left. :class:`IntegrityError` says what to restore."""
     log_dir = d / "log"
+    generations: list[str] = []
     if log_dir.is_dir():
-        if os.path.lexists(log_dir / "current") or os.path.lexists(log_dir / "data.mdb"):
+        if os.path.lexists(log_dir / "current") or (log_dir / "data.mdb").is_file():
             return  # a generation named by ``current`` without its data file is the log's own refusal
-        lost = f"{log_dir} holds no data.mdb"
+        try:
+            generations = sorted((n for n in os.listdir(log_dir) if re.fullmatch(r"g[0-9]+", n)),
+                                 key=lambda n: int(n[1:]))
+        except OSError:
+            pass
+        lost = f"{log_dir} holds no data.mdb" + (" and no current link" if generations else "")
     else:
         lost = f"{log_dir} is missing"
+    if generations:  # the data is there: only the link to it went (outside audit, helper-42)
+        raise IntegrityError(
+            f"profile {d.name!r} has lost its log's current link ({lost}); its newest generation is "
+            f"{log_dir / generations[-1]}",
+            hint=f"restore the link: ln -s {generations[-1]} {log_dir / 'current'} (or log/ from a backup)")
     if _has_projections(d) or _has_projections(d / "hermes"):
         raise IntegrityError(
             f"profile {d.name!r} has lost its log ({lost}) but its projections are still there",
-            hint=f"restore log/ from a backup; to start the profile anew, move {d} aside first "
-                 "(a new log would replace what the projections hold)")
+            hint=f"restore log/ from a backup (or, if this profile keeps its log on PostgreSQL, give --log-url); "
+                 f"to start the profile anew, move {d} aside first (a new log would replace what the projections "
+                 "hold)")
 
 
 def _has_projections(d: Path) -> bool:

@@ -677,3 +677,22 @@ def test_append_names_bytes_that_are_not_utf8_and_takes_a_byte_order_mark(tmp_pa
                          capture_output=True, timeout=60)
     assert bom.returncode == 0, bom.stderr
     assert json.loads(run(home, "sessions", "list", "--json").stdout)[0]["id"] == "s1"
+
+
+def test_a_lost_current_link_names_the_generation_that_holds_the_log(tmp_path: Path) -> None:
+    """With log/current gone after a compaction, commands said "No such file or directory" and
+    `doctor` failed the same way, though the log was intact in log/g<N> (outside audit,
+    helper-42). They name the generation and how to restore the link now, and touch nothing."""
+    home = tmp_path / "h"
+    assert run(home, "sessions", "new", "--title", "keep me").returncode == 0
+    assert run(home, "compact").returncode == 0
+    log_dir = home / "profiles" / PROFILE / "log"
+    gen = os.readlink(log_dir / "current")
+    (log_dir / "current").unlink()
+    for args in (["sessions", "list"], ["doctor"], ["log", "verify"], ["init"]):
+        err = one_line_error(run(home, *args))
+        assert "lost its log's current link" in err and f"ln -s {gen}" in err, (args, err)
+    assert not os.path.lexists(log_dir / "current")
+    os.symlink(gen, log_dir / "current")
+    r = run(home, "sessions", "list", "--json")
+    assert r.returncode == 0 and [x["title"] for x in json.loads(r.stdout)] == ["keep me"], r.stderr
