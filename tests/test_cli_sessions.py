@@ -212,3 +212,16 @@ def test_search_role_is_one_of_the_catalogue_roles(home: Path) -> None:
     code, _, err = cli(home, "search", "x", "--role", "nosuch")
     assert code == 2 and "nosuch" in err
     assert cli(home, "search", "x", "--role", "tool")[0] == 0
+
+
+def test_a_relative_workspace_is_this_folder_s(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--workspace .` matched nothing (it was compared as the text '.'): a relative PATH is
+    read from the current folder, as every path on a command line is (outside audit, helper-42)."""
+    work = tmp_path / "work"
+    (work / "app").mkdir(parents=True)
+    here = new(home, "--cwd", str(work / "app"))
+    new(home, "--cwd", "/elsewhere")
+    monkeypatch.chdir(work)
+    for arg in (".", "app", "./app/"):
+        code, out, err = cli(home, "sessions", "list", "--workspace", arg, "--json")
+        assert code == 0 and [s["id"] for s in json.loads(out)] == [here], (arg, out, err)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any, Iterator
 
 import click
@@ -69,13 +70,16 @@ def _titles(store: SessionStore) -> Iterator[None]:
 @click.option("--pinned", is_flag=True, help="Only pinned sessions.")
 @click.option("--hidden", is_flag=True, help="Include hidden sessions (hidden through the Python API or Hermes).")
 @click.option("--workspace", default=None,
-              help="Only sessions whose git root or cwd is at or under PATH (normalised: /a/b/ is /a/b).")
+              help="Only sessions whose git root or cwd is at or under PATH (relative to this folder; "
+                   "normalised: /a/b/ is /a/b).")
 @json_option
 @pass_ctx
 @handled
 def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool, hidden: bool,
                   workspace: str | None, as_json: bool) -> None:
     """List sessions, most recent activity first (pinned ones always included)."""
+    if workspace and not os.path.isabs(workspace):
+        workspace = os.path.abspath(workspace)  # `--workspace .` is this folder, as everywhere on a command line
     with c.open_store() as store:
         rows = store.list_sessions(source=source, archived=None if archived else False,
                                    pinned=True if pinned else None, hidden=None if hidden else False,
