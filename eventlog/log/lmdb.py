@@ -669,8 +669,8 @@ class _Environment:
                 earlier = [pid for pid in self._unaware_pids() if pid != -1]
                 if earlier:
                     raise EarlierProcessError(
-                        "log", f"process(es) {', '.join(map(str, earlier))} of an earlier eventlog have the log "
-                               "open, and a compaction would lose what they write",
+                        "log", f"process(es) {', '.join(map(str, earlier))} of an earlier eventlog (or another LMDB "
+                               "program) have the log open, and a compaction would lose what they write",
                         hint="stop them (or let them finish), then run `eventlog compact`; nothing was changed")
             before = _file_size(old_dir / "data.mdb")
             txn = self._env.begin(write=True)  # LMDB's mutex as well: no writer of any version meanwhile
@@ -731,8 +731,8 @@ class _Environment:
             if unaware:  # they may still append with it: keep it (marked) for a later compaction
                 log_warn(f"the log's compression dictionary still holds fragments of erased events: "
                          f"process(es) {', '.join(map(str, unaware)) if unaware != [-1] else '(unknown)'} "
-                         "of an earlier eventlog have the log open; run `eventlog compact` once they have "
-                         "closed it")
+                         "of an earlier eventlog (or another LMDB program) have the log open; run `eventlog compact` "
+                         "once they have closed it")
                 retired = set()
         recode: tuple[stored.Compression, stored.Compression] | None = None
         new_dict: tuple[int, bytes, int, int] | None = None
@@ -2212,7 +2212,7 @@ class EventLog(LogBase):
             self.compact()
         except EarlierProcessError as e:
             log_warn(f"the erase is recorded and its content gone from every read, but the log was not compacted: "
-                     f"{e}; until `eventlog compact` runs after they stop, its free pages keep the erased bytes")
+                     f"{e.message}; until `eventlog compact` runs after they stop, its free pages keep the erased bytes")
             return False
         return True
 
