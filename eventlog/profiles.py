@@ -117,6 +117,10 @@ def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bo
     return d
 
 
+GENERATION_RE = re.compile(r"g[1-9][0-9]{0,8}")
+"""A log generation folder's name (``log/g<N>``, named by ``log/current`` once compacted)."""
+
+
 def refuse_lost_log(d: Path) -> None:
     """Refuse to open a profile whose log is gone while its projections remain — its ``log/``
     directory, or the data file in it (``log/data.mdb``, or the generation ``log/current``
@@ -128,7 +132,7 @@ def refuse_lost_log(d: Path) -> None:
         if os.path.lexists(log_dir / "current") or (log_dir / "data.mdb").is_file():
             return  # a generation named by ``current`` without its data file is the log's own refusal
         try:
-            generations = sorted((n for n in os.listdir(log_dir) if re.fullmatch(r"g[0-9]+", n)),
+            generations = sorted((n for n in os.listdir(log_dir) if GENERATION_RE.fullmatch(n)),
                                  key=lambda n: int(n[1:]))
         except OSError:
             pass

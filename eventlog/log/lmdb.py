@@ -29,7 +29,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import re
 import struct
 import sys
 import threading
@@ -72,6 +71,7 @@ from eventlog.log.base import (
 from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import (
     FILE_MODE,
+    GENERATION_RE,
     flock_holder,
     flock_until,
     fsync_dir,
@@ -189,7 +189,6 @@ def _nearly_full(path: Path) -> bool:
     return st.f_bavail * st.f_frsize < 4 * 1024 * 1024
 
 
-GENERATION_RE = re.compile(r"g[1-9][0-9]{0,8}")
 CURRENT = "current"
 _RETIRED = "/proc/eventlog/this-log-moved-to-a-generation-folder"
 """Where a retired first-layout data.mdb/lock.mdb points: a path nothing can create, so a program

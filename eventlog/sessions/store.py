@@ -1064,8 +1064,13 @@ class SessionStore:
                 return [], 0, 0
             events = [env for member in members for env in self.log.read_session(member)]
             if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
-                for top in self._tops(members):
-                    self._keep_lineage_flags(self._parent_in_log(top), set(members))
+                # each erased lineage's top: its parent (as its creation, read above, names it) stays
+                inside = set(members)
+                for env in events:
+                    parent = env["data"].get("parent_session_id") if env.get("type") == "session.created" \
+                        and isinstance(env.get("data"), dict) else None
+                    if isinstance(parent, str) and parent not in inside:
+                        self._keep_lineage_flags(parent, inside)
             data = {**record, "sessions": members}
             for gone in members:
                 self._live.pop(gone, None)
@@ -1104,20 +1109,6 @@ class SessionStore:
         else:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
         return members, seq, erased
-
-    def _parent_in_log(self, sid: str) -> str | None:
-        """The parent ``sid``'s creation names (None: none, or its creation was erased)."""
-        for env in self.log.read_session(sid):
-            if env.get("type") == "session.created":
-                data = env.get("data")
-                parent = data.get("parent_session_id") if isinstance(data, dict) else None
-                return parent if isinstance(parent, str) else None
-        return None
-
-    def _tops(self, members: list[str]) -> list[str]:
-        """The sessions of ``members`` whose parent is not among them (each erased lineage's top)."""
-        inside = set(members)
-        return [m for m in members if self._parent_in_log(m) not in inside]
 
     def finish_erase(self) -> int:
         """Finish an erase whose process was killed after the erase was committed but before
@@ -1168,32 +1159,47 @@ class SessionStore:
     def _lineage_in_log(self, sid: str, children: dict[str, list[str]] | None = None) -> list[str]:
         """``sid`` and its descendants, live or deleted, read from the log (erased ones count
         too: the stubs keep their session). Empty when the log never had ``sid``. ``children``:
-        :meth:`_children_in_log`, when the caller already read it (one scan for many sessions)."""
+        :meth:`_scan_lineages`, when the caller already read it (one scan for many sessions)."""
         if not any(env.get("type") == "session.created" for env in self.log.read_session(sid)):
             return []
         members, frontier = [sid], {sid}
         if children is None:
-            children = self._children_in_log()
+            children = self._scan_lineages()[0]
         while frontier:
             nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
             members.extend(sorted(nxt))
             frontier = nxt
         return members
 
-    def _children_in_log(self) -> dict[str, list[str]]:
-        """Every session's children as the log names them (one scan)."""
+    def _scan_lineages(self, cutoff: float | None = None) -> tuple[dict[str, list[str]], list[str]]:
+        """One scan of the log: every session's children as the log names them, and (with
+        ``cutoff``, seconds) the deleted sessions whose last event is older than it and whose
+        words the log still holds — a tombstone hides a session from every read model, so
+        retention finds them here: a delete must not outlive a retention policy."""
         children: dict[str, list[str]] = {}
+        last: dict[str, int] = {}
+        words: set[str] = set()
+        deleted: dict[str, None] = {}  # in log order
         for env in self.log.read():
+            sid = env.get("session")
+            if cutoff is not None and isinstance(sid, str):
+                if env.get("type") != "session.deleted":  # the delete itself is not activity
+                    last[sid] = int(env.get("ts") or 0)
+                if env.get("erased") is not True:
+                    words.add(sid)
+                if env.get("type") == "session.deleted":
+                    deleted.setdefault(sid)
             if env.get("type") == "session.created" and isinstance(env.get("data"), dict):
                 parent = env["data"].get("parent_session_id")
-                if isinstance(parent, str) and isinstance(env.get("session"), str):
-                    children.setdefault(parent, []).append(env["session"])
+                if isinstance(parent, str) and isinstance(sid, str):
+                    children.setdefault(parent, []).append(sid)
             elif env.get("type") == "log.erased" and isinstance(env.get("data"), dict):
                 # An erased session.created no longer names its parent; the erase record does.
                 named = env["data"].get("sessions")
                 if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
                     children.setdefault(named[0], []).extend(n for n in named[1:])
-        return children
+        limit = (cutoff or 0) * 1e9
+        return children, [sid for sid in deleted if sid in words and last.get(sid, 0) < limit]
 
     def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
                   by: str | None = None) -> dict[str, Any]:
@@ -1211,11 +1217,11 @@ class SessionStore:
         def pick() -> list[str]:
             live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
             active = {s["id"]: s.get("last_activity_at") or s.get("started_at") or 0 for s in live}
-            children = self._children_in_log()
+            children, deleted = self._scan_lineages(cutoff)
             members: list[str] = []
             # A session whose parent is gone (deleted or erased) is the root of what is left.
             roots = [s["id"] for s in live if s.get("parent_session_id") not in active and active[s["id"]] < cutoff]
-            for sid in roots + self._deleted_with_words(cutoff):
+            for sid in roots + deleted:
                 lineage = self._lineage_in_log(sid, children)
                 if any(active.get(m, 0) >= cutoff for m in lineage):
                     continue  # a descendant is still in use: the lineage is not old
@@ -1228,26 +1234,6 @@ class SessionStore:
         if not members:
             self.finish_erase()  # an earlier erase killed before its files were clean
         return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": False}
-
-    def _deleted_with_words(self, cutoff: float) -> list[str]:
-        """Deleted (tombstoned) sessions whose last event is older than ``cutoff`` (seconds) and
-        whose words the log still holds: a tombstone hides a session from every read model, so
-        retention finds them in the log (one scan) — a delete must not outlive a retention policy."""
-        last: dict[str, int] = {}
-        words: set[str] = set()
-        deleted: list[str] = []
-        for env in self.log.read():
-            sid = env.get("session")
-            if not isinstance(sid, str):
-                continue
-            if env.get("type") != "session.deleted":  # the delete itself is not activity
-                last[sid] = int(env.get("ts") or 0)
-            if env.get("erased") is not True:
-                words.add(sid)
-            if env.get("type") == "session.deleted" and sid not in deleted:
-                deleted.append(sid)
-        limit = cutoff * 1e9
-        return [sid for sid in deleted if sid in words and last.get(sid, 0) < limit]
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file so freed space returns to the filesystem (LMDB log only); see

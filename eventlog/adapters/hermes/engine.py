@@ -239,9 +239,9 @@ class Engine:
             target = os.readlink(self.layout.pointer)
         except OSError:
             target = None
-        if self._writer is not None and target is not None and target == self._writer_target:
-            if _file_id(self.layout.pointer) == self._writer_id:
-                return self._writer
+        same_link = self._writer is not None and target is not None and target == self._writer_target
+        if same_link and _file_id(self.layout.pointer) == self._writer_id:
+            return self._writer  # type: ignore[return-value]
         if self.layout.is_foreign_file():
             # Something not ours was put at db_path while this engine ran: a Hermes database with
             # sessions is refused, anything else kept aside — never covered by the rebuild's link
@@ -254,7 +254,7 @@ class Engine:
 
             adopt(self.layout)
             self._validated = self._served = None
-        elif self._writer is not None and target is not None and target == self._writer_target:
+        elif same_link:
             log.warning("hermes projection %s: the file under the writer was removed or replaced; rebuilding it"
                         " from the log", self.layout.pointer)
             self._validated = self._served = None  # checked again; readers of this process follow

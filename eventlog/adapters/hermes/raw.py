@@ -88,34 +88,11 @@ _UPSERT_TAIL = re.compile(r"\bDO\s*$", re.I)
 def without_comments(sql: str) -> str:
     """``sql`` with every ``-- ...`` and ``/* ... */`` comment outside quotes replaced by one
     space (quoted text, identifiers included, is kept as it is)."""
-    out: list[str] = []
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"`[":
-            close = "]" if ch == "[" else ch
-            j = i + 1
-            while j < n:
-                if sql[j] == close:
-                    if close != "]" and j + 1 < n and sql[j + 1] == close:  # a doubled quote
-                        j += 2
-                        continue
-                    break
-                j += 1
-            out.append(sql[i:j + 1])
-            i = j + 1
-        elif sql.startswith("--", i):
-            j = sql.find("\n", i)
-            out.append(" ")
-            i = n if j < 0 else j
-        elif sql.startswith("/*", i):
-            j = sql.find("*/", i + 2)
-            out.append(" ")
-            i = n if j < 0 else j + 2
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    return _COMMENT_OR_QUOTED.sub(lambda m: m.group(1) or " ", sql)
+
+
+_COMMENT_OR_QUOTED = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*"|`[^`]*`|\[[^\]]*\])|--[^\n]*|/\*.*?(?:\*/|$)""",
+                                re.S)
 
 
 def check_target(sql: str) -> None:
