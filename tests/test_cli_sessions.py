@@ -225,3 +225,18 @@ def test_a_relative_workspace_is_this_folder_s(home: Path, tmp_path: Path, monke
     for arg in (".", "app", "./app/"):
         code, out, err = cli(home, "sessions", "list", "--workspace", arg, "--json")
         assert code == 0 and [s["id"] for s in json.loads(out)] == [here], (arg, out, err)
+
+
+def test_messages_add_content_file_refuses_bytes_that_are_not_utf8(home: Path, tmp_path: Path) -> None:
+    """It stored them as U+FFFD, changing the message without a word (found by an outside audit)."""
+    sid = new(home)
+    f = tmp_path / "latin1.txt"
+    f.write_bytes("caf\u00e9 ok".encode("latin-1"))
+    code, out, err = cli(home, "messages", "add", sid, "--role", "user", "--content-file", str(f))
+    assert code == 1 and out == ""
+    assert err.startswith("error: invalid --content-file: ") and "0xe9 at offset 3" in err, err
+    assert json.loads(cli(home, "sessions", "show", sid, "--json")[1])["session"]["message_count"] == 0
+    f.write_bytes("caf\u00e9 \U0001f600".encode())
+    assert cli(home, "messages", "add", sid, "--role", "user", "--content-file", str(f))[0] == 0
+    shown = json.loads(cli(home, "sessions", "show", sid, "--json")[1])
+    assert [m["content"] for m in shown["messages"]] == ["caf\u00e9 \U0001f600"]

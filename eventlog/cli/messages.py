@@ -8,6 +8,17 @@ import click
 from eventlog.cli.common import Ctx, emit_json, handled, json_option, options_named, pass_ctx
 
 
+def _utf8(raw: bytes) -> str:
+    """The file's text; a byte that is not UTF-8 is refused by its offset rather than stored as U+FFFD,
+    which would change the message without saying so."""
+    from eventlog.errors import ValidationError
+
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValidationError("--content-file", f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+
+
 @click.group()
 def messages() -> None:
     """Add messages to sessions."""
@@ -17,19 +28,19 @@ def messages() -> None:
 @click.argument("session_id")
 @click.option("--role", required=True, type=click.Choice(["system", "user", "assistant", "tool", "session_meta"]))
 @click.option("--content", default=None, help="The message text.")
-@click.option("--content-file", type=click.File("r", encoding="utf-8", errors="replace"), default=None,
+@click.option("--content-file", type=click.File("rb"), default=None,
               help="Read the message text from a file ('-' for stdin).")
 @click.option("--tool-name", default=None, help="Tool name (for role tool).")
 @json_option
 @pass_ctx
 @handled
-def messages_add(c: Ctx, session_id: str, role: str, content: str | None, content_file: IO[str] | None,
+def messages_add(c: Ctx, session_id: str, role: str, content: str | None, content_file: IO[bytes] | None,
                  tool_name: str | None, as_json: bool) -> None:
     """Append a message and say its id (the seq of its event; --json for scripts)."""
     if content is not None and content_file is None:
         text = content
     elif content is None and content_file is not None:
-        text = content_file.read()
+        text = _utf8(content_file.read())
     else:
         raise click.UsageError("give exactly one of --content and --content-file")
     options = {"content": "--content-file" if content_file is not None else "--content",
