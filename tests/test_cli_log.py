@@ -209,3 +209,18 @@ def test_doctor_names_what_a_stopped_compaction_left(tmp_path: Path) -> None:
     assert code == 0 and "note: log/g1.tmp is a copy of the log that a compaction stopped" in out
     assert run(tmp_path, "compact")[0] == 0 and not left.exists()
     assert "leftovers" not in json.loads(run(tmp_path, "doctor", "--json")[1])["log"]
+
+
+def test_an_empty_log_url_on_the_command_line_is_a_usage_error(tmp_path: Path) -> None:
+    """`--log-url ''` used the home's log without a word, so a script whose URL variable was unset
+    wrote beside the server it meant to use. An empty $EVENTLOG_LOG_URL still means "not set"."""
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    home = tmp_path / "home"
+    typed = subprocess.run([exe, "--home", str(home), "--log-url", "", "init"], capture_output=True, text=True,
+                           timeout=60)
+    assert typed.returncode == 2 and "--log-url" in typed.stderr and "must not be empty" in typed.stderr
+    assert not (home / "profiles").exists()
+    unset = subprocess.run([exe, "--home", str(home), "init"], capture_output=True, text=True, timeout=60,
+                           env={**__import__("os").environ, "EVENTLOG_LOG_URL": ""})
+    assert unset.returncode == 0, unset.stderr
+    assert (home / "profiles" / "default" / "log" / "data.mdb").exists()

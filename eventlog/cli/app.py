@@ -130,6 +130,10 @@ def main(ctx: click.Context, home: str | None, profile: str, log_url: str | None
         validate_profile(profile)
     except ValidationError as e:
         raise click.BadParameter(str(e), param_hint="--profile") from None
+    if log_url == "" and ctx.get_parameter_source("log_url") == click.core.ParameterSource.COMMANDLINE:
+        # an empty $EVENTLOG_LOG_URL means "not set"; typed on the command line it is a mistake, and
+        # going on would quietly use the home's log instead of the server the user meant
+        raise click.BadParameter("must not be empty", param_hint="--log-url")
     try:
         ctx.obj = Ctx(home, profile, log_url or None)
     except ValidationError as e:  # an empty home, a NUL, a path through a file: bad usage
