@@ -30,7 +30,6 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 from __future__ import annotations
 
 import bisect
-import hashlib
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
 
@@ -90,7 +89,7 @@ def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progre
                 damage = checked.damage
             if damage is None:
                 for env in log.read_session(session):
-                    out.write(codec.canonical(env) + b"\n")
+                    out.write(codec.sealed_bytes(env) + b"\n")
                     n += 1
     except (EventLogError, BrokenPipeError):
         raise  # a reader that went away (`export - | head`) is the caller's to judge: the CLI exits 0
@@ -137,7 +136,7 @@ def _stored_form(raw: bytes, env: dict[str, Any]) -> bytes:
     """The bytes the log would store for a line's envelope (its canonical encoding), or the line
     as it is when it has none (a lone surrogate: no chain holds one)."""
     try:
-        return codec.canonical(env)
+        return codec.sealed_bytes(env)
     except TypeError:  # orjson.JSONEncodeError
         return raw
 
@@ -179,9 +178,8 @@ def _tampered(env: dict[str, Any]) -> str | None:
     prev = env.get("prev")
     if not isinstance(claimed, str) or not isinstance(prev, str):
         return "its hash or prev is not a string"
-    body = {k: v for k, v in env.items() if k != "hash"}
     try:
-        actual = hashlib.sha256(bytes.fromhex(prev) + codec.canonical(body)).hexdigest()
+        actual = codec.hash_without(codec.sealed_bytes(env), claimed, prev)
     except (ValueError, TypeError):
         return "its prev is not a sha256 hex digest, or it does not re-encode"
     return None if actual == claimed else "its hash does not match its content"

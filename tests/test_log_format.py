@@ -362,3 +362,99 @@ def test_a_dictionary_id_that_names_other_bytes_is_loaded_again() -> None:
     reader = stored.Compression(lambda i: stored_dicts.get(i))  # a process that only knows the new ones
     assert (dict_id, reader.decompress(codec_id, 1, payload)) == (1, sample)
     assert comp.decompress(codec_id, 1, payload) == sample
+
+
+LEGACY_ORJSON = r'''
+import re, sys
+import orjson
+
+real = orjson.dumps
+NUMBER_EXPONENT = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<=[0-9])e\+(?=[0-9])', re.S)
+
+
+def dumps(obj, default=None, option=None):  # what orjson before 3.11 writes: 1e30, not 1e+30
+    out = real(obj, default=default, option=option)
+    return NUMBER_EXPONENT.sub(lambda m: m.group(0) if m.group(0)[:1] == b'"' else b"e", out)
+
+
+orjson.dumps = dumps
+assert orjson.dumps([1e30, "1e+30"]) == b'[1e30,"1e+30"]'
+from eventlog.log.lmdb import EventLog
+
+with EventLog.open(sys.argv[1]) as log:
+    assert log.verify().ok, log.verify()
+    log.append([{"type": "metric.seen", "session": "s1", "data": {"n": float(sys.argv[2]), "when": "e+1"}}])
+    assert log.verify().ok
+'''
+
+
+def test_a_log_sealed_under_either_orjson_float_spelling_stays_intact(tmp_path: Path) -> None:
+    """orjson spells 1e30 as ``1e30`` before 3.11 and ``1e+30`` since, and the chain covers the
+    bytes as sealed: a log written under orjson 3.10 read as damaged under 3.13 (every append
+    refused, its export refused by import), and the other way round (found by an outside audit).
+    An older orjson is stood in for by one whose output is respelled the way it wrote it."""
+    from sqlite_export.jsonl import export_jsonl, import_jsonl
+
+    p = tmp_path / "log"
+    old = subprocess.run([sys.executable, "-c", LEGACY_ORJSON, str(p), "1e30"], capture_output=True, text=True,
+                         timeout=120)
+    assert old.returncode == 0, old.stderr
+    with EventLog.open(p) as lg:
+        raw = dict(lg.read(1, raw=True))[1]
+        assert b'"n":1e30' in raw and b'"when":"e+1"' in raw
+        assert lg.verify().ok
+        lg.append([{"type": "metric.seen", "session": "s1", "data": {"n": 2.5e17}}])
+        lg.append([{"type": "metric.seen", "session": "s2", "data": {"n": -3e300}}])
+        assert lg.verify().ok and [e["data"]["n"] for e in lg.read(1)] == [1e30, 2.5e17, -3e300]
+        assert [r for *_, r in lg.read_checked(1, 3, codec.ZERO_HASH)] == [None] * 3  # what catch-ups read
+        whole, one = tmp_path / "whole.jsonl", tmp_path / "s1.jsonl"
+        with whole.open("wb") as out:
+            export_jsonl(lg, out)
+        with one.open("wb") as out:
+            export_jsonl(lg, out, session="s1")
+        head = lg.head()
+    for name, file, mode in (("restored", whole, True), ("appended", one, False)):
+        with EventLog.open(tmp_path / name) as other, file.open("rb") as lines:
+            import_jsonl(other, lines, whole=mode)
+            assert other.verify().ok, name
+            assert [e["data"]["n"] for e in other.read(1)] == ([1e30, 2.5e17, -3e300] if mode else [1e30, 2.5e17])
+            if mode:
+                assert other.head() == head
+    with EventLog.open(p) as lg:
+        lg.compact()
+        assert lg.verify().ok and lg.head() == head
+    again = subprocess.run([sys.executable, "-c", LEGACY_ORJSON, str(p), "4e20"], capture_output=True, text=True,
+                           timeout=120)
+    assert again.returncode == 0, again.stderr  # the older orjson reads what the newer one sealed
+    with EventLog.open(p) as lg:
+        assert lg.verify().ok and lg.head()[0] == 4
+
+
+def test_respelling_touches_numbers_only() -> None:
+    """Any orjson this project allows writes one of the two spellings (a third would fail here)."""
+    plus = b'{"a":[1e+30,-2.5e+17,1e-7,3.0],"e+1":"1e+30 and 2e5","n":12}'
+    plain = b'{"a":[1e30,-2.5e17,1e-7,3.0],"e+1":"1e+30 and 2e5","n":12}'
+    encoded = codec.canonical({"a": [1e30, -2.5e+17, 1e-7, 3.0], "e+1": "1e+30 and 2e5", "n": 12})
+    assert encoded in (plus, plain)
+    assert codec.respelled(encoded) == (plain if encoded == plus else plus)
+    assert codec.respelled(codec.respelled(encoded) or b"") == encoded
+    assert codec.respelled(b'{"a":"1e+30","b":[1e-5,"\\"2e+3"]}') is None
+    assert codec.same_canonical(encoded, codec.respelled(encoded) or b"")
+    assert not codec.same_canonical(encoded, encoded.replace(b"3.0", b"4.0"))
+
+
+def test_a_first_format_log_written_under_the_older_float_spelling_stays_intact(tmp_path: Path) -> None:
+    """The same in a format-1 log (canonical JSON stored as it is), as catch-ups read it."""
+    log_dir = tmp_path / "profiles" / "legacy"
+    log_dir.mkdir(parents=True)
+    with tarfile.open(DATA / "format1-log.tgz") as tar:
+        tar.extractall(log_dir)
+    p = log_dir / "log"
+    old = subprocess.run([sys.executable, "-c", LEGACY_ORJSON, str(p), "1e30"], capture_output=True, text=True,
+                         timeout=120)
+    assert old.returncode == 0, old.stderr
+    assert stored_values(p)[145].startswith(b'{"data":{"n":1e30,')
+    with EventLog.open(p) as lg:
+        assert lg.verify().ok
+        checked = list(lg.read_checked(140, 145, lg.hash_at(139) or ""))
+        assert [r for *_, r in checked] == [None] * 6 and checked[-1][2]["data"]["n"] == 1e30

@@ -3,7 +3,9 @@
 Canonical bytes are ``orjson.dumps(obj, option=OPT_SORT_KEYS)``. An event's hash is
 ``sha256(bytes.fromhex(prev) + canonical(event without "hash"))``. The stored value is the
 canonical encoding of the whole envelope, hash included, so a stored event re-encodes to
-exactly its own bytes — anything else is tampering.
+exactly its own bytes — anything else is tampering — with one allowance: orjson has spelled a
+float's positive exponent two ways (``1e30`` before 3.11, ``1e+30`` since), so an event keeps the
+spelling it was sealed with and is read as canonical in either (:func:`same_canonical`).
 
 Only plain JSON is accepted (dict with str keys, list, str, int within 64 bits, finite float,
 bool, None): nothing is ever pickled, evaluated or coerced from another type on load.
@@ -48,6 +50,71 @@ def _sha256(data: bytes) -> Any:
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, compact, UTF-8."""
     return orjson.dumps(obj, option=_SORT)
+
+
+_EXPONENT_HINT = re.compile(rb"[0-9]e\+?[0-9]")
+_EXPONENT_OR_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"|(?<=[0-9])e\+?(?=[0-9])', re.S)
+"""A JSON string (skipped whole) or a number's positive exponent marker (``e`` or ``e+``)."""
+
+
+def _toggle(m: re.Match[bytes]) -> bytes:
+    found = m.group(0)
+    if found[:1] == b'"':
+        return found
+    return b"e" if found == b"e+" else b"e+"
+
+
+def respelled(encoded: bytes) -> bytes | None:
+    """Canonical bytes ``encoded`` with every float's positive exponent spelled the other way
+    orjson has spelled it (``1e30`` / ``1e+30``), or None when it holds no such number. Text
+    inside strings is never touched. One orjson writes one spelling, so an event sealed by any
+    version is ``canonical(event)`` or this."""
+    if _EXPONENT_HINT.search(encoded) is None:
+        return None
+    other = _EXPONENT_OR_STRING.sub(_toggle, encoded)
+    return None if other == encoded else other
+
+
+def same_canonical(encoded: bytes, raw: bytes | memoryview) -> bool:
+    """True when stored bytes ``raw`` are ``encoded`` (this orjson's canonical bytes of what they
+    decode to) in either exponent spelling: a log written under an orjson before 3.11 stays
+    intact under a later one, and the other way round."""
+    raw = bytes(raw)
+    return encoded == raw or (len(encoded) != len(raw) and respelled(encoded) == raw)
+
+
+def hash_without(raw: bytes, claimed: str, prev: str) -> str | None:
+    """The hash of stored envelope bytes ``raw`` with its ``"hash"`` field left out — the body
+    exactly as it was sealed, whatever the spelling — or None when ``raw`` has no such field.
+    Raises ``ValueError`` when ``prev`` is not hex. Canonical bytes sort ``hash`` right after
+    ``data``: the field is the last of its form."""
+    token = b',"hash":"' + claimed.encode() + b'"'
+    at = raw.rfind(token)
+    if at >= 0:
+        body = raw[:at] + raw[at + len(token):]
+    elif raw.startswith(b'{' + token[1:] + b","):  # no field sorts before it (no data)
+        body = b"{" + raw[len(token) + 1:]
+    elif raw == b"{" + token[1:] + b"}":
+        body = b"{}"
+    else:
+        return None
+    return _sha256(bytes.fromhex(prev) + body).hexdigest()
+
+
+def sealed_bytes(env: dict[str, Any]) -> bytes:
+    """The canonical bytes of a sealed envelope in the exponent spelling its hash covers (the
+    bytes its log stores and an export must carry), or ``canonical(env)`` when neither does."""
+    encoded = canonical(env)
+    other = respelled(encoded)
+    claimed, prev = env.get("hash"), env.get("prev")
+    if other is None or not isinstance(claimed, str) or not isinstance(prev, str):
+        return encoded
+    try:
+        if hash_without(encoded, claimed, prev) != claimed and hash_without(other, claimed, prev) == claimed:
+            return other
+    except ValueError:
+        pass
+    return encoded
 
 
 def decode(raw: bytes | memoryview) -> dict[str, Any]:
@@ -372,19 +439,20 @@ def check_stored(raw: bytes, expect_seq: int, expect_prev: str) -> tuple[dict[st
             return env, "erased event is not in its canonical form"
         return env, None
     claimed = env.get("hash")
-    body = dict(env)
-    body.pop("hash", None)
     try:
-        encoded = canonical(body)
+        as_stored = same_canonical(canonical(env), raw)
+        # the bytes the hash is checked on: as stored when they are canonical, else the event's
+        # canonical form (then a change of content is named as such, a reformatting as not canonical)
+        form = bytes(raw) if as_stored else sealed_bytes(env)
     except orjson.JSONEncodeError as e:
         return env, f"event does not re-encode ({e})"
     try:
-        actual = _sha256(bytes.fromhex(expect_prev) + encoded).hexdigest()
+        actual = hash_without(form, claimed, expect_prev) if isinstance(claimed, str) else None
     except ValueError:
         return env, "prev is not a hex sha256"
-    if actual != claimed:
+    if actual is None or actual != claimed:
         return env, "hash does not match the event's bytes"
-    if canonical(env) != bytes(raw):
+    if not as_stored:
         return env, "stored bytes are not the canonical encoding of the event"
     return env, None
 

@@ -374,7 +374,7 @@ def checked_envelope(seq: int, value: bytes, prev: str, compression: Compression
     except orjson.JSONDecodeError as e:
         return None, f"stored bytes are not a JSON object ({e})"
     try:
-        if orjson.dumps(data, option=_SORT) != raw:
+        if not codec.same_canonical(orjson.dumps(data, option=_SORT), raw):
             return None, "stored bytes are not the canonical encoding of the event"
     except orjson.JSONEncodeError as e:
         return None, f"event does not re-encode ({e})"
