@@ -98,7 +98,8 @@ def hash_without(raw: bytes, claimed: str, prev: str) -> str | None:
         body = b"{}"
     else:
         return None
-    return _sha256(bytes.fromhex(prev) + body).hexdigest()
+    digest: str = _sha256(bytes.fromhex(prev) + body).hexdigest()
+    return digest
 
 
 def sealed_bytes(env: dict[str, Any]) -> bytes:
