@@ -366,3 +366,34 @@ def test_a_plain_event_with_a_lone_surrogate_escape_imports_as_append_takes_it(t
         assert import_jsonl(store.log, [line]).imported == 0  # and again: found, not refused
     with EventLog.open(tmp_path / "b", durability="nosync") as lg, pytest.raises(ValidationError):
         import_jsonl(lg, [b'{"id": "e1", "type": "session.created", "data": {"title": "\xff"}}'])  # bytes stay refused
+
+
+def test_a_deleted_parent_and_its_childrens_deletes_append_as_exported(tmp_path: Path) -> None:
+    """SessionStore deletes a session's descendants after it, each by its own event; appended
+    anew (a file that is not one whole chain), the child's delete was refused as naming a session
+    that does not exist, so no such export could be imported (found by an outside audit). A
+    delete of a session that was never created, or deleted twice by its own events, still is."""
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        keep = a.create_session(source="cli")
+        a.append_message(keep, "user", "kept")
+        parent = a.create_session(source="cli")
+        child = a.create_session(source="cli", parent_session_id=parent)
+        a.append_message(child, "user", "in the child")
+        a.delete_session(parent)
+        lines = dump(a.log).splitlines()
+    cut = lines[:1] + lines[2:]  # a line missing: not one whole chain, appended as new events
+    with SessionStore.open(tmp_path, "b", follower=False) as b:
+        assert import_jsonl(b.log, cut).mode == "appended"
+        assert [s["id"] for s in b.list_sessions()] == [keep]
+        assert b.get_session(parent) is None and b.get_session(child) is None
+    import orjson
+
+    child_delete = next(ln for ln in lines if orjson.loads(ln)["type"] == "session.deleted"
+                        and orjson.loads(ln)["session"] == child)
+    for n, bad in enumerate(([_rehashed(child_delete, session="never-made")], cut + [_rehashed(child_delete, id="again-1")])):
+        with EventLog.open(tmp_path / f"c{n}", durability="nosync") as c:
+            with pytest.raises(ValidationError, match="does not exist"):
+                import_jsonl(c, bad)
+            assert c.head()[0] == 0
