@@ -242,6 +242,17 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         if why is not None:
             raise IntegrityError(f"line {n} (seq {env.get('seq')!r}): {why}; nothing was imported",
                                  hint="the file was changed after it was exported: import an untouched export")
+    last: tuple[int, int] | None = None  # (line, seq) of the last line that carried a seq
+    for n, _, env in items:  # an export writes its events in seq order, and appending keeps the file's order
+        seq = env.get("seq")
+        if type(seq) is not int:
+            continue
+        if last is not None and seq <= last[1]:
+            raise IntegrityError(f"line {n} holds seq {seq} after seq {last[1]} (line {last[0]}): the lines are "
+                                 "out of order; nothing was imported",
+                                 hint="an export's lines are in seq order: import an untouched export, each "
+                                      "export on its own")
+        last = (n, seq)
     plain = not any(k in env for _, _, env in items for k in ("seq", "prev", "hash"))
     refs = _References(items, log)
     fresh: list[tuple[int, dict[str, Any]]] = []  # (line, event)
@@ -270,7 +281,9 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                 codec.prepare(form, n).same_content(stored) for form in (renumbered, _source_time(renumbered, env))):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
-    if fresh and not onto_other_history and head > 0:  # (a file whose events are all here is a no-op)
+    # A file whose events are all here is a no-op; a log that holds only this file's events is an
+    # import of it that stopped part way (killed between chunks), and goes on.
+    if fresh and not onto_other_history and head > 0 and present < head:
         raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
                             hint="import into a new profile (--profile NEW); appended after other history the "
                                  "events would get new seqs and times")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.errors import DuplicateEventError, IntegrityError, ValidationError
+from eventlog.errors import ConflictError, DuplicateEventError, IntegrityError, ValidationError
 from eventlog.log import EventLog
 from sqlite_export.jsonl import export_jsonl, import_jsonl
 
@@ -392,8 +392,77 @@ def test_a_deleted_parent_and_its_childrens_deletes_append_as_exported(tmp_path:
 
     child_delete = next(ln for ln in lines if orjson.loads(ln)["type"] == "session.deleted"
                         and orjson.loads(ln)["session"] == child)
-    for n, bad in enumerate(([_rehashed(child_delete, session="never-made")], cut + [_rehashed(child_delete, id="again-1")])):
+    twice = cut + [_rehashed(child_delete, id="again-1", seq=99)]
+    for n, bad in enumerate(([_rehashed(child_delete, session="never-made")], twice)):
         with EventLog.open(tmp_path / f"c{n}", durability="nosync") as c:
             with pytest.raises(ValidationError, match="does not exist"):
                 import_jsonl(c, bad)
             assert c.head()[0] == 0
+
+
+def test_an_append_import_stopped_part_way_goes_on_when_run_again(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import appends in chunks; one killed between chunks left a profile that the same
+    import then refused ("already holds N events that are not the start of this export"), so
+    it could never be finished in place (found by an outside audit). The log holds only this
+    file's events: the import goes on, and the result is the one an unbroken import gives."""
+    import sqlite_export.jsonl as jsonl
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        a.create_session(id="other", source="cli")
+        a.create_session(id="s", source="cli")
+        firsts = [a.append_message("s", "user", f"m{i}") for i in range(12)]
+        a.react(firsts[1], "ana", "👍")
+        buf = io.BytesIO()
+        export_jsonl(a.log, buf, session="s")
+        want = [(m["content"], m["role"]) for m in a.get_messages("s")]
+    lines = buf.getvalue().splitlines()
+    monkeypatch.setattr(jsonl, "CHUNK", 4)
+    real, calls = EventLog.append, []
+
+    def stops_after_two_chunks(self: EventLog, events: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(events))
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # the process stops here, between chunks
+        return real(self, events, *args, **kwargs)
+
+    with SessionStore.open(tmp_path, "b", follower=False) as b:
+        monkeypatch.setattr(EventLog, "append", stops_after_two_chunks)
+        with pytest.raises(KeyboardInterrupt):
+            import_jsonl(b.log, lines, onto_other_history=False)
+        monkeypatch.setattr(EventLog, "append", real)
+        assert b.log.head()[0] == 8
+        done = import_jsonl(b.log, lines, onto_other_history=False)
+        assert (done.mode, done.imported, done.already_present) == ("appended", len(lines) - 8, 8)
+        assert [(m["content"], m["role"]) for m in b.get_messages("s")] == want
+        reacted = [m["content"] for m in b.get_messages("s") if b.get_reactions(m["id"])]
+        assert reacted == ["m1"]
+        assert import_jsonl(b.log, lines, onto_other_history=False).imported == 0  # and again: nothing
+        b.create_session(id="mine", source="cli")
+    with SessionStore.open(tmp_path, "b", follower=False) as b, pytest.raises(ConflictError):
+        import_jsonl(b.log, [_rehashed(lines[2], id="new-1")], onto_other_history=False)  # other history now
+
+
+def test_an_export_whose_lines_were_reordered_is_refused(tmp_path: Path) -> None:
+    """Lines appended in file order: two swapped lines turned a message that is live at the
+    source into a rewound one, with only the "not one whole chain" note (found by an outside
+    audit). An export's lines are in seq order: a file whose seqs go back is refused."""
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        a.create_session(source="cli")  # so that the session's export is not a whole chain
+        sid = a.create_session(source="cli")
+        first = a.append_message(sid, "user", "one")
+        a.append_message(sid, "user", "two")
+        a.rewind(sid, first)
+        a.append_message(sid, "user", "three")
+        buf = io.BytesIO()
+        export_jsonl(a.log, buf, session=sid)
+    lines = buf.getvalue().splitlines()
+    swapped = lines[:2] + [lines[3], lines[2]] + lines[4:]
+    with EventLog.open(tmp_path / "b", durability="nosync") as b:
+        with pytest.raises(IntegrityError, match=r"line 4 holds seq \d+ after seq \d+ \(line 3\)"):
+            import_jsonl(b, swapped)
+        assert b.head()[0] == 0
+        assert import_jsonl(b, lines).mode == "appended"
