@@ -30,6 +30,7 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
 
@@ -46,6 +47,36 @@ CHUNK = 2000
 Progress = Callable[[int, int], None]
 
 
+def _note_parent(parents: dict[str, str | None], env: dict[str, Any] | None) -> None:
+    """Record the parent of a session whose creation ``env`` is (an erased one says nothing)."""
+    if env is not None and env.get("type") == "session.created" and isinstance(env.get("data"), dict):
+        parent = env["data"].get("parent_session_id")
+        if isinstance(env.get("session"), str):
+            parents[env["session"]] = parent if isinstance(parent, str) else None
+
+
+def _lineage(parents: dict[str, str | None], session: str) -> set[str]:
+    """``session``'s lineage: its root (parent links followed up to a session created in the
+    log) and every session under it. Flags are lineage properties, set by an event of whichever
+    member they were set on, and a child's creation names its parent: one member's stream alone
+    imports without them, or not at all."""
+    root, seen = session, {session}
+    while (up := parents.get(root)) is not None and up in parents and up not in seen:
+        root = up
+        seen.add(root)
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(child)
+    members, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in members:
+                members.add(child)
+                todo.append(child)
+    return members
+
+
 @overload
 def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progress: Progress | None = None,
                  verified: Literal[False] = False) -> int: ...
@@ -58,7 +89,9 @@ def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progre
 
 def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progress: Progress | None = None,
                  verified: bool = False) -> int | tuple[int, Damage | None]:
-    """Write the log (or one session's events) to ``out``; returns the number of events.
+    """Write the log (or one session's events: those of its lineage, the root and every session
+    under it, so that the flags set through another member and the parents come along) to
+    ``out``; returns the number of events.
 
     ``verified``: check the whole log's chain as it is written and stop before the first
     event that fails (a salvageable prefix); returns ``(events written, the damage or None)``.
@@ -82,13 +115,19 @@ def export_jsonl(log: Log, out: IO[bytes], *, session: str | None = None, progre
                 if progress and n % CHUNK == 0:
                     progress(seq, total)
         else:
+            parents: dict[str, str | None] = {}
             if verified:
                 checked = Verified(log, 1, total)
-                for _ in checked:
-                    pass
+                for _seq, _raw, env in checked:
+                    _note_parent(parents, env)
                 damage = checked.damage
+            else:
+                for env in log.read(1):
+                    _note_parent(parents, env)
             if damage is None:
-                for env in log.read_session(session):
+                members = _lineage(parents, session)
+                streams = [log.read_session(s) for s in sorted(members)]
+                for env in heapq.merge(*streams, key=lambda e: e["seq"]):
                     out.write(codec.sealed_bytes(env) + b"\n")
                     n += 1
     except (EventLogError, BrokenPipeError):

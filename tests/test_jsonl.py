@@ -466,3 +466,32 @@ def test_an_export_whose_lines_were_reordered_is_refused(tmp_path: Path) -> None
             import_jsonl(b, swapped)
         assert b.head()[0] == 0
         assert import_jsonl(b, lines).mode == "appended"
+
+
+def test_a_sessions_export_carries_its_lineage(tmp_path: Path) -> None:
+    """Flags are lineage properties, recorded in the stream of the member they were set on, and
+    a child's creation names its parent: a session's export held only its own stream, so the
+    root's export lost a pin set through its child, and a child's export could not be imported
+    at all (found by an outside audit). It now holds the lineage: the root and all under it."""
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path, "a", follower=False) as a:
+        a.create_session(id="elsewhere", source="cli")
+        a.create_session(id="root", source="cli")
+        a.create_session(id="kid", source="cli", parent_session_id="root")
+        a.create_session(id="grandkid", source="cli", parent_session_id="kid")
+        a.append_message("kid", "user", "in the kid")
+        a.pin("kid")
+        a.archive("grandkid")
+        files = {}
+        for sid in ("root", "grandkid"):
+            buf = io.BytesIO()
+            export_jsonl(a.log, buf, session=sid)
+            files[sid] = buf.getvalue().splitlines()
+        want = {s["id"]: (s["pinned"], s["archived"]) for s in a.list_sessions(archived=True) if s["id"] != "elsewhere"}
+    assert files["root"] == files["grandkid"]
+    with SessionStore.open(tmp_path, "b", follower=False) as b:
+        assert import_jsonl(b.log, files["grandkid"]).mode == "appended"
+        got = {s["id"]: (s["pinned"], s["archived"]) for s in b.list_sessions(archived=True)}
+        assert got == want == {"root": (True, True), "kid": (True, True), "grandkid": (True, True)}
+        assert [m["content"] for m in b.get_messages("kid")] == ["in the kid"]

@@ -66,7 +66,8 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
 @click.command("export")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "sqlite", "md", "html"]), default="jsonl",
               show_default=True, help="jsonl: the log itself; sqlite: a state.db snapshot; md/html: a transcript.")
-@click.option("--session", "session_id", default=None, help="Only this session (required for md and html).")
+@click.option("--session", "session_id", default=None,
+              help="Only this session (jsonl: its lineage, the root and all under it; required for md and html).")
 @click.argument("out", type=click.Path(dir_okay=False, allow_dash=True))
 @pass_ctx
 @handled
