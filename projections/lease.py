@@ -59,12 +59,15 @@ class Lease:
         """True when the calling thread holds the lease."""
         return self._depth > 0 and self._owner == threading.get_ident()
 
-    def acquire(self, timeout: float | None = None) -> bool:
+    def acquire(self, timeout: float | None = None, *, others: float | None = None) -> bool:
         """Take the lease; wait at most ``timeout`` seconds (None: forever, 0: don't wait).
-        Returns False when it could not be taken in time."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        ``others``: wait at most that long once no thread of this process holds it (for another
+        process). Returns False when it could not be taken in time."""
         if not self._mutex.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             return False
+        if others is not None:
+            timeout = others if timeout is None else min(timeout, others)
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             if self._depth > 0:
                 self._depth += 1
@@ -108,9 +111,10 @@ class Lease:
             self._mutex.release()
 
     @contextmanager
-    def hold(self, timeout: float | None = None) -> Iterator[None]:
-        """Context manager; raises :class:`LeaseError` when not taken within ``timeout``."""
-        if not self.acquire(timeout):
+    def hold(self, timeout: float | None = None, *, others: float | None = None) -> Iterator[None]:
+        """Context manager; raises :class:`LeaseError` when not taken within ``timeout`` (see
+        :meth:`acquire` for ``others``)."""
+        if not self.acquire(timeout, others=others):
             raise LeaseError(
                 f"another process has held the projector lease {self.path} for over {timeout} s",
                 hint="a long rebuild may be running; retry later or check `eventlog doctor`",

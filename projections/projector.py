@@ -43,7 +43,7 @@ from projections.catchup import DEFAULT_BATCH, CatchUp, Writer, erase_due
 from projections.extensions import ExtensionTables, extension_cursor
 from projections.follow import FOLLOW_POLL, Follower
 from projections.heal import Healer
-from projections.health import read_meta
+from projections.health import HEALTHY, read_meta
 from projections.lease import Lease, SchemaUse
 from projections.site import SCHEMAS, Broken, Site
 from projections.visibility import Reach, Visibility
@@ -127,12 +127,12 @@ class Projector:
     # ---- the lease ---------------------------------------------------------------------------
 
     @contextmanager
-    def _locked(self, timeout: float | None = None) -> Iterator[None]:
-        """Hold the lease (waiting at most ``timeout``, default ``lease_timeout``; then
-        :class:`LeaseError`)."""
+    def _locked(self, timeout: float | None = None, *, others: float | None = None) -> Iterator[None]:
+        """Hold the lease (waiting at most ``timeout``, default ``lease_timeout``, and at most
+        ``others`` for another process; then :class:`LeaseError`)."""
         if self._closed:
             raise ProjectionError("the projector is closed")
-        with self.lease.hold(self.lease_timeout if timeout is None else timeout):
+        with self.lease.hold(self.lease_timeout if timeout is None else timeout, others=others):
             yield
 
     # ---- bring up to date --------------------------------------------------------------------
@@ -210,8 +210,20 @@ class Projector:
             if catch_up and (h["state"]["status"] == "stale" or h["fts"]["status"] == "stale"):
                 self.visibility.before_read()
             return h
-        with self._locked(timeout):
-            self._healer.repair(full)
+        search_only = h["state"]["status"] in HEALTHY
+        try:
+            # Only the search index to repair, and another process holds the lease (a stopped
+            # gateway, a long rebuild): do not wait for it. Search is degraded (a scan) and the
+            # index is rebuilt once the lease is free; transcripts are read and written meanwhile.
+            with self._locked(timeout, others=0.0 if search_only else None):
+                self._healer.repair(full)
+        except LeaseError:
+            if not search_only:
+                raise
+            # (health() noted the fault: this process's searches scan, and its next catch-up
+            # under the lease rebuilds the index)
+            if catch_up:
+                self.visibility.before_read()
         return self.health(full=False)
 
     def collect_superseded(self) -> list[str]:

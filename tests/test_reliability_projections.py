@@ -410,3 +410,47 @@ def test_a_long_lived_store_lives_through_a_full_disk(pristine: Path, small_fs: 
     lines = out.split("\n")
     assert lines[0].startswith("READ ") and lines[1] == "CLOSED", (out, err)
     assert strays(home) == []
+
+
+# ------------------------------------------------------------------ the index gone while another process holds the lease
+
+LEASE_HOLDER = """
+import sys, time
+from pathlib import Path
+from projections.lease import Lease
+lease = Lease(Path(sys.argv[1]))
+assert lease.acquire(0)
+print("held", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_missing_index_with_the_lease_held_elsewhere_degrades_search_only(pristine: Path, tmp_path: Path) -> None:
+    """Every open healed first and waited for the lease to do it: with the FTS file gone and the
+    lease held by another process (a gateway stopped in a debugger, a long repair), every read and
+    write of every command waited 120 s and then failed (found by an outside audit). Only search
+    needs the index: it is degraded, transcripts are read and written at once."""
+    home = copy(pristine, tmp_path / "home")
+    fts = pdir(home) / os.readlink(pdir(home) / "fts.db")
+    fts.unlink()
+    holder = subprocess.Popen([sys.executable, "-c", LEASE_HOLDER, str(pdir(home))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        added = cli(home, "messages", "add", "s1", "--role", "user", "--content", "written meanwhile", timeout=30)
+        clean(added)
+        assert added.returncode == 0, added.stderr
+        shown = cli(home, "sessions", "show", "s1", "--json", timeout=30)  # answers, flagged: the holder is stuck
+        assert shown.returncode == 0 and "recent events may be missing" in shown.stderr, shown.stderr
+        assert len(json.loads(shown.stdout)["messages"]) >= 6
+        found = cli(home, "search", "alpha", "--json", timeout=30)
+        assert found.returncode == 0, found.stderr
+        body = json.loads(found.stdout)
+        assert body["degraded"] is True and len(body["results"]) == 6
+    finally:
+        holder.kill()
+        holder.wait()
+    shown = cli(home, "sessions", "show", "s1", "--json")
+    assert json.loads(shown.stdout)["messages"][-1]["content"] == "written meanwhile"
+    healed = cli(home, "search", "meanwhile", "--json")
+    assert json.loads(healed.stdout) == {**json.loads(healed.stdout), "degraded": False}
+    assert len(json.loads(healed.stdout)["results"]) == 1 and fts.parent.joinpath(os.readlink(pdir(home) / "fts.db")).exists()
