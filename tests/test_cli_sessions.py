@@ -240,3 +240,32 @@ def test_messages_add_content_file_refuses_bytes_that_are_not_utf8(home: Path, t
     assert cli(home, "messages", "add", sid, "--role", "user", "--content-file", str(f))[0] == 0
     shown = json.loads(cli(home, "sessions", "show", sid, "--json")[1])
     assert [m["content"] for m in shown["messages"]] == ["caf\u00e9 \U0001f600"]
+
+
+def test_output_in_an_encoding_that_is_not_utf8_escapes_what_it_cannot_show(home: Path) -> None:
+    """Under a Latin-1 locale every read command that met a character Latin-1 lacks ended in a
+    UnicodeEncodeError traceback (found by an outside audit). Text is written with backslash
+    escapes; JSON stays valid JSON with the same strings."""
+    import os
+    import subprocess
+    import sys
+
+    sid = new(home, "--title", "日本 notes")
+    cli(home, "messages", "add", sid, "--role", "user", "--content", "thumbs 👍 é")
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    env = {**os.environ, "PYTHONIOENCODING": "latin-1"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        r = subprocess.run([exe, "--home", str(home), "--profile", "p", *args], capture_output=True, env=env,
+                           timeout=60)
+        assert r.returncode == 0 and b"Traceback" not in r.stderr, r.stderr
+        return r
+
+    assert "\\u65e5\\u672c notes" in run("sessions", "list").stdout.decode("latin-1")
+    assert "thumbs \\U0001f44d \u00e9" in run("sessions", "show", sid).stdout.decode("latin-1")
+    listed = json.loads(run("sessions", "list", "--json").stdout)
+    assert listed[0]["title"] == "日本 notes"
+    found = json.loads(run("search", "thumbs", "--json").stdout)
+    assert "👍 é" in found["results"][0]["snippet"]
+    tail = [json.loads(line) for line in run("log", "tail", "--json").stdout.splitlines()]
+    assert tail[-1]["data"]["content"] == "thumbs 👍 é"

@@ -125,18 +125,47 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _utf8(stream: Any) -> bool:
+    return (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-") in ("utf-8", "utf8")
+
+
+def setup_streams() -> None:
+    """Stdout and stderr in an encoding that is not UTF-8 (a Latin-1 locale, ``PYTHONIOENCODING``):
+    what they cannot show is written as backslash escapes instead of ending the command in a
+    ``UnicodeEncodeError`` traceback; JSON is escaped as JSON (:func:`emit_json`)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None and not _utf8(stream) and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    if code > 0xFFFF:  # JSON spells it as a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def _echo_json(text: str) -> None:
+    # orjson writes non-ASCII only inside strings, where \uXXXX means the same character
+    click.echo(text if _utf8(sys.stdout) else _NON_ASCII.sub(_json_escape, text))
+
+
 def emit_json(obj: Any) -> None:
     """``obj`` as indented JSON with sorted keys (the shape every ``--json`` prints)."""
     import orjson
 
-    click.echo(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode())
+    _echo_json(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode())
 
 
 def emit_jsonl(obj: Any) -> None:
     """``obj`` as one line of JSON with sorted keys."""
     import orjson
 
-    click.echo(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode())
+    _echo_json(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode())
 
 
 def iso(t: Any) -> str:
