@@ -224,3 +224,21 @@ def test_an_empty_log_url_on_the_command_line_is_a_usage_error(tmp_path: Path) -
                            env={**__import__("os").environ, "EVENTLOG_LOG_URL": ""})
     assert unset.returncode == 0, unset.stderr
     assert (home / "profiles" / "default" / "log" / "data.mdb").exists()
+
+
+def test_append_refuses_a_title_another_session_holds(tmp_path: Path) -> None:
+    """`sessions title` refused it; `append` stored it, said so, and the fold passed over it,
+    leaving both sessions untitled-looking (found by an outside audit)."""
+    created = "\n".join(json.dumps({"type": "session.created", "session": s, "data": d})
+                        for s, d in (("a", {"title": "T1"}), ("b", {})))
+    assert run(tmp_path, "append", input=created)[0] == 0
+    for line in ({"type": "session.titled", "session": "b", "data": {"title": "T1"}},
+                 {"type": "session.created", "session": "c", "data": {"title": "T1"}}):
+        code, out, err = run(tmp_path, "append", input=json.dumps(line))
+        assert code == 1 and out == "" and "T1" in err and "Traceback" not in err, err
+    code, out, _ = run(tmp_path, "log", "tail", "--json")
+    assert len(out.splitlines()) == 2
+    assert run(tmp_path, "append", input=json.dumps({"type": "session.titled", "session": "b",
+                                                     "data": {"title": "T2"}}))[0] == 0
+    code, out, _ = run(tmp_path, "sessions", "show", "b", "--json")
+    assert json.loads(out)["session"]["title"] == "T2"

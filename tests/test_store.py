@@ -925,3 +925,27 @@ def test_append_message_names_a_refused_field_as_its_caller_passed_it(store: Ses
         store.append_messages(sid, [{"role": 5}])
     assert info.value.field == "messages[0].role"  # the batch form names its list
     assert store.log.head() == head
+
+
+def test_append_events_keeps_titles_unique(store: SessionStore) -> None:
+    """A title another session held was appended and acknowledged, then passed over by the fold
+    (found by an outside audit through `eventlog append`). It is a TitleConflictError, nothing
+    appended; titles the batch itself frees or takes count."""
+    from eventlog.errors import TitleConflictError
+
+    store.create_session("a", title="T1")
+    store.create_session("b")
+    head = store.log.head()
+
+    def titled(sid: str, title: str) -> dict[str, Any]:
+        return {"type": "session.titled", "session": sid, "data": {"title": title, "source": "user"}}
+
+    for batch in ([titled("b", "T1")], [{"type": "session.created", "session": "c", "data": {"title": "T1"}}],
+                  [titled("b", "T2"), titled("a", "T2")]):
+        with pytest.raises(TitleConflictError):
+            store.append_events(batch)
+        assert store.log.head() == head
+    store.append_events([titled("a", "T3"), titled("b", "T1")])  # a lets T1 go first
+    assert (store.get_session("a")["title"], store.get_session("b")["title"]) == ("T3", "T1")
+    store.append_events([{"type": "session.deleted", "session": "b", "data": {}}, titled("a", "T1")])
+    assert store.get_session("a")["title"] == "T1"

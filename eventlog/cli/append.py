@@ -1,6 +1,7 @@
 """``eventlog init`` and ``eventlog append``: the profile's log, written directly."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, Iterator
 
@@ -69,18 +70,29 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
     seqs: list[int] = []
-    with c.open_log(create=True) as log:
+    titled = any(ev["type"] in ("session.created", "session.titled") and ev["data"].get("title") is not None
+                 for ev in batch)
+    # Titles are unique in a profile: the store checks them on its read model, under its rules lock.
+    with contextlib.ExitStack() as stack:
+        store = stack.enter_context(c.open_store(create=True)) if titled else None
+        log = store.log if store is not None else stack.enter_context(c.open_log(create=True))
+        if store is not None:  # the store writes its catalogue's current versions: v is its to set
+            def write(events: list[dict[str, Any]]) -> list[int]:
+                assert store is not None
+                return store.append_events([{k: v for k, v in e.items() if k != "v"} for e in events])
+        else:
+            write = log.append
         check_sessions(log, [f"line {n}" for n, _ in lines], batch)
         if each:
             for ev in batch:
-                got = log.append([ev])
+                got = write([ev])
                 seqs.extend(got)
                 if not as_json:
                     click.echo(str(got[0]))
             if not as_json:
                 return
         else:
-            seqs = log.append(batch)
+            seqs = write(batch)
     if as_json:
         emit_json({"seqs": seqs})
     else:

@@ -341,6 +341,41 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def _titled(event: dict[str, Any]) -> bool:
+    data = event.get("data")
+    return (event.get("type") in ("session.created", "session.titled") and isinstance(data, dict)
+            and data.get("title") is not None)
+
+
+def _check_titles(reads: ReadModel, batch: list[dict[str, Any]]) -> None:
+    """Refuse a batch that gives a session a title another live session holds, counting the
+    batch's own earlier titles and deletions (:class:`TitleConflictError`)."""
+    holders: dict[str, str | None] = {}  # title -> its holder as of the batch so far
+    current: dict[str, str | None] = {}  # session -> its title as of the batch so far
+
+    def title_of(sid: str) -> str | None:
+        return current[sid] if sid in current else (reads.get_session(sid) or {}).get("title")
+
+    for e in batch:
+        sid = e["session"]
+        if e["type"] == "session.deleted":
+            gone = title_of(sid)
+            if gone is not None:
+                holders[gone] = None
+            current[sid] = None
+            continue
+        if not _titled(e):
+            continue
+        title = e["data"]["title"]
+        holder = holders[title] if title in holders else reads.title_holder(title)
+        if holder is not None and holder != sid:
+            raise TitleConflictError(title, holder)
+        old = title_of(sid)
+        if old is not None and old != title:
+            holders[old] = None
+        holders[title], current[sid] = sid, title
+
+
 class SessionStore:
     """Sessions of one profile. Open with :meth:`open`; use as a context manager.
 
@@ -965,9 +1000,10 @@ class SessionStore:
 
         Each is ``{"type", "session"?, "data", "id"?}``, checked by its type's validator
         (:class:`ValidationError` naming ``events[i].<field>``; nothing is appended). An event of
-        the session catalogue must name a live session (or one the batch creates); the domain
-        rules of the store's own methods (unique titles, provenance, ...) are theirs: use the
-        methods for those. ``expected_version``: as for :meth:`eventlog.log.Log.append`.
+        the session catalogue must name a live session (or one the batch creates), and a title
+        it sets must be free (:class:`TitleConflictError`); the other domain rules of the store's
+        own methods (title provenance, the first end reason, ...) are theirs: an event that
+        loses to one is stored and the fold passes over it. ``expected_version``: as for :meth:`eventlog.log.Log.append`.
         """
         self._check()
         if isinstance(events, (str, bytes, dict)) or not hasattr(events, "__iter__"):
@@ -978,6 +1014,19 @@ class SessionStore:
             return []
         created = {e["session"] for e in batch if e["type"] == "session.created"}
         self._check_references(batch, created)
+        if any(_titled(e) for e in batch):
+            # Titles are unique in a profile: checked, with the sessions the batch names, on the
+            # read model at the log head inside the rules lock, as set_title checks them.
+            with self._ruled() as reads:
+                _check_titles(reads, batch)
+                for sid in dict.fromkeys(e["session"] for e in batch if registry.is_catalogue(e["type"])
+                                         and e["session"] not in created):
+                    if not reads.is_live(sid):
+                        raise NotFoundError("session", sid)
+                seqs = self._append(batch, expected_version=expected_version)
+            for sid in {e["session"] for e in batch}:
+                self._live.pop(sid, None)
+            return seqs
         streams = {e["session"] for e in batch}
         if (expected_version is None and len(streams) == 1 and not created
                 and all(registry.is_catalogue(e["type"]) for e in batch)):
