@@ -696,3 +696,25 @@ def test_a_lost_current_link_names_the_generation_that_holds_the_log(tmp_path: P
     os.symlink(gen, log_dir / "current")
     r = run(home, "sessions", "list", "--json")
     assert r.returncode == 0 and [x["title"] for x in json.loads(r.stdout)] == ["keep me"], r.stderr
+
+
+def test_text_arguments_that_are_not_utf8_are_refused_naming_the_byte(tmp_path: Path) -> None:
+    """`append` refused such bytes on stdin, but `messages add --content` and `sessions new
+    --title` stored them as U+FFFD, changing the text without a word (found by an outside audit)."""
+
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    home = os.fsencode(str(tmp_path / "home"))
+
+    def run(*args: bytes) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([os.fsencode(exe), b"--home", home, *args], capture_output=True, timeout=60)
+
+    assert run(b"sessions", b"new", b"--id", b"s1").returncode == 0
+    for args, name in (((b"messages", b"add", b"s1", b"--role", b"user", b"--content", b"caf\xe9"), b"--content"),
+                       ((b"sessions", b"new", b"--title", b"x\xff"), b"--title"),
+                       ((b"sessions", b"title", b"s1", b"t\xe9"), b"TITLE")):
+        r = run(*args)
+        assert r.returncode == 1 and b"Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(b"error: invalid " + name + b": not valid UTF-8 (byte 0x"), r.stderr
+    shown = run(b"sessions", b"show", b"s1", b"--json")
+    assert json.loads(shown.stdout)["messages"] == [] and json.loads(shown.stdout)["session"]["title"] is None
+    assert len(json.loads(run(b"sessions", b"list", b"--json").stdout)) == 1

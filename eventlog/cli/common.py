@@ -100,6 +100,30 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
         raise
 
 
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+
+
+def _refuse_undecodable(values: dict[str, Any]) -> None:
+    """A text option or argument holding bytes that are not UTF-8 (Python keeps them as lone
+    surrogates) is refused naming the byte, as ``append`` refuses them on stdin: stored, they
+    became U+FFFD and the text changed without a word. File paths keep any bytes."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return
+    for param in ctx.command.params:
+        value = values.get(param.name or "")
+        if not isinstance(value, str) or isinstance(param.type, (click.Path, click.File)):
+            continue
+        bad = _UNDECODABLE.search(value)
+        if bad is not None:
+            from eventlog.errors import ValidationError
+
+            name = param.opts[0] if param.opts and param.opts[0].startswith("-") else (param.name or "").upper()
+            raise ValidationError(name, f"not valid UTF-8 (byte 0x{ord(bad.group(0)) - 0xDC00:02x} "
+                                        f"at character {bad.start() + 1})",
+                                  hint="give the text in UTF-8 (check the terminal's locale); nothing was done")
+
+
 def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The CLI's error boundary: a library error becomes one line on stderr (its hint included;
     a "not found" gets one saying where to look) and exit status 1; so does an ``OSError`` of
@@ -109,6 +133,7 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _refuse_undecodable(kwargs)
             return fn(*args, **kwargs)
         except NotFoundError as e:
             if e.kind in NOT_FOUND_HINTS and e.hint == NotFoundError.HINTS.get(e.kind):
