@@ -604,6 +604,17 @@ def test_replay_until_past_the_head_says_so(profile_home: Path, tmp_path: Path) 
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
 
 
+def test_replay_to_dash_is_a_usage_error_not_a_file_named_dash(profile_home: Path, tmp_path: Path) -> None:
+    """`replay --out -` wrote a file named `-`, while its own hint for a device offered `-` for
+    stdout (found by an outside audit). A replay is a SQLite file: `-` is a usage error, and the
+    hint says to give a file name."""
+    r = subprocess.run([EXE, "--home", str(profile_home), "--profile", PROFILE, "replay", "--until", "1",
+                        "--out", "-"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 2 and "--out needs a file name" in r.stderr and not (tmp_path / "-").exists()
+    r = run(profile_home, "replay", "--until", "1", "--out", "/dev/null")
+    assert r.returncode == 1 and "not a regular file" in r.stderr and "`-`" not in r.stderr, r.stderr
+
+
 def test_no_output_lands_on_the_profiles_own_files(tmp_path: Path) -> None:
     """export and replay refuse an output inside the profile's directory: `export
     profiles/p/log/data.mdb` wrote the export over the log itself and said 'exported 2 events'

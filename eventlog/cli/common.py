@@ -230,10 +230,12 @@ def progress_bar(label: str) -> Iterator[Callable[[int, int], None]]:
             bars[0].__exit__(None, None, None)
 
 
-def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bool = False) -> Path:
+def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bool = False,
+                stream: bool = True) -> Path:
     """Check where a command will write ``name`` before any work: the folder must exist (nothing
     creates missing folders) and be a directory, and ``name`` must not be a directory (with
     ``directory``: must be one if it exists, e.g. a log directory), nor inside the profile's own.
+    ``stream``: the command can write to stdout instead (``-``), and the hint says so.
     Raises :class:`ValidationError` naming ``option``. The write itself can still fail (a
     read-only or special file system such as /proc): :func:`handled` turns that into one line."""
 
@@ -252,7 +254,8 @@ def output_path(name: str, option: str, c: "Ctx | None" = None, *, directory: bo
         raise ValidationError(option, f"{path} is not a folder (a log is a directory)",
                               hint="give the path of a new or existing log directory")
     if not directory and path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace it
-        raise ValidationError(option, f"{path} is not a regular file", hint="give a file name, or `-` for stdout")
+        raise ValidationError(option, f"{path} is not a regular file",
+                              hint="give a file name, or `-` for stdout" if stream else "give a file name")
     if c is not None:  # never over the profile's own files: the log is the one thing that must not break
         real = Path(os.path.realpath(path))
         own = [Path(os.path.realpath(c.home / "profiles" / c.profile))]

@@ -44,8 +44,10 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     """Write a standalone state.db (with its FTS index) of the profile as it was at a point."""
     if (until_seq is None) == (as_of is None):
         raise click.UsageError("give exactly one of --until and --as-of")
+    if out == "-":  # a SQLite file is written in place and renamed: it cannot go down a pipe
+        raise click.UsageError("--out needs a file name: replay writes a SQLite file")
     as_of_ns = _parse_time_ns(as_of) if as_of is not None else None
-    path = output_path(out, "--out", c)
+    path = output_path(out, "--out", c, stream=False)
     with c.open_store() as store, progress_bar("replaying") as update, _writing(out):
         res = store.snapshot(path, until_seq=until_seq, as_of_ns=as_of_ns, progress=update)
     damage = res.get("damage")
@@ -80,7 +82,7 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
     if fmt == "sqlite" and session_id is not None:
         raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
     if out != "-":
-        output_path(out, "OUT", c)
+        output_path(out, "OUT", c, stream=fmt != "sqlite")
     if fmt == "jsonl":
         from sqlite_export.jsonl import export_jsonl
 
