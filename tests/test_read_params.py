@@ -22,6 +22,7 @@ READS = ("get_session", "list_sessions", "get_messages", "get_usage", "get_react
 # (method, positional args, keyword args, the parameter the error must name)
 BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any], str]] = [
     ("get_session", (), {}, "session_id"),
+    ("search", ("x",), {"role": "usr"}, "role"),  # a typo matched nothing, silently (an outside audit)
     ("get_session", (5,), {}, "session_id"),
     ("get_session", (None,), {}, "session_id"),
     ("get_session", (), {"id": "s1"}, "id"),
@@ -157,3 +158,10 @@ def test_every_read_has_the_same_explicit_signature_everywhere() -> None:
             assert list(got.parameters.values()) == list(reference.parameters.values()), \
                 f"{cls.__name__}.{method}{got} differs from SessionStore.{method}{reference}"
         assert not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in reference.parameters.values())
+
+
+def test_the_roles_a_read_takes_are_the_catalogues() -> None:
+    from eventlog.sessions.events import ROLES
+    from eventlog.sessions.reads import CLOSED_SETS
+
+    assert set(CLOSED_SETS["role"]) == ROLES

@@ -7,7 +7,8 @@ read: an unknown parameter name, a missing required one, a value of the wrong ty
 ``limit``/``offset`` raise :class:`ValidationError` naming the parameter. The signature is the
 contract; the annotations allowed are ``str``, ``bool`` and ``int``, each optionally ``| None``.
 A ``bool`` is never accepted as an ``int`` (nor an ``int`` as a ``bool``); text may be any
-``str`` (a query with lone surrogates simply matches nothing).
+``str`` (a query with lone surrogates simply matches nothing), except a ``role``, which must be
+one of the catalogue's roles (a typo would match nothing without a word).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ Check = Callable[[Any, str], None]
 
 NON_NEGATIVE = frozenset({"limit", "offset"})
 """Parameters that count rows: an int >= 0 (``limit=None``, where allowed, means no limit)."""
+CLOSED_SETS = {"role": ("system", "user", "assistant", "tool", "session_meta")}
+"""Parameters whose text is one of a fixed set (a typo would match nothing, silently): the roles,
+as :data:`eventlog.sessions.events.ROLES`."""
 
 _TYPES: dict[str, type] = {"str": str, "bool": bool, "int": int}
 _NAMES = {str: "a string", bool: "true or false", int: "an integer"}
@@ -46,11 +50,14 @@ def _check_for(name: str, annotation: Any, where: str) -> Check:
     wanted = _TYPES[names[0]]
     described = _NAMES[wanted] + (" or null" if optional else "")
     counts = name in NON_NEGATIVE
+    closed = CLOSED_SETS.get(name)
 
     def check(value: Any, field: str) -> None:
         if type(value) is wanted:  # the common case, first
             if counts and cast(int, value) < 0:
                 raise ValidationError(field, f"must be 0 or more, got {value}")
+            if closed is not None and value not in closed:
+                raise ValidationError(field, f"must be one of {', '.join(closed)}, got {value!r}")
             return
         if value is None:
             if not optional:
@@ -66,6 +73,8 @@ def _check_for(name: str, annotation: Any, where: str) -> Check:
             raise ValidationError(field, f"must be {described}, got {_kind(value)}")
         if counts and value < 0:
             raise ValidationError(field, f"must be 0 or more, got {value}")
+        if closed is not None and value not in closed:
+            raise ValidationError(field, f"must be one of {', '.join(closed)}, got {str(value)!r}")
 
     return check
 
