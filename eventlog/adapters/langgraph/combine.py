@@ -22,12 +22,18 @@ from typing import Any, Callable
 
 
 class Request:
-    """One caller's events and what it hands the append (``change``)."""
+    """One caller's events and what it hands the append (``change``).
 
-    __slots__ = ("events", "change", "woken", "done", "error")
+    ``events`` is never changed: the append derives what each attempt sends from it and records
+    that in ``sent`` (None: the events as they are), in which a refusal's ``events[i]`` is found.
+    A request may be tried again alone or in a smaller batch, and what an earlier attempt left
+    out for the others' sake (a thread's creation another request carried) must be back then."""
+
+    __slots__ = ("events", "sent", "change", "woken", "done", "error")
 
     def __init__(self, events: list[dict[str, Any]], change: Any) -> None:
         self.events = events
+        self.sent: list[dict[str, Any]] | None = None
         self.change = change
         self.woken = threading.Event()
         self.done = False
@@ -121,14 +127,15 @@ class Combiner:
 
 
 def _culprit(batch: list[Request], error: BaseException) -> Request | None:
-    """The request whose event ``error`` names (``events[i]...``: the index in the batch's
-    events, requests in order), or None when it names none."""
+    """The request whose event ``error`` names (``events[i]...``: the index in the events the
+    refused attempt sent, requests in order), or None when it names none."""
     m = re.match(r"events\[(\d+)\]", str(getattr(error, "field", "")))
     if m is None:
         return None
     i = int(m.group(1))
     for r in batch:
-        if i < len(r.events):
+        sent = r.events if r.sent is None else r.sent
+        if i < len(sent):
             return r
-        i -= len(r.events)
+        i -= len(sent)
     return None

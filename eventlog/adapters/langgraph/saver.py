@@ -107,31 +107,32 @@ def _thread_of(batch: builtins.list[combine.Request]) -> str:
     return ""
 
 
-def _creation_key(e: dict[str, Any]) -> str | None:
-    return "created" if e["type"] == "session.created" else None
-
-
-def _message_key(e: dict[str, Any]) -> str | None:
-    return _mirror_key(e["data"]) if e["type"] == "message.appended" else None
-
-
-def _leave_out(batch: builtins.list[combine.Request], key_of: Callable[[dict[str, Any]], str | None],
-               taken: set[str]) -> None:
-    """Drop from ``batch``'s events (in place, request by request) each one whose key (``key_of``;
-    None: always kept) is in ``taken`` or was met earlier in the batch — a thread's creation or a
-    mirrored message that two writes of one thread queued together both carry, or that the
-    stream already holds."""
-    taken = set(taken)
+def _to_send(batch: builtins.list[combine.Request], create: bool, mirrored: set[str] | None) -> None:
+    """Set each request's ``sent``: its events as this attempt appends them, derived from its own
+    ``events``, which stay as the caller made them. A thread's creation goes in once, and only
+    when ``create`` (the stream is empty at the version of this attempt); a mirrored message once,
+    and not when ``mirrored`` (None: no filter) holds its LangGraph id. Each attempt starts again
+    from the requests' own events: a request that a batch's creation served, tried again alone
+    after that batch was refused, carries its creation again (an outside audit found such a
+    request, whose creation had been removed from its events in place, appended into a stream
+    that never got a session: the thread id was then unusable)."""
+    created = not create
+    taken = set(mirrored) if mirrored is not None else set()
     for r in batch:
-        kept = []
+        sent = []
         for e in r.events:
-            key = key_of(e)
-            if key is not None:
-                if key in taken:
+            if e["type"] == "session.created":
+                if created:
                     continue
-                taken.add(key)
-            kept.append(e)
-        r.events[:] = kept
+                created = True
+            elif mirrored is not None and e["type"] == "message.appended":
+                key = _mirror_key(e["data"])
+                if key is not None:
+                    if key in taken:
+                        continue
+                    taken.add(key)
+            sent.append(e)
+        r.sent = sent
 
 
 class _Mirror:
@@ -336,10 +337,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             copy = self._copies.get(sid)
             version = copy.version if copy is not None else store.version(sid)
             for _ in range(_APPEND_TRIES):
-                if any(e["type"] == "session.created" for r in batch for e in r.events):
-                    if version and not self._live_elsewhere(store, sid):
+                if version and any(e["type"] == "session.created" for r in batch for e in r.events):
+                    if not self._live_elsewhere(store, sid):
                         raise NotFoundError("thread", thread)
-                    _leave_out(batch, _creation_key, {"created"} if version else set())  # once, into a new stream
                 known = self._mirrored.get(sid)
                 if mirrors and (known is None or known.at != version):
                     # What this saver knows mirrored is not the stream it appends to (another
@@ -350,9 +350,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                             self._copies.drop(sid)
                             copy = None
                         version = known.at
-                if mirrors and known is not None:
-                    _leave_out(batch, _message_key, known.keys)
-                events = [e for r in batch for e in r.events]
+                _to_send(batch, version == 0, known.keys if mirrors and known is not None else None)
+                events = [e for r in batch for e in r.sent or ()]
                 try:
                     try:
                         self._append(store, events, version)
@@ -377,7 +376,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     raise
                 if copy is not None:
                     for r in batch:
-                        copy = copy.after(len(r.events), r.change[1])
+                        copy = copy.after(len(r.sent or ()), r.change[1])
                     self._copies.set(sid, copy)
                 if any(e["type"] == "session.created" for e in events):
                     self._sessions.add(sid)
