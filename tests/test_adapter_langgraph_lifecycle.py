@@ -8,10 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_adapter_langgraph import cfg, checkpoint
 
 from eventlog.adapters.langgraph import EventlogSaver
-from eventlog.errors import ValidationError
+from eventlog.errors import ClosedError, ValidationError
 
 # ---------------------------------------------------------------- 1. a refused write in a combined batch
 
@@ -89,3 +90,48 @@ def test_a_write_combined_with_a_refused_one_keeps_its_mirrored_messages(tmp_pat
             put({"messages": 1, "x": True}), put({"messages": 1})])
         assert out == {"#1": "ok", "#2": "ValidationError", "#3": "ok"}
         assert [m["content"] for m in store.get_messages("lg:chat")] == ["hello from the queue"]
+
+
+# ---------------------------------------------------------------- 4. pending writes without a checkpoint
+
+def _bare(cid: str) -> Any:
+    c = checkpoint({}, {})
+    c["id"] = cid
+    return c
+
+
+def test_prune_delete_takes_pending_writes_that_have_no_checkpoint(tmp_path: Path) -> None:
+    """A thread whose only rows are writes for a checkpoint id not stored (after delete_for_runs
+    took its checkpoints) was not pruned at all: the writes came back as the pending writes of a
+    later checkpoint with that id."""
+    with EventlogSaver(home=tmp_path) as s:
+        s.put_writes(cfg("T", checkpoint_id="X"), [("a", "stale")], "task")
+        s.put(cfg("T"), _bare("A"), {"run_id": "r1"}, {})
+        s.delete_for_runs(["r1"])  # no checkpoint left, only the write for X
+        s.prune(["T"], strategy="delete")
+        s.put(cfg("T"), _bare("X"), {}, {})
+        found = s.get_tuple(cfg("T"))
+        assert found is not None and found.pending_writes == []
+        s._open().rebuild()  # the read model derived again from the log says the same
+        found = s.get_tuple(cfg("T"))
+        assert found is not None and found.pending_writes == []
+
+
+def test_copy_thread_copies_pending_writes_of_a_source_without_a_checkpoint(tmp_path: Path) -> None:
+    with EventlogSaver(home=tmp_path) as s:
+        s.put_writes(cfg("src", checkpoint_id="X"), [("a", "early")], "task")
+        s.copy_thread("src", "dst")
+        s.put(cfg("dst"), _bare("X"), {}, {})
+        found = s.get_tuple(cfg("dst"))
+        assert found is not None and found.pending_writes == [("task", "a", "early")]
+
+
+# ---------------------------------------------------------------- calls on a closed saver
+
+def test_a_closed_saver_refuses_the_calls_that_have_nothing_to_do(tmp_path: Path) -> None:
+    with EventlogSaver(home=tmp_path) as s:
+        s.put(cfg("t"), _bare("A"), {}, {})
+    for call in (lambda: s.put_writes(cfg("t", checkpoint_id="A"), [], "task"), lambda: s.prune([]),
+                 lambda: s.delete_for_runs([]), lambda: s.copy_thread("t", "t")):
+        with pytest.raises(ClosedError):
+            call()

@@ -322,8 +322,9 @@ from one event under the log's 16 MiB limit)."""
 def copy_parts(conn: sqlite3.Connection, source: str, target: str) -> list[dict[str, Any]]:
     """The data of the ``thread_copied`` (v2) events that copy thread ``source``'s rows, as
     ``conn`` holds them, to ``target``: values as base64, as in the other events, so that
-    :func:`apply` stores the same bytes again. Empty when the source has no checkpoint. Read it
-    in one transaction of ``conn`` for a consistent copy."""
+    :func:`apply` stores the same bytes again. Empty when the source has no row at all (pending
+    writes without a checkpoint, or blobs left by ``delete_for_runs``, are copied too: writes may
+    arrive before their checkpoint). Read it in one transaction of ``conn`` for a consistent copy."""
     checkpoints = [{"checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent, "run_id": run,
                     "checkpoint": {"type": ctype, "data": _b64_text(cdata)},
                     "metadata": {"type": mtype, "data": _b64_text(mdata)},
@@ -332,8 +333,6 @@ def copy_parts(conn: sqlite3.Connection, source: str, target: str) -> list[dict[
                        "SELECT checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, checkpoint_type, checkpoint, "
                        "metadata_type, metadata, channel_versions FROM langgraph_checkpoints WHERE thread_id = ? "
                        "ORDER BY checkpoint_ns, checkpoint_id", (source,))]
-    if not checkpoints:
-        return []
     blobs = [{"checkpoint_ns": ns, "channel": ch, "version": orjson.loads(v), "type": t, "data": _b64_text(d)}
              for ns, ch, v, t, d in conn.execute(
                  "SELECT checkpoint_ns, channel, version, type, data FROM langgraph_blobs WHERE thread_id = ? "
@@ -343,6 +342,8 @@ def copy_parts(conn: sqlite3.Connection, source: str, target: str) -> list[dict[
               for ns, cid, task, idx, ch, t, d, path in conn.execute(
                   "SELECT checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path FROM langgraph_writes "
                   "WHERE thread_id = ? ORDER BY checkpoint_ns, checkpoint_id, task_id, idx", (source,))]
+    if not (checkpoints or blobs or writes):
+        return []
     parts: list[dict[str, Any]] = []
     part: dict[str, Any] = {}
     size = 0

@@ -35,6 +35,7 @@ _ROLES = {"human": "user", "user": "user", "ai": "assistant", "assistant": "assi
           "developer": "system", "tool": "tool", "function": "tool"}
 _COLUMNS = ("thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint_type, checkpoint, "
             "metadata_type, metadata, channel_versions")
+_ROW_TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
 _APPEND_TRIES = 100
 """Versions a write tries while other writers keep appending to its thread before it gives up
 (ConcurrencyError, nothing written): each refusal means another write went in."""
@@ -228,6 +229,12 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if h.store is None:
                 h.store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
             return h.store
+
+    def _check_open(self) -> None:
+        """ClosedError once the saver is closed: for the calls that find nothing to do before
+        they need the store (an empty put_writes, prune or delete_for_runs), as the others."""
+        if self._handle.closed:
+            raise ClosedError("EventlogSaver is closed")
 
     def _check_erases(self, store: SessionStore) -> None:
         """An erase (this process or another) rewrites streams without changing their versions:
@@ -668,6 +675,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        self._check_open()
         conf = config["configurable"]
         tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
         rows, raws = [], []
@@ -690,17 +698,19 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         with self._reads(store) as conn:
             return [r[0] for r in conn.execute(sql, params)]
 
-    def _threads_where_in(self, store: SessionStore, column: str, values: builtins.list[str]) -> set[str]:
-        """The threads with a checkpoint whose ``column`` is one of ``values``. Bound one by one
-        (in chunks), not as a JSON array: SQLite's JSON functions cut a text at a NUL, and an id
-        with one would silently match nothing."""
+    def _threads_where_in(self, store: SessionStore, column: str, values: builtins.list[str],
+                          tables: tuple[str, ...] = ("langgraph_checkpoints",)) -> set[str]:
+        """The threads with a row in one of ``tables`` whose ``column`` is one of ``values``. Bound
+        one by one (in chunks), not as a JSON array: SQLite's JSON functions cut a text at a NUL,
+        and an id with one would silently match nothing."""
         found: set[str] = set()
         with self._reads(store) as conn:
             for i in range(0, len(values), 500):
                 chunk = values[i:i + 500]
-                found.update(r[0] for r in conn.execute(
-                    f"SELECT DISTINCT thread_id FROM langgraph_checkpoints WHERE {column} IN "
-                    f"({', '.join('?' for _ in chunk)})", chunk))
+                marks = ", ".join("?" for _ in chunk)
+                for table in tables:
+                    found.update(r[0] for r in conn.execute(
+                        f"SELECT DISTINCT thread_id FROM {table} WHERE {column} IN ({marks})", chunk))
         return found
 
     def delete_thread(self, thread_id: str) -> None:
@@ -739,6 +749,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         """Remove every checkpoint (and its writes) whose metadata ``run_id`` is one of ``run_ids``."""
         # LangGraph drops NUL from metadata before a saver sees it (a run "a\x00b" is stored as
         # "ab"), so the ids asked for are matched the same way.
+        self._check_open()
         runs = sorted({_text(r, "run_ids").replace("\x00", "") for r in run_ids})
         if not runs:
             return
@@ -797,6 +808,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest``: keep only each namespace's newest checkpoint (its writes and the blobs
         it uses); ``delete``: remove every checkpoint. The log keeps everything either way."""
+        self._check_open()
         if strategy not in ("keep_latest", "delete"):
             raise ValidationError("strategy", "must be 'keep_latest' or 'delete'")
         tids = sorted({_text(t, "thread_ids") for t in thread_ids})
@@ -804,7 +816,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         store = self._open()
         self._check_erases(store)
-        known = self._threads_where_in(store, "thread_id", tids)
+        # "delete" takes every row of the thread, so a thread with pending writes or blobs and no
+        # checkpoint left (writes stored before their checkpoint, or after delete_for_runs) is
+        # one to prune too: its writes would come back as a later checkpoint's (outside audit).
+        tables = ("langgraph_checkpoints",) if strategy == "keep_latest" else _ROW_TABLES
+        known = self._threads_where_in(store, "thread_id", tids, tables)
         events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
                    "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
         if events:
