@@ -35,8 +35,15 @@ as it was: the source's rows as the read model holds them at that point of the l
 Read model ``langgraph`` (tables ``langgraph_*`` in the projection database): checkpoints,
 channel blobs and pending writes keyed as LangGraph keys them, plus the LangGraph message ids
 already mirrored into each thread's session (``langgraph_messages``, from the mirror's own
-``message.appended`` events). :func:`apply` is called for every event of the log in order and
-ignores what it does not know; it never raises on odd stored data.
+``message.appended`` events) and the threads' sessions (``langgraph_sessions``: the thread each
+``lg:`` session was created for, and whether it was deleted). :func:`apply` is called for every
+event of the log in order and ignores what it does not know; it never raises on odd stored data.
+
+A thread whose session is deleted (``session.deleted`` in its stream: ``eventlog sessions
+delete``, :meth:`SessionStore.delete_session`, a deleted ancestor) is gone from the read model:
+its rows are dropped as by ``thread_deleted``, and any ``langgraph.*`` event in its stream after
+that is ignored (an outside audit found such a thread still served, and every bulk operation
+over it failing). Version 2 of the read model; version 1 kept the rows of deleted sessions.
 """
 from __future__ import annotations
 
@@ -230,7 +237,12 @@ DDL = [
     """CREATE TABLE langgraph_messages (
         session_id TEXT NOT NULL, message_key TEXT NOT NULL, seq INTEGER NOT NULL,
         PRIMARY KEY (session_id, message_key)) WITHOUT ROWID""",
+    """CREATE TABLE langgraph_sessions (
+        session_id TEXT NOT NULL PRIMARY KEY, thread_id TEXT NOT NULL, gone INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID""",
 ]
+VERSION = 2
+"""Of the read model: 2 drops a thread whose session is deleted (see the module's docstring)."""
 
 
 def _b64(value: Any) -> bytes | None:
@@ -445,15 +457,61 @@ def _mirrored(conn: sqlite3.Connection, seq: int, session: Any, d: dict[str, Any
         conn.execute("INSERT OR IGNORE INTO langgraph_messages VALUES (?, ?, ?)", (session, key, seq))
 
 
+def session_thread(session: str, data: dict[str, Any]) -> str | None:
+    """The thread an ``lg:`` session was created for (``data``: its ``session.created`` data):
+    the one its ``model_config`` names, or the id the session's name spells; None when neither
+    maps to the session (not a thread's session)."""
+    config = data.get("model_config")
+    named = config.get("langgraph") if isinstance(config, dict) else None
+    candidates = [named.get("thread_id") if isinstance(named, dict) else None, session[3:]]
+    for tid in candidates:
+        if isinstance(tid, str):
+            try:
+                if thread_session(tid) == session:
+                    return tid
+            except ValidationError:
+                continue
+    return None
+
+
+def _session_created(conn: sqlite3.Connection, session: Any, data: dict[str, Any]) -> None:
+    if isinstance(session, str) and session.startswith("lg:"):
+        tid = session_thread(session, data)
+        if tid is not None:
+            conn.execute("INSERT OR IGNORE INTO langgraph_sessions VALUES (?, ?, 0)", (session, tid))
+
+
+def _session_deleted(conn: sqlite3.Connection, session: Any) -> None:
+    if not isinstance(session, str) or not session.startswith("lg:"):
+        return
+    row = conn.execute("SELECT thread_id FROM langgraph_sessions WHERE session_id = ?", (session,)).fetchone()
+    if row is not None:
+        _drop_thread(conn, row[0], session)
+        conn.execute("UPDATE langgraph_sessions SET gone = 1 WHERE session_id = ?", (session,))
+
+
+def _gone(conn: sqlite3.Connection, session: Any) -> bool:
+    return isinstance(session, str) and conn.execute(
+        "SELECT 1 FROM langgraph_sessions WHERE session_id = ? AND gone", (session,)).fetchone() is not None
+
+
 def apply(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
     """Fold one log event into the ``langgraph_*`` tables (every event is offered; most are ignored)."""
     kind, data, seq, session = env.get("type"), env.get("data"), env.get("seq"), env.get("session")
-    if not isinstance(kind, str) or not isinstance(data, dict) or not isinstance(seq, int):
+    if not isinstance(kind, str) or not isinstance(seq, int):
+        return
+    if kind == "session.deleted":
+        _session_deleted(conn, session)
+        return
+    if not isinstance(data, dict) or env.get("erased"):
         return
     if kind == "message.appended":
         _mirrored(conn, seq, session, data)
         return
-    if not kind.startswith("langgraph."):
+    if kind == "session.created":
+        _session_created(conn, session, data)
+        return
+    if not kind.startswith("langgraph.") or _gone(conn, session):
         return
     if kind == "langgraph.checkpoint_put":
         _put(conn, seq, data)
@@ -497,5 +555,5 @@ EXTENSION = Extension(
         ThreadEventType("langgraph.thread_copied", version=2, validate=check_copy, upcasters={}),
         ThreadEventType("langgraph.thread_pruned", version=1, validate=check_prune, upcasters={}),
     ],
-    read_models=[ReadModel(name=NAMESPACE, version=1, ddl=DDL, apply=apply)],
+    read_models=[ReadModel(name=NAMESPACE, version=VERSION, ddl=DDL, apply=apply)],
 )

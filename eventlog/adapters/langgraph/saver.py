@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import os
 import random
 import sqlite3
 import threading
+import time
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 import orjson
@@ -25,9 +27,16 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from eventlog.adapters import _shared
 from eventlog.adapters.langgraph import combine, latest, model
-from eventlog.errors import ClosedError, ConcurrencyError, ConflictError, NotFoundError, ValidationError
+from eventlog.errors import (
+    ClosedError,
+    ConcurrencyError,
+    ConflictError,
+    NotFoundError,
+    ProjectionError,
+    ValidationError,
+)
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
-from eventlog.sessions.events import make_event
+from eventlog.sessions.events import make_event, upcast
 from eventlog.sessions.store import SessionStore
 
 SOURCE = "langgraph"
@@ -39,6 +48,24 @@ _ROW_TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
 _APPEND_TRIES = 100
 """Versions a write tries while other writers keep appending to its thread before it gives up
 (ConcurrencyError, nothing written): each refusal means another write went in."""
+READ_WAIT_S = 1.0
+"""How long a read of one thread waits for another process that holds the projector lease to
+bring the read model up to the log; then it answers from the thread's own stream, replayed (an
+outside audit found every turn waiting 30 s, then failing, behind a stopped process)."""
+STUCK_S = 5.0
+"""After a read ran out of that wait, the reads of the next seconds do not wait again (one attempt
+each): a stopped lease holder costs a saver READ_WAIT_S once, not once per read."""
+WAIT_S = 30.0
+"""How long a read over every thread (``list`` without a thread, ``prune``, ``delete_for_runs``),
+which has no one stream to answer from, waits for the read model before its ProjectionError --
+at once when the lease holder is a stopped process."""
+_GONE_HINTS = {
+    "deleted": "the thread's session {sid!r} was deleted (`eventlog sessions delete`, "
+               "SessionStore.delete_session) and a deleted id stays taken: go on under a new thread_id; "
+               "nothing was written",
+    "no session": "the thread's stream {sid!r} holds no session (an earlier release could leave one after a "
+                  "refused first write) and its id stays taken: go on under a new thread_id; nothing was written",
+}
 
 
 def _text(value: Any, field: str = "id") -> str:
@@ -108,6 +135,15 @@ def _thread_of(batch: builtins.list[combine.Request]) -> str:
     return ""
 
 
+def _gone(thread: str, sid: str, why: str) -> NotFoundError:
+    """The NotFoundError of a write to a thread whose session is gone, its hint saying how
+    (``why``: see :meth:`EventlogSaver._life`); an erased one keeps NotFoundError's own hint."""
+    error = NotFoundError("thread", thread)
+    if why in _GONE_HINTS:
+        error.hint = _GONE_HINTS[why].format(sid=sid)
+    return error
+
+
 def _to_send(batch: builtins.list[combine.Request], create: bool, mirrored: set[str] | None) -> None:
     """Set each request's ``sent``: its events as this attempt appends them, derived from its own
     ``events``, which stay as the caller made them. A thread's creation goes in once, and only
@@ -134,6 +170,72 @@ def _to_send(batch: builtins.list[combine.Request], create: bool, mirrored: set[
                     taken.add(key)
             sent.append(e)
         r.sent = sent
+
+
+class _Replay:
+    """What a replay of one thread's stream read: ``n`` events (the stream version its tables are
+    exact for), the last one's ``seq``, and ``why`` the session is not live (None: it is; see
+    :meth:`EventlogSaver._life`)."""
+
+    __slots__ = ("n", "seq", "why")
+
+    def __init__(self, n: int, seq: int, why: str | None) -> None:
+        self.n, self.seq, self.why = n, seq, why
+
+
+def _replay(store: SessionStore, sid: str) -> tuple[sqlite3.Connection, _Replay]:
+    """An in-memory database holding the ``langgraph`` tables as :func:`model.apply` makes them
+    from stream ``sid`` -- with, for a copy of an earlier release (``thread_copied`` v1, which
+    takes its source's rows as they stand at that point of the log), the source's events before
+    it -- and what the replay read."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)  # transactions as the read model's connection
+    conn.execute("BEGIN")
+    for statement in model.DDL:
+        conn.execute(statement)
+    at: dict[str, int] = {}
+    n = seq = 0
+    created, why = False, None
+
+    def fold(stream: str, before: int | None, depth: int) -> None:
+        nonlocal n, seq, created, why
+        for env in store.log.read_session(stream, after=at.get(stream, 0)):
+            if before is not None and env["seq"] >= before:
+                return
+            at[stream] = env["seq"]
+            env = upcast(env)
+            data = env.get("data")
+            if (env.get("type") == "langgraph.thread_copied" and env.get("v", 1) == 1 and depth < 16
+                    and isinstance(data, dict) and isinstance(data.get("source_thread_id"), str)):
+                try:
+                    source = model.thread_session(data["source_thread_id"])
+                except ValidationError:
+                    source = stream
+                if source != stream:
+                    fold(source, env["seq"], depth + 1)
+            model.apply(conn, env)
+            if stream == sid:
+                n, seq = n + 1, env["seq"]
+                if env.get("erased"):
+                    why = "erased"
+                elif env.get("type") == "session.created":
+                    created = True
+                elif env.get("type") == "session.deleted":
+                    why = why or "deleted"
+
+    fold(sid, None, 0)
+    conn.execute("COMMIT")
+    return conn, _Replay(n, seq, why if why is not None or created else "no session")
+
+
+def _stopped_holder(store: SessionStore) -> int | None:
+    """The pid of a stopped process (SIGSTOP, a debugger) holding the profile's projector lease,
+    as a store read finds it (at most one short wait), or None."""
+    store.list_sessions(limit=1)
+    status = store.read_status()
+    holder = status.get("lease_holder")
+    if status.get("stale") and status.get("lease_holder_state") == "stopped" and isinstance(holder, int):
+        return holder
+    return None
 
 
 class _Mirror:
@@ -198,7 +300,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._follower = follower
         self._handle = _Handle()  # shared with the shallow copies LangGraph makes (with_allowlist)
         self._lock = threading.Lock()
-        self._sessions: set[str] = set()
+        self._sessions: dict[str, tuple[int, int]] = {}
+        """Streams known to hold a live session: (a seq, the stream's event count up to it) with
+        no deletion or erase up to that seq (see :meth:`_life`)."""
+        self._stuck_until = 0.0  # see STUCK_S
         self._mirrored: dict[str, _Mirror] = {}
         self._one_batch = True
         self._copies = latest.Copies()
@@ -227,8 +332,26 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             if h.closed:
                 raise ClosedError("EventlogSaver is closed")
             if h.store is None:
-                h.store = _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
+                h.store = self._acquire()
             return h.store
+
+    def _acquire(self) -> SessionStore:
+        """A store handle with the ``langgraph`` events and read model registered. Opening it
+        brings the read model up to the log, waiting for another process that holds the
+        projector lease (the store's own wait, 30 s); when that process does not get there (it
+        is stopped), the registration stands and the saver goes on without it: its reads of a
+        thread answer from the thread's stream meanwhile (:meth:`_thread_reads`)."""
+        try:
+            return _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
+        except ProjectionError as e:
+            store = _shared.acquire(self._home, self._profile, (), follower=self._follower)
+            try:
+                store.check_events([{"type": "langgraph.thread_pruned", "session": model.thread_session("t"),
+                                     "data": {"thread_id": "t", "strategy": "delete"}}])
+            except ValidationError:  # not registered after all: the open's own error stands
+                _shared.release(store)
+                raise e from None
+            return store
 
     def _check_open(self) -> None:
         """ClosedError once the saver is closed: for the calls that find nothing to do before
@@ -276,49 +399,54 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     # ------------------------------------------------------------------ plumbing
 
-    def _session(self, store: SessionStore, thread_id: str) -> str:
-        """The thread's session, created if it has none yet (for the operations on whole threads,
-        which find a thread by its checkpoints: its session exists then)."""
-        sid = model.thread_session(thread_id)
-        if sid in self._sessions:
-            return sid
-        if store.get_session(sid) is None:
-            try:
-                with self._copies.lock(sid):
-                    store.create_session(sid, source=SOURCE, model_config={"langgraph": {"thread_id": thread_id}})
-                    copy = self._copies.get(sid)
-                    if copy is not None:  # the session's creation changes no checkpoint row
-                        if store.version(sid) == copy.version + 1:
-                            self._copies.set(sid, copy.after(1, None))
-                        else:
-                            self._copies.drop(sid)
-            except ConflictError:
-                # Another saver or process created it meanwhile -- or the id is taken for good:
-                # a thread deleted with erase_deleted=True. Then nothing may be written to it.
-                store.sync(timeout=30)
-                if store.get_session(sid) is None:
-                    raise NotFoundError("thread", thread_id) from None
-        self._sessions.add(sid)
-        return sid
-
     def _creation(self, store: SessionStore, thread_id: str) -> builtins.list[dict[str, Any]]:
         """``[]`` when the thread's session is live, else its ``session.created``, to go first in
         the same atomic batch as the thread's first write (appended at stream version 0): a
         refused write, or a process killed between two appends, used to leave an empty session
         (outside audits). A session whose id was used and is gone (deleted, or erased with
-        ``erase_deleted=True``) takes nothing: NotFoundError."""
+        ``erase_deleted=True``) takes nothing: NotFoundError, whose hint says which."""
         sid = model.thread_session(thread_id)
         if sid in self._sessions:
             return []
-        if not store.version(sid):  # first: a creation another writer makes meanwhile refuses the batch
+        version = store.version(sid)
+        if not version:  # a creation another writer makes meanwhile refuses the batch (version 0)
             return [{"type": "session.created", "session": sid,
                      "data": {"source": SOURCE, "model_config": {"langgraph": {"thread_id": thread_id}}}}]
-        if self._live_elsewhere(store, sid):  # the events that version counts are applied by then
-            return []
-        raise NotFoundError("thread", thread_id)
+        why = self._life(store, sid, version)
+        if why is not None:
+            raise _gone(thread_id, sid, why)
+        return []
 
-    def _append(self, store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> None:
-        _shared.append_events(store, events, expected_version)
+    def _life(self, store: SessionStore, sid: str, version: int) -> str | None:
+        """None when stream ``sid``, counted at ``version`` events, holds a live session; else why
+        not: ``"erased"``, ``"deleted"`` or ``"no session"``. From the log, never the projections
+        (they may lag, or wait for another process): nothing to read when this saver knows the
+        stream live at that very version (its own last append, or a read that proved it), else
+        the stream's events past the last seq it knew live (all of them the first time)."""
+        known = self._sessions.get(sid)
+        if known is not None and known[1] == version:
+            return None
+        after, count = known if known is not None else (0, 0)
+        created, why = known is not None, None
+        for env in store.log.read_session(sid, after=after):
+            count, after = count + 1, env["seq"]
+            if env.get("erased"):
+                why = "erased"
+            elif env.get("type") == "session.created":
+                created = True
+            elif env.get("type") == "session.deleted":
+                why = why or "deleted"
+        if why is None and not created:
+            why = "no session"
+        if why is None:
+            self._sessions[sid] = (after, count)
+        else:
+            self._sessions.pop(sid, None)
+        return why
+
+    def _append(self, store: SessionStore, events: list[dict[str, Any]],
+                expected_version: int | None = None) -> builtins.list[int]:
+        return _shared.append_events(store, events, expected_version)
 
     def _write(self, store: SessionStore, sid: str, events: list[dict[str, Any]],
                change: latest.Put | latest.Writes | None) -> None:
@@ -344,9 +472,6 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             copy = self._copies.get(sid)
             version = copy.version if copy is not None else store.version(sid)
             for _ in range(_APPEND_TRIES):
-                if version and any(e["type"] == "session.created" for r in batch for e in r.events):
-                    if not self._live_elsewhere(store, sid):
-                        raise NotFoundError("thread", thread)
                 known = self._mirrored.get(sid)
                 if mirrors and (known is None or known.at != version):
                     # What this saver knows mirrored is not the stream it appends to (another
@@ -357,11 +482,15 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                             self._copies.drop(sid)
                             copy = None
                         version = known.at
+                if version:  # at every version another writer moved the stream to: a deletion among them?
+                    why = self._life(store, sid, version)
+                    if why is not None:
+                        raise _gone(thread, sid, why)
                 _to_send(batch, version == 0, known.keys if mirrors and known is not None else None)
                 events = [e for r in batch for e in r.sent or ()]
                 try:
                     try:
-                        self._append(store, events, version)
+                        seqs = self._append(store, events, version)
                     except ConflictError as e:  # the batch's creation: the stream began meanwhile
                         if not any(ev["type"] == "session.created" for ev in events):
                             raise
@@ -385,8 +514,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     for r in batch:
                         copy = copy.after(len(r.sent or ()), r.change[1])
                     self._copies.set(sid, copy)
-                if any(e["type"] == "session.created" for e in events):
-                    self._sessions.add(sid)
+                self._sessions[sid] = (max(seqs), version + len(events))  # live: at the least, its creation is in
                 if known is not None and known.at == version:
                     known.at = version + len(events)
                     known.keys.update(k for e in events if e["type"] == "message.appended"
@@ -395,40 +523,38 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             else:
                 raise refused  # other writers kept appending to the thread: nothing of this was written
         self._check_erases(store)
-        self._sessions.discard(sid)
+        self._sessions.pop(sid, None)
         self._mirrored.pop(sid, None)
         raise NotFoundError("thread", thread)
 
-    def _append_as_read(self, store: SessionStore, sid: str, build: Callable[[], builtins.list[dict[str, Any]]]) -> None:
+    def _append_as_read(self, store: SessionStore, sid: str, thread: str,
+                        build: Callable[[], builtins.list[dict[str, Any]]]) -> None:
         """Append the events ``build`` derives from stream ``sid`` (read with the projections
-        caught up to the version read first) as one batch at that version; again, from a new
-        read, when another writer moved the stream meanwhile (a creation that lost the race
-        is a ConflictError: the same)."""
+        caught up to the version read first) as one batch at that version, the thread's session
+        live at it (else NotFoundError, nothing written); again, from a new read, when another
+        writer moved the stream meanwhile (a creation that lost the race is a ConflictError: the
+        same)."""
         for _ in range(_APPEND_TRIES):
             version = store.version(sid)
             if version:
-                store.sync(timeout=30)  # the stream's events as of that version, for build's reads
+                why = self._life(store, sid, version)
+                if why is not None:
+                    raise _gone(thread, sid, why)
+                store.sync(timeout=WAIT_S)  # the stream's events as of that version, for build's reads
             events = build()
             try:
-                self._append(store, events, version)
-                return
+                seqs = self._append(store, events, version)
             except ConcurrencyError:
+                if store.version(sid) == version:  # refused at the stream's own count: erased
+                    raise _gone(thread, sid, "erased") from None
                 continue
             except ConflictError:
                 if not any(e["type"] == "session.created" for e in events):
                     raise
+                continue
+            self._sessions[sid] = (max(seqs), version + len(events))
+            return
         raise ConcurrencyError(sid, version, store.version(sid))
-
-    def _live_elsewhere(self, store: SessionStore, sid: str) -> bool:
-        """Whether ``sid``, which a batch meant to create, is live now (another saver or process
-        created it first) rather than gone (deleted or erased): then the batch goes without its
-        creation."""
-        if store.get_session(sid) is None:
-            store.sync(timeout=30)
-        if store.get_session(sid) is None:
-            return False
-        self._sessions.add(sid)
-        return True
 
     def _forget(self, *sids: str) -> None:
         """Drop the copies of threads an operation on whole threads changed."""
@@ -436,8 +562,53 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             with self._copies.lock(sid):
                 self._copies.drop(sid)
 
-    def _reads(self, store: SessionStore) -> Any:
-        return _shared.read_model(store, model.NAMESPACE)
+    @contextlib.contextmanager
+    def _reads(self, store: SessionStore) -> Iterator[sqlite3.Connection]:
+        """The read model, for a read over every thread: it waits for another process's catch-up
+        at most WAIT_S, and not at all once that process is seen stopped (ProjectionError naming
+        it: there is no one stream to answer from)."""
+        deadline = time.monotonic() + WAIT_S
+        with contextlib.ExitStack() as stack:
+            while True:
+                try:
+                    conn = stack.enter_context(store.read_model(
+                        model.NAMESPACE, wait=min(READ_WAIT_S, max(0.0, deadline - time.monotonic()))))
+                    break
+                except ProjectionError as e:
+                    if time.monotonic() >= deadline:
+                        raise
+                    holder = _stopped_holder(store)
+                    if holder is not None:
+                        raise ProjectionError(
+                            f"read model {model.NAMESPACE!r} cannot reach the log: process {holder}, stopped, "
+                            "holds the projector lease",
+                            hint="resume or end that process, then retry; reads of one thread answer "
+                                 "from its stream meanwhile") from e
+            yield conn
+
+    @contextlib.contextmanager
+    def _thread_reads(self, store: SessionStore, sid: str,
+                      replay: bool = False) -> Iterator[tuple[sqlite3.Connection, _Replay | None]]:
+        """A connection with the ``langgraph`` tables as they hold thread stream ``sid``, and how
+        it was made: the read model (None) when it reaches the log within READ_WAIT_S (or, with
+        ``replay``, never), else the thread's own stream replayed into memory (a
+        :class:`_Replay`), exact as of the events it read -- a pure fold (:func:`model.apply`)
+        of the events that make the thread's rows, which are all in its stream. So a peer
+        process that holds the projector lease and does not catch up (stopped, swapped out,
+        busy) costs a read at most READ_WAIT_S, and a read never answers short of the log."""
+        with contextlib.ExitStack() as stack:
+            conn: sqlite3.Connection | None = None
+            found: _Replay | None = None
+            if not replay:
+                try:
+                    wait = 0.0 if time.monotonic() < self._stuck_until else READ_WAIT_S
+                    conn = stack.enter_context(store.read_model(model.NAMESPACE, wait=wait))
+                except ProjectionError:
+                    self._stuck_until = time.monotonic() + STUCK_S
+            if conn is None:
+                conn, found = _replay(store, sid)
+                stack.callback(conn.close)
+            yield conn, found
 
     def _latest(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> latest.Latest:
         """A checkpoint row of the read model with its blob rows and pending writes."""
@@ -485,20 +656,26 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         store = self._open()
         self._check_erases(store)
         try:
-            sid: str | None = model.thread_session(tid)
+            sid = model.thread_session(tid)
         except ValidationError:
-            sid = None  # no such thread can exist: the read model says so
-        copy = self._copies.get(sid) if sid is not None else None
-        if sid is not None and copy is not None and ns in copy.spaces:
+            return None  # no such thread can exist
+        copy = self._copies.get(sid)
+        if copy is not None and ns in copy.spaces:
             found = copy.spaces[ns].latest
             if (cid is None or found is None or found.checkpoint_id == cid) and store.version(sid) == copy.version:
                 return None if found is None or (cid is not None and found.checkpoint_id != cid) else self._tuple(found)
-        # The read model; a read of the latest checkpoint also establishes this saver's copy
-        # when it provably holds the stream as of one version (see latest.py).
-        version = store.version(sid) if sid is not None and cid is None else None
-        head = store.log.head()[0] if version is not None else 0
-        written = reached = None
-        with self._reads(store) as conn:
+        # The read model (or the thread's stream replayed); a read of the latest checkpoint also
+        # establishes this saver's copy when it provably holds the stream as of one version (see
+        # latest.py), and what it knows of the thread's session and mirrored messages.
+        version = store.version(sid)
+        if not version:  # nothing was ever written to the thread: every row of a thread is from its stream
+            if cid is None:
+                self._copies.establish(sid, 0, ns, None, None)
+            return None
+        head = store.log.head()[0]
+        written = reached = life = None
+        keys: set[str] = set()
+        with self._thread_reads(store, sid) as (conn, replay):
             conn.execute("BEGIN")  # one snapshot: the rows and the cursor they are current to
             try:
                 if cid:
@@ -508,21 +685,31 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                     row = conn.execute(f"SELECT {_COLUMNS} FROM langgraph_checkpoints WHERE thread_id = ? AND "
                                        "checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1", (tid, ns)).fetchone()
                 found = None if row is None else self._latest(conn, row)
-                if version is not None:
+                if cid is None:
                     (written,) = conn.execute("SELECT MAX(checkpoint_id) FROM langgraph_writes WHERE thread_id = ? "
                                               "AND checkpoint_ns = ?", (tid, ns)).fetchone()
                     reached = conn.execute("SELECT value FROM meta WHERE key = ?",
-                                           (f"ext:{model.NAMESPACE}:seq",)).fetchone()
+                                           (f"ext:{model.NAMESPACE}:seq",)).fetchone() if replay is None else None
+                    life = conn.execute("SELECT gone FROM langgraph_sessions WHERE session_id = ?", (sid,)).fetchone()
+                    if replay is not None:
+                        keys = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages "
+                                                           "WHERE session_id = ?", (sid,))}
             finally:
                 conn.execute("COMMIT")
-        if (sid is not None and version is not None and reached is not None and int(reached[0]) >= head
-                and store.version(sid) == version):
+        if cid is None and replay is not None:  # exact as of the events the replay read
+            self._copies.establish(sid, replay.n, ns, found, written)
+            self._mirrored[sid] = _Mirror(replay.n, keys)
+            if replay.why is None:
+                self._sessions[sid] = (replay.seq, replay.n)
+        elif cid is None and reached is not None and int(reached[0]) >= head and store.version(sid) == version:
             self._copies.establish(sid, version, ns, found, written)
             # A copy is (re)established from the read model when this saver's writes are not
             # all the stream holds (first read, or another saver or process wrote since): the
             # messages mirrored meanwhile are read again too, or two savers taking turns on one
             # thread would each mirror the same messages (found by an outside audit).
             self._mirrored.pop(sid, None)
+            if life is not None and not life[0]:  # every event of the stream (seq <= head) applied: live
+                self._sessions[sid] = (head, version)
         return None if found is None else self._tuple(found)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -555,7 +742,19 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         out: list[CheckpointTuple] = []
         store = self._open()
         self._check_erases(store)
-        with self._reads(store) as conn:
+        sid = None
+        if conf.get("thread_id") is not None:
+            try:
+                sid = model.thread_session(params[0])
+            except ValidationError:
+                return iter(out)  # no such thread can exist
+            if not store.version(sid):
+                return iter(out)  # nothing was ever written to it
+        with contextlib.ExitStack() as stack:
+            if sid is not None:  # one thread: its stream can answer when the read model is held up
+                conn = stack.enter_context(self._thread_reads(store, sid))[0]
+            else:
+                conn = stack.enter_context(self._reads(store))
             for row in conn.execute(sql, params).fetchall():
                 if limit is not None and len(out) >= limit:
                     break
@@ -653,24 +852,31 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         return out
 
     def _mirror_known(self, store: SessionStore, sid: str) -> _Mirror:
-        """The messages mirrored into ``sid``, from the read model once it has applied every
-        event the stream held when its version was read (-1 when it does not get there)."""
+        """The messages mirrored into ``sid``, as of the stream's version: from the read model
+        once it has applied every event the stream held when its version was read -- brought up
+        by a short wait at most -- else from the stream replayed."""
         keys: set[str] = set()
-        for _ in range(3):
+        for attempt in range(3):
             version = store.version(sid)
+            if not version:
+                return _Mirror(0, set())
             head = store.log.head()[0]  # read after the version: the events it counts are at or below
-            with self._reads(store) as conn:
+            with self._thread_reads(store, sid, replay=attempt == 2) as (conn, replay):
                 conn.execute("BEGIN")  # one snapshot: the keys and the cursor they are current to
                 try:
                     keys = {k for (k,) in conn.execute("SELECT message_key FROM langgraph_messages "
                                                        "WHERE session_id = ?", (sid,))}
-                    reached = conn.execute("SELECT value FROM meta WHERE key = ?",
-                                           (f"ext:{model.NAMESPACE}:seq",)).fetchone()
+                    reached = None if replay is not None else conn.execute(
+                        "SELECT value FROM meta WHERE key = ?", (f"ext:{model.NAMESPACE}:seq",)).fetchone()
                 finally:
                     conn.execute("COMMIT")
+            if replay is not None:
+                return _Mirror(replay.n, keys)
             if reached is not None and int(reached[0]) >= head:
                 return _Mirror(version, keys)
-            store.sync(timeout=30)
+            if attempt == 0:
+                with contextlib.suppress(ProjectionError):
+                    store.sync(timeout=READ_WAIT_S)  # a follower of this process short of the head
         return _Mirror(-1, keys)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -694,10 +900,6 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             "writes": rows}}]
         self._write(store, sid, events, latest.Writes(ns, cid, task, path, raws))
 
-    def _threads_with(self, store: SessionStore, sql: str, params: Sequence[Any]) -> builtins.list[str]:
-        with self._reads(store) as conn:
-            return [r[0] for r in conn.execute(sql, params)]
-
     def _threads_where_in(self, store: SessionStore, column: str, values: builtins.list[str],
                           tables: tuple[str, ...] = ("langgraph_checkpoints",)) -> set[str]:
         """The threads with a row in one of ``tables`` whose ``column`` is one of ``values``. Bound
@@ -715,33 +917,53 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Remove the thread's checkpoints and writes from the read model (the log keeps them) and
-        rewind its mirrored messages."""
+        rewind its mirrored messages. Never fails for a thread that is gone already: a thread
+        whose session was deleted (``eventlog sessions delete``) or erased has nothing left to
+        remove; a stream without a session (an earlier release's refused first write) gets the
+        deletion of its rows, which needs no session."""
         tid = _text(thread_id, "thread_id")
         store = self._open()
         self._check_erases(store)
         sid = model.thread_session(tid)
-        known = self._threads_with(store, "SELECT 1 FROM langgraph_checkpoints WHERE thread_id = ? LIMIT 1", (tid,))
-        if not known and store.get_session(sid) is None:
-            return
-        sid = self._session(store, tid)
-        if self._erase_deleted:
+        version = store.version(sid)
+        if not version:
+            return  # never written
+        why = self._life(store, sid, version)
+        self._forget(sid)
+        self._mirrored.pop(sid, None)
+        if self._erase_deleted and why != "no session":
             # The erase alone: it takes the checkpoints with the stream (the read model is built
             # again without them), it is one commit, and an erase a process was killed inside
             # is finished by the next one. (A thread_deleted appended first, then the erase,
             # left the thread's words everywhere when a kill fell between the two: outside audit.)
-            self._forget(sid)
-            self._mirrored.pop(sid, None)
+            # A deleted or erased session is erased (again): nothing of it is left after.
             store.erase_session(sid, "EventlogSaver.delete_thread (erase_deleted=True)")
-            self._sessions.discard(sid)
+            self._sessions.pop(sid, None)
             return
         deleted = {"type": "langgraph.thread_deleted", "session": sid, "data": {"thread_id": tid}}
+        if why == "no session":
+            for _ in range(_APPEND_TRIES):
+                try:
+                    self._append(store, [deleted], version)
+                    return
+                except ConcurrencyError:
+                    now = store.version(sid)
+                    if now == version:
+                        return  # refused at its own count: erased meanwhile, nothing left
+                    version = now
+            raise ConcurrencyError(sid, version, store.version(sid))
+        if why is not None:
+            return  # deleted or erased: the read model holds nothing of it
 
         def deletion() -> builtins.list[dict[str, Any]]:  # the deletion and the rewind of its transcript
             first = store.get_messages(sid, after=0, limit=1)  # the first active message
             return [deleted, *({"type": "messages.rewound", "session": sid, "data": {"message_id": m["id"]}}
                                for m in first)]
 
-        self._append_as_read(store, sid, deletion)
+        try:
+            self._append_as_read(store, sid, tid, deletion)
+        except NotFoundError:
+            pass  # deleted or erased meanwhile: nothing left to remove
         self._forget(sid)
         self._mirrored.pop(sid, None)
 
@@ -755,9 +977,12 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         store = self._open()
         self._check_erases(store)
+        # The threads the read model shows (a thread whose session was deleted shows nothing);
+        # their own events need no session, so a thread without one is no obstacle either.
         threads = self._threads_where_in(store, "run_id", runs)
-        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.runs_deleted", "session": self._session(store, t),
-                   "data": {"thread_id": t, "run_ids": runs}} for t in sorted(threads)]
+        events: builtins.list[dict[str, Any]] = [
+            {"type": "langgraph.runs_deleted", "session": model.thread_session(t), "data": {"thread_id": t, "run_ids": runs}}
+            for t in sorted(threads)]
         if events:
             self._append(store, events)
             self._forget(*(e["session"] for e in events))
@@ -778,7 +1003,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._check_erases(store)
         if src == dst:
             return
-        with self._reads(store) as conn:
+        src_sid = model.thread_session(src)
+        if not store.version(src_sid):
+            return  # nothing was ever written to the source
+        with self._thread_reads(store, src_sid) as (conn, _):
             conn.execute("BEGIN")  # one snapshot of the source's rows
             try:
                 parts = model.copy_parts(conn, src, dst)
@@ -800,8 +1028,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                         for m in store.get_messages(model.thread_session(src), limit=None) if _mirror_key(m) not in skip]
             return [*self._creation(store, dst), *copied, *msgs]
 
-        self._append_as_read(store, dst_sid, copy)
-        self._sessions.add(dst_sid)
+        self._append_as_read(store, dst_sid, dst, copy)
         self._forget(dst_sid)
         self._mirrored.pop(dst_sid, None)
 
@@ -821,8 +1048,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         # one to prune too: its writes would come back as a later checkpoint's (outside audit).
         tables = ("langgraph_checkpoints",) if strategy == "keep_latest" else _ROW_TABLES
         known = self._threads_where_in(store, "thread_id", tids, tables)
-        events: builtins.list[dict[str, Any]] = [{"type": "langgraph.thread_pruned", "session": self._session(store, t),
-                   "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
+        events: builtins.list[dict[str, Any]] = [
+            {"type": "langgraph.thread_pruned", "session": model.thread_session(t),
+             "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
         if events:
             self._append(store, events)
             self._forget(*(e["session"] for e in events))
