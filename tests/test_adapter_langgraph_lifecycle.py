@@ -313,3 +313,24 @@ def test_a_closed_saver_refuses_the_calls_that_have_nothing_to_do(tmp_path: Path
                  lambda: s.delete_for_runs([]), lambda: s.copy_thread("t", "t")):
         with pytest.raises(ClosedError):
             call()
+
+
+def test_a_saver_whose_store_open_could_not_bring_the_read_model_up_goes_on_from_the_streams(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the store with the saver's extension waits for the read model (the store's own
+    wait) and raised when it did not get there: the saver now goes on with the extension
+    registered, and reads each thread from its stream while the read model stays out of reach."""
+    with EventlogSaver(home=tmp_path) as s:
+        _chat_graph(s).invoke({"messages": [("user", "before")]}, cfg("t"))
+    with SessionStore.open(tmp_path, follower=False) as app:  # the profile is open, without the extension
+        def unreachable(name: str, to_seq: int, wait: float = 30.0) -> None:
+            raise ProjectionError(f"read model {name!r} did not reach seq {to_seq} in time")
+
+        monkeypatch.setattr(app._need_projector(), "advance_read_model", unreachable)
+        with EventlogSaver(home=tmp_path) as s:
+            state = _chat_graph(s).invoke({"messages": [("user", "after")]}, cfg("t"))
+            assert [m.content for m in state["messages"]] == ["before", "echo: before", "after", "echo: after"]
+            with pytest.raises(ProjectionError):
+                list(s.list(None))
+        monkeypatch.undo()
+        assert [m["content"] for m in app.get_messages("lg:t")] == ["before", "echo: before", "after", "echo: after"]

@@ -570,13 +570,14 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         deadline = time.monotonic() + WAIT_S
         with contextlib.ExitStack() as stack:
             while True:
+                began = time.monotonic()
+                wait = min(READ_WAIT_S, max(0.0, deadline - began))
                 try:
-                    conn = stack.enter_context(store.read_model(
-                        model.NAMESPACE, wait=min(READ_WAIT_S, max(0.0, deadline - time.monotonic()))))
+                    conn = stack.enter_context(store.read_model(model.NAMESPACE, wait=wait))
                     break
                 except ProjectionError as e:
-                    if time.monotonic() >= deadline:
-                        raise
+                    if time.monotonic() >= deadline or time.monotonic() - began < wait:
+                        raise  # out of time, or not a wait that ran out (a broken read model)
                     holder = _stopped_holder(store)
                     if holder is not None:
                         raise ProjectionError(
