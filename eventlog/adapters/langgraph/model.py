@@ -40,7 +40,7 @@ already mirrored into each thread's session (``langgraph_messages``, from the mi
 event of the log in order and ignores what it does not know; it never raises on odd stored data.
 
 A thread whose session is deleted (``session.deleted`` in its stream: ``eventlog sessions
-delete``, :meth:`SessionStore.delete_session`, a deleted ancestor) is gone from the read model:
+delete``, :meth:`SessionStore.delete_session`) is gone from the read model:
 its rows are dropped as by ``thread_deleted``, and any ``langgraph.*`` event in its stream after
 that is ignored (an outside audit found such a thread still served, and every bulk operation
 over it failing). Version 2 of the read model; version 1 kept the rows of deleted sessions.
