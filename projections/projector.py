@@ -307,6 +307,10 @@ class Projector:
         """Build and keep current these extension read models (see :mod:`projections.extensions`)."""
         self.extensions.register(models, upcast)
 
+    def read_model_broken(self, name: str) -> str | None:
+        """Why extension read model ``name`` is broken (its extension failed on an event), or None."""
+        return self.extensions.broken.get(name)
+
     def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None:
         """Return once extension read model ``name`` includes event ``to_seq``, catching its tables
         up under the lease whenever it is free; :class:`ProjectionError` after ``wait`` seconds,

@@ -26,6 +26,7 @@ from eventlog.errors import (
     ConcurrencyError,
     ConflictError,
     NotFoundError,
+    ProjectionError,
     StorageError,
     TitleConflictError,
     ValidationError,
@@ -59,6 +60,9 @@ _log = logging.getLogger("eventlog.sessions")
 RULES_LOCK = "rules.lock"
 """The profile's lock file for check-then-append of the domain rules (see SessionStore._ruled)."""
 RULES_LOCK_TIMEOUT = 10.0
+OPEN_READ_MODEL_WAIT = 1.0
+"""Seconds an open waits for an extension's read model to reach the log behind another process's
+catch-up (then it opens, and a read of the model waits as reads do)."""
 """How long a rule check waits for another process's, when the log has no lock timeout of its own."""
 
 
@@ -187,6 +191,7 @@ class Projections(Protocol):
     def health(self, full: bool = True) -> dict[str, Any]: ...
     def cursor(self) -> int: ...
     def register_read_models(self, models: dict[str, Any], upcast: Any) -> None: ...
+    def read_model_broken(self, name: str) -> str | None: ...
     @property
     def following(self) -> bool: ...
     def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
@@ -270,7 +275,14 @@ class _Shared:
         if self.projector is not None:
             head = self.log.head()[0]
             for name in new:  # built (or brought up to the log) now, as the store opens
-                self.projector.advance_read_model(name, head)
+                try:
+                    self.projector.advance_read_model(name, head, wait=OPEN_READ_MODEL_WAIT)
+                except ProjectionError:
+                    if self.projector.read_model_broken(name) is not None:
+                        raise
+                    # another process holds the projector lease and does not catch up (stopped):
+                    # the open does not wait for it; a read of the model waits as reads do
+                    _log.warning("read model %r is behind the log: another process holds the projector lease", name)
         self._opened.update(new)
 
     def appended(self, seq: int) -> None:
@@ -1042,6 +1054,12 @@ class SessionStore:
                                  and e["type"] != "session.created" and e["session"] not in created):
             # Several sessions in one batch cannot be appended at versions: each is checked on
             # the read model caught up to the log head (the version guards the single-stream case).
+            # At a version the caller guards its stream: the read model as it stands, with the
+            # stream's events past it (no wait behind a stopped catch-up), is the check its own
+            # methods make on their version-checked path.
+            peek = getattr(self._reads, "peek", None) if expected_version is not None else None
+            if peek is not None and sid not in self._deleted and self._peek_live(sid, peek):
+                continue
             try:
                 self._need_live(sid, seen=head)
             except NotFoundError:
