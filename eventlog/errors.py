@@ -152,6 +152,14 @@ class StorageError(EventLogError):
     hint: str | None = "check the profile directory's disk and permissions; `eventlog doctor` says what is wrong"
 
 
+class ProfileGoneError(StorageError):
+    """The profile this log handle was opened on was removed from the server (or removed and
+    created anew) while the handle was open; nothing was read or written through it."""
+
+    hint: str | None = ("close this log (or store) and open the profile again; if it was removed by mistake, "
+                        "restore its log from a backup or an export")
+
+
 class DiskFullError(StorageError):
     """The disk (or the LMDB map) has no room; nothing of the failed batch was written."""
 

@@ -133,6 +133,11 @@ _REGISTRY_DDL = [
         format integer NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now())""",
     f"REVOKE ALL ON {REGISTRY}.profiles FROM PUBLIC",
+    # Profile ids come from a sequence, which never goes back: a removed profile's id (hence its
+    # schema, role and lock keys) is never given to another profile, so a handle still open on
+    # the removed one cannot reach the next one's log.
+    f"CREATE SEQUENCE IF NOT EXISTS {REGISTRY}.profile_ids",
+    f"REVOKE ALL ON SEQUENCE {REGISTRY}.profile_ids FROM PUBLIC",
     f"GRANT USAGE ON SCHEMA {REGISTRY} TO PUBLIC",
     f"""CREATE OR REPLACE FUNCTION {REGISTRY}.profile(p text)
         RETURNS TABLE (id bigint, schema_name text, role_name text, format integer)
@@ -265,9 +270,8 @@ def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
                            (profile,)).fetchone()
         if row is not None:
             return ProfileInfo(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
-        pid = int(conn.execute(f"SELECT coalesce(max(id), 0) + 1 FROM {REGISTRY}.profiles").fetchone()[0])  # type: ignore[index]
         dboid = int(conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0])  # type: ignore[index]
-        schema, role = f"eventlog_p{pid}", f"eventlog_{dboid}_p{pid}"
+        pid, schema, role = _new_id(conn, dboid)
         for ddl in _profile_ddl(schema, role):
             conn.execute(ddl)
         member = conn.execute("SELECT pg_has_role(session_user, %s, 'MEMBER')", (role,)).fetchone()
@@ -277,6 +281,22 @@ def provision(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo:
         conn.execute(f"INSERT INTO {REGISTRY}.profiles (id, name, schema_name, role_name, format) "
                      "VALUES (%s, %s, %s, %s, %s)", (pid, profile, schema, role, BODY_FORMAT))
     return ProfileInfo(pid, schema, role, BODY_FORMAT)
+
+
+def _new_id(conn: psycopg.Connection[Any], dboid: int) -> tuple[int, str, str]:
+    """A profile id never given before, with its schema and role names (under the registry lock).
+    Past every id in the registry too: an earlier release took max(id) + 1, and may still be
+    creating profiles beside this one. An id whose schema or role is there already (left behind
+    by hand) is passed over."""
+    while True:
+        pid = int(conn.execute(  # type: ignore[index]
+            f"SELECT setval('{REGISTRY}.profile_ids', greatest(nextval('{REGISTRY}.profile_ids'), "
+            f"(SELECT coalesce(max(id), 0) + 1 FROM {REGISTRY}.profiles)))").fetchone()[0])
+        schema, role = f"eventlog_p{pid}", f"eventlog_{dboid}_p{pid}"
+        taken = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL OR EXISTS (SELECT 1 FROM pg_roles "
+                             "WHERE rolname = %s)", (f'"{schema}"', role)).fetchone()
+        if not (taken and taken[0]):
+            return pid, schema, role
 
 
 def drop_if_empty(conn: psycopg.Connection[Any], profile: str) -> bool:
@@ -337,6 +357,7 @@ class Statements:
             return sql.SQL(text).format(s=s).as_string(None)
 
         self.set_role = sql.SQL("SET ROLE {}").format(sql.Identifier(info.role)).as_string(None)
+        self.identity = f"SELECT id, schema_name, role_name FROM {REGISTRY}.profile(%s)"
         self.lock = "SELECT pg_advisory_xact_lock(%s, %s)"
         self.lock_args = (LOCK_NAMESPACE, info.id)
         self.head = q("SELECT seq, hash FROM {s}.head")

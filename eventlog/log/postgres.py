@@ -45,6 +45,7 @@ from eventlog.errors import (
     DuplicateEventError,
     EventLogError,
     IntegrityError,
+    ProfileGoneError,
     StorageError,
     ValidationError,
     WriterBusyError,
@@ -280,7 +281,7 @@ class PostgresLog(LogBase):
                                    f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
             log = cls(url, profile, info, durability, connect_timeout=connect_timeout,
                       reconnect_timeout=reconnect_timeout)
-            log._setup(conn, writer=True)
+            log._setup(conn, writer=True, looked_up=True)
             log._writer = conn
         except psycopg.Error as e:
             _quiet_close(conn)
@@ -290,11 +291,40 @@ class PostgresLog(LogBase):
             raise
         return log
 
-    def _setup(self, conn: psycopg.Connection[Any], *, writer: bool = False) -> None:
-        conn.execute(self._sql.set_role)
-        conn.execute(f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'")
+    def _setup(self, conn: psycopg.Connection[Any], *, writer: bool = False, looked_up: bool = False) -> None:
+        """Make a new connection one of this handle's: check that the registry still maps the
+        profile's name to the profile this handle opened (a profile removed and another created
+        since must not be reached by its schema or role name), then take the profile's role."""
+        if not looked_up:
+            row = conn.execute(self._sql.identity, (self.profile,)).fetchone()
+            if row is None or (int(row[0]), str(row[1]), str(row[2])) != (self.info.id, self.info.schema,
+                                                                         self.info.role):
+                raise self._gone(row is not None)
+        settings = [self._sql.set_role, f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"]
         if writer:
-            conn.execute("SET synchronous_commit = " + ("on" if self.durability == "sync" else "off"))
+            settings.append("SET synchronous_commit = " + ("on" if self.durability == "sync" else "off"))
+        conn.execute("; ".join(settings))  # one round trip
+
+    def _gone(self, replaced: bool) -> ProfileGoneError:
+        what = "was removed and created anew" if replaced else "was removed"
+        return ProfileGoneError(f"profile {self.profile!r} {what} on {redact(self.url)} while this log was open "
+                                f"(it had schema {self.info.schema}); nothing was read or written")
+
+    def _converted(self, e: psycopg.Error, action: str) -> StorageError:
+        """``e`` as an eventlog error: :class:`ProfileGoneError` when it is what a removed profile
+        gives (its schema, tables or role gone) and the registry no longer maps this profile to
+        this handle's, else :func:`storage_error`'s."""
+        if isinstance(e, (pgerr.UndefinedTable, pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege,
+                          pgerr.UndefinedObject, pgerr.InvalidParameterValue)):
+            try:
+                with connect(self.url, connect_timeout=self._connect_timeout) as conn:
+                    found = lookup(conn, self.profile)
+            except psycopg.Error:
+                found = self.info  # cannot tell: report e
+            if found is None or (found.id, found.schema, found.role) != (self.info.id, self.info.schema,
+                                                                         self.info.role):
+                return self._gone(found is not None)
+        return storage_error(e, action, self._where)
 
     def _connect_reader(self) -> psycopg.Connection[Any]:
         conn = connect(self.url, connect_timeout=self._connect_timeout)
@@ -346,7 +376,7 @@ class PostgresLog(LogBase):
                     return fn(conn)
             except psycopg.Error as e:
                 if not _lost(e):
-                    raise storage_error(e, action, self._where) from e
+                    raise self._converted(e, action) from e
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.reconnect_timeout
                 if now >= deadline:
@@ -454,7 +484,7 @@ class PostgresLog(LogBase):
                         time.sleep(delay)
                         delay = min(delay * 2, 1.0)
                         continue
-                err = storage_error(e, "append failed", self._where)
+                err = storage_error(e, "append failed", self._where) if _lost(e) else self._converted(e, "append failed")
                 err.__cause__ = e
                 self._fail(group, err)
                 return
@@ -704,7 +734,9 @@ class PostgresLog(LogBase):
                 self._drop_writer()
                 now = time.monotonic()
                 deadline = deadline if deadline is not None else now + self.reconnect_timeout
-                if not _lost(e) or now >= deadline:
+                if not _lost(e):
+                    raise self._converted(e, "erase failed") from e
+                if now >= deadline:
                     raise storage_error(e, "erase failed", self._where) from e
                 _log.warning("erase on %s: %s; retrying", self._where,
                              redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__)
@@ -787,7 +819,7 @@ class PostgresLog(LogBase):
                     break
                 except psycopg.Error as e:
                     if not _lost(e):
-                        raise storage_error(e, "import failed", self._where) from e
+                        raise self._converted(e, "import failed") from e
                     self._drop_writer()
                     now = time.monotonic()
                     deadline = deadline if deadline is not None else now + self.reconnect_timeout
