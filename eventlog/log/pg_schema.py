@@ -170,14 +170,42 @@ def _profile_ddl(schema: str, role: str) -> list[sql.Composed]:
             seq bigint NOT NULL,
             hash text NOT NULL)""").format(s),
         sql.SQL("INSERT INTO {}.head (single, seq, hash) VALUES (true, 0, {})").format(s, zero),
-        sql.SQL("CREATE TABLE {}.zdicts (id integer PRIMARY KEY CHECK (id > 0), dict bytea NOT NULL)").format(s),
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(s, r),
         sql.SQL("GRANT SELECT, INSERT ON {}.events TO {}").format(s, r),
         sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}.streams TO {}").format(s, r),
         sql.SQL("GRANT SELECT, UPDATE ON {}.head TO {}").format(s, r),
-        sql.SQL("GRANT SELECT, INSERT ON {}.zdicts TO {}").format(s, r),
+        *zdicts_ddl(schema, role),
         *erase_function_ddl(schema, role),
     ]
+
+
+def zdicts_ddl(schema: str, role: str) -> list[sql.Composed]:
+    """The compression dictionaries' table (added after the first release: see :func:`upgrade`)."""
+    s, r = sql.Identifier(schema), sql.Identifier(role)
+    return [
+        sql.SQL("CREATE TABLE IF NOT EXISTS {}.zdicts (id integer PRIMARY KEY CHECK (id > 0), "
+                "dict bytea NOT NULL)").format(s),
+        sql.SQL("GRANT SELECT, INSERT ON {}.zdicts TO {}").format(s, r),
+    ]
+
+
+def upgrade(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
+    """Bring a profile provisioned by an earlier release up to this release's layout when this
+    connection may (the schema's owner or a superuser): the ``zdicts`` table the first release
+    did not create, and the current :func:`erase_function_ddl`. True when the layout is
+    complete; False when something is missing and this login may not add it (the profile still
+    works as far as its format needs: a format-1 profile never reads ``zdicts``)."""
+    found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f'"{info.schema}".zdicts',)).fetchone()
+    complete = bool(found and found[0])
+    if not complete:
+        try:
+            with conn.transaction():
+                for ddl in zdicts_ddl(info.schema, info.role):
+                    conn.execute(ddl)
+            complete = True
+        except (pgerr.InsufficientPrivilege, pgerr.InvalidSchemaName):
+            pass
+    return ensure_erase_function(conn, info) and complete
 
 
 ERASE_FUNCTION = "erase_events(bigint[], bytea[])"
@@ -361,7 +389,9 @@ class Statements:
         self.lock = "SELECT pg_advisory_xact_lock(%s, %s)"
         self.lock_args = (LOCK_NAMESPACE, info.id)
         self.head = q("SELECT seq, hash FROM {s}.head")
-        self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head")
+        # Format 1 (the first release's profiles, which may have no zdicts table) never compresses.
+        self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head" if info.format != 1
+                               else "SELECT seq, hash, 0 FROM {s}.head")
         self.get_dict = q("SELECT dict FROM {s}.zdicts WHERE id = %s")
         self.add_dict = q("INSERT INTO {s}.zdicts (id, dict) VALUES (%s, %s) ON CONFLICT (id) DO NOTHING")
         self.find_ids = q("SELECT id, seq, body FROM {s}.events WHERE id = ANY(%s::text[])")

@@ -74,11 +74,11 @@ from eventlog.log.pg_schema import (
     Statements,
     connect,
     drop_if_empty,
-    ensure_erase_function,
     lookup,
     provision,
     redact,
     storage_error,
+    upgrade,
 )
 from eventlog.profiles import validate_profile
 
@@ -266,7 +266,7 @@ class PostgresLog(LogBase):
                     info = None
                     denied = redact(str(e).strip().splitlines()[0]) if str(e).strip() else "permission denied"
             elif info is not None:
-                ensure_erase_function(conn, info)  # a profile provisioned before erase existed, if we may
+                upgrade(conn, info)  # a profile provisioned by an earlier release, if this login may
             if info is None and ("schema" in denied or "profiles" in denied):  # an administrator, not the registry's
                 raise StorageError(f"profile {profile!r} does not exist on {redact(url)}, and this login may not "
                                    f"create it: {denied}", hint=REGISTRY_OWNER_HINT)
@@ -893,6 +893,8 @@ class PostgresLog(LogBase):
         the first host to store one wins, every host then uses it); returns the id in use (0 when
         there is too little to learn from)."""
 
+        if self._format != 2:
+            return 0  # format 1 stores the canonical bytes as they are
         head = self.head()[0]
         trained = stored.train([codec.canonical(env["data"]) for env in self.read(max(1, head - samples + 1))
                                 if "data" in env])
