@@ -103,7 +103,13 @@ FAST_PATH_BACKOFF = 32
 """Groups written the two-round-trip way after the one-round-trip way found another writer's head."""
 IDLE_IN_TRANSACTION_S = 60
 """A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
-after this long, so it cannot hold a profile's advisory lock forever."""
+after this long, so it cannot hold a profile's advisory lock (the append lock, the rules lock)
+forever."""
+SERVER_KEEPALIVES = ("SET tcp_keepalives_idle = 10", "SET tcp_keepalives_interval = 5", "SET tcp_keepalives_count = 3",
+                     "SET tcp_user_timeout = 30000")
+"""The server's side of each connection notices a host that vanished from the network (power
+loss, a partition) within ~25 s when idle and 30 s with data unacknowledged, not the system's
+default ~2 h, and ends its session (TCP connections; ignored on a Unix socket)."""
 
 
 def drop_empty_profile(url: str, profile: str, *, connect_timeout: float = 10.0) -> bool:
@@ -166,23 +172,32 @@ class _Pool:
 
     @contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._lock:
-            c = self._idle.pop() if self._idle else None
-        if c is None or c.closed:
-            c = self._make()
+        c = self.take()
         ok = False
         try:
             yield c
             ok = True
         finally:
-            kept = False
-            if ok and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                with self._lock:
-                    if len(self._idle) < self._keep:
-                        self._idle.append(c)
-                        kept = True
-            if not kept:
-                _quiet_close(c)
+            self.give(c, ok)
+
+    def take(self) -> psycopg.Connection[Any]:
+        """An idle connection, or a new one; hand it back with :meth:`give`."""
+        with self._lock:
+            c = self._idle.pop() if self._idle else None
+        if c is None or c.closed:
+            c = self._make()
+        return c
+
+    def give(self, c: psycopg.Connection[Any], ok: bool) -> None:
+        """Keep ``c`` for reuse if ``ok`` and it is idle outside a transaction; else close it."""
+        kept = False
+        if ok and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            with self._lock:
+                if len(self._idle) < self._keep:
+                    self._idle.append(c)
+                    kept = True
+        if not kept:
+            _quiet_close(c)
 
     def close(self) -> None:
         with self._lock:
@@ -300,7 +315,8 @@ class PostgresLog(LogBase):
             if row is None or (int(row[0]), str(row[1]), str(row[2])) != (self.info.id, self.info.schema,
                                                                          self.info.role):
                 raise self._gone(row is not None)
-        settings = [self._sql.set_role, f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'"]
+        settings = [self._sql.set_role, f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'",
+                    *SERVER_KEEPALIVES]
         if writer:
             settings.append("SET synchronous_commit = " + ("on" if self.durability == "sync" else "off"))
         conn.execute("; ".join(settings))  # one round trip
@@ -970,27 +986,64 @@ class PostgresLog(LogBase):
 
     @contextmanager
     def rules_lock(self, timeout: float) -> Iterator[None]:
-        """Hold the profile's rules lock on the server (a session advisory lock) — what a domain
-        rule's check and its append take together (:meth:`SessionStore._ruled`), so that hosts
-        sharing this log serialize them as one host's processes do with a lock file. Waits at
-        most ``timeout`` seconds, then :class:`WriterBusyError`."""
+        """Hold the profile's rules lock on the server — what a domain rule's check and its
+        append take together (:meth:`SessionStore._ruled`), so that hosts sharing this log
+        serialize them as one host's processes do with a lock file. Waits at most ``timeout``
+        seconds for another holder, then :class:`WriterBusyError`; connections lost meanwhile are
+        replaced (within ``reconnect_timeout``, then :class:`StorageError`).
+
+        A transaction-scoped advisory lock, held by a transaction left open on a connection of
+        its own: a holder that stops (SIGSTOP, a debugger) or vanishes from the network is ended
+        by the server after ``idle_in_transaction_session_timeout`` (60 s), which frees the lock,
+        whatever still answers for the host's TCP stack (its kernel, a proxy, a NAT). A session
+        lock on an idle connection stayed held until TCP keepalives gave up (about 2 h by default)."""
         self._check_open()
-        key = (LOCK_NAMESPACE + 1, self.info.id)
+        try_lock = "BEGIN; SELECT pg_try_advisory_xact_lock(%d, %d)" % (LOCK_NAMESPACE + 1, self.info.id)
         deadline = time.monotonic() + timeout
+        lost_until: float | None = None
+        delay = 0.002
+        conn: psycopg.Connection[Any] | None = None
+        while conn is None:
+            self._check_open()
+            c: psycopg.Connection[Any] | None = None
+            try:
+                c = self._pool.take()
+                cur = c.execute(try_lock)  # one round trip: BEGIN, then the try
+                cur.nextset()
+                row = cur.fetchone()
+                if row is not None and row[0]:
+                    conn = c
+                    break
+                c.execute("ROLLBACK")
+                self._pool.give(c, True)
+                if time.monotonic() >= deadline:
+                    raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            except psycopg.Error as e:
+                if c is not None:
+                    self._pool.give(c, False)
+                if not _lost(e):
+                    raise self._converted(e, "the rules lock failed") from e
+                now = time.monotonic()
+                lost_until = lost_until if lost_until is not None else now + self.reconnect_timeout
+                if now >= lost_until:
+                    raise storage_error(e, "the rules lock failed", self._where) from e
+                time.sleep(min(delay, 0.05))
+                delay = min(delay * 2, 1.0)
+        ok = False
         try:
-            with self._pool.conn() as conn:
-                delay = 0.002
-                while not conn.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()[0]:  # type: ignore[index]
-                    if time.monotonic() >= deadline:
-                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
-                try:
-                    yield
-                finally:
-                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", key)
-        except psycopg.Error as e:
-            raise storage_error(e, "the rules lock failed", self._where) from e
+            yield
+            ok = True
+        finally:
+            try:
+                conn.execute("COMMIT" if ok else "ROLLBACK")  # either frees the lock
+                self._pool.give(conn, True)
+            except psycopg.Error as e:  # the session is gone, and its lock with it
+                self._pool.give(conn, False)
+                if ok:
+                    _log.warning("releasing the rules lock of %s: %s (the server freed it with the session)",
+                                 self._where, redact(str(e).strip().splitlines()[0]) if str(e).strip() else e)
 
     def head(self) -> tuple[int, str]:
         """``(seq, hash)`` of the last event; ``(0, 64 zeros)`` for an empty log."""
