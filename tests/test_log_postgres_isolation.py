@@ -64,3 +64,69 @@ def test_a_handle_on_a_profile_removed_and_created_anew_refuses_every_new_connec
             assert fresh.head()[0] == 1
     finally:
         stale.close()
+
+
+def _host_login(pg_server: Any, pg_url: str, profile: str) -> str:
+    """A login that holds the profile's role and nothing else (a host's)."""
+    from eventlog.log.pg_schema import grant_login
+
+    PostgresLog.open(pg_url, profile=profile).close()
+    login = f"host_{profile.replace('-', '_')}"
+    with superuser(pg_url) as c:
+        c.execute(f"CREATE ROLE \"{login}\" LOGIN PASSWORD 'pw-h'")
+        grant_login(c, profile, login)
+    return str(pg_server.url(user=login, password="pw-h"))
+
+
+def test_the_erase_function_refuses_an_erase_record_and_any_stub_but_the_events_own(
+        pg_server: Any, pg_url: str, pg_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """erase_events took the client's stub, checking only its hash and prev: a login holding only
+    the profile's role (its own client code changed) erased an earlier log.erased record and
+    stored a 'stub' whose session, type, id and ts were changed, and verify still said ok."""
+    from eventlog.errors import StorageError
+    from eventlog.log import codec
+    from eventlog.log import postgres as pg_module
+
+    with PostgresLog.open(_host_login(pg_server, pg_url, pg_profile), profile=pg_profile) as lg:
+        seqs = lg.append([ev("victim", text=f"m{i}") for i in range(4)])
+        record = lg.erase([seqs[1]], {"reason": "asked", "by": "dpo"})
+        first = lg.get(record)
+        assert first is not None
+        before = dict(lg.read(raw=True))
+        real_stub, real_erase_event = codec.stub, pg_module.erase_event
+        # the client's own refusal to erase an erase record, removed; its record names what that one named
+        monkeypatch.setattr(pg_module, "erasable", lambda wanted, at: [at(q) for q in wanted])
+        monkeypatch.setattr(pg_module, "erase_event",
+                            lambda listed, data: real_erase_event(listed + first["data"]["erased"], data))
+        with pytest.raises(StorageError, match="never erased"):
+            lg.erase([record], {"reason": "routine"})
+        monkeypatch.setattr(pg_module, "erase_event", real_erase_event)
+
+        def forged(env: dict[str, Any]) -> dict[str, Any]:
+            out = real_stub(env)
+            out.update(session="someone-else", type="session.deleted", id="forged-id", ts=1)
+            return out
+
+        monkeypatch.setattr(codec, "stub", forged)
+        with pytest.raises(StorageError, match="cannot take this stub"):
+            lg.erase([seqs[2]], {"reason": "routine"})
+        monkeypatch.setattr(codec, "stub", real_stub)
+        assert dict(lg.read(raw=True)) == before  # nothing changed
+        assert lg.erase([seqs[2]], {"reason": "routine"}) == record + 1  # the genuine stub is taken
+        res = lg.verify()
+        assert res.ok and res.erased == 2
+        gone, was = lg.get(seqs[2]), codec.decode(before[seqs[2]])
+        assert gone is not None and gone.get("erased") is True
+        assert {k: gone[k] for k in ("session", "type", "id", "ts")} == {k: was[k] for k in ("session", "type", "id", "ts")}
+
+
+def test_an_erase_record_whose_data_holds_a_nul_character_is_written(pg_url: str, pg_profile: str) -> None:
+    """erase_events read the record's data as jsonb, which cannot hold U+0000: such an erase
+    failed on PostgreSQL only (an untyped 'unsupported Unicode escape sequence')."""
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        lg.append([ev("s", text="secret \u0000 with a NUL"), ev("s", text="\\u0000 as text")])
+        assert lg.erase([1, 2], {"reason": "asked", "ticket": "T-1\u0000", "note": "\\u0000\\\\u0000"}) == 3
+        res = lg.verify()
+        assert res.ok and res.erased == 2
+        rec = lg.get(3)
+        assert rec is not None and rec["data"]["ticket"] == "T-1\u0000"

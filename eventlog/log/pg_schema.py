@@ -209,7 +209,7 @@ def upgrade(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
 
 
 ERASE_FUNCTION = "erase_events(bigint[], bytea[])"
-ERASE_VERSION = "eventlog erase_events 2: checks the record names each event"
+ERASE_VERSION = "eventlog erase_events 3: stubs built from the event's own header; records never erased"
 
 
 def erase_function_ddl(schema: str, role: str) -> list[sql.Composed]:
@@ -217,19 +217,23 @@ def erase_function_ddl(schema: str, role: str) -> list[sql.Composed]:
     SECURITY DEFINER function (it runs with the owner's rights; the role has no UPDATE on
     events). It replaces events by their stubs only in the transaction that has just appended
     the ``log.erased`` record naming them (that record is the head and this transaction wrote
-    the head row; its data, stored uncompressed, lists each ``[seq, hash]`` erased), only with a
-    stub (kind 3) keeping the event's hash and prev, and never the record itself — so an erase
-    is all or nothing and always audited (format-2 bodies)."""
+    the head row; its data, stored uncompressed, lists each ``[seq, hash]`` erased), and never
+    a ``log.erased`` record itself — so an erase is all or nothing and always audited
+    (format-2 bodies). Each stub is built here from the stored event's own header (kind 3, cut
+    where the data begins): the one the client sends must be that very stub, so no field of the
+    erased event (session, type, id, ts) can be changed under its kept hash. The record's data
+    is read as JSON with any U+0000 escape made another control character first (jsonb cannot
+    hold U+0000; only the record's ``erased`` list is read)."""
     s, r = sql.Identifier(schema), sql.Identifier(role)
     body = sql.SQL("""CREATE OR REPLACE FUNCTION {s}.erase_events(seqs bigint[], stubs bytea[]) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
-  top bigint; rec bytea; old bytea; n integer := 0; i integer; at integer; named jsonb;
+  top bigint; rec bytea; old bytea; stub bytea; n integer := 0; i integer; at integer; h integer; named jsonb;
+  erased_type constant bytea := decode('0a6c6f672e657261736564', 'hex');  -- length 10, 'log.erased'
 BEGIN
   SELECT h.seq INTO top FROM {s}.head h WHERE h.xmin::text::bigint = txid_current() % 4294967296;
   SELECT e.body INTO rec FROM {s}.events e WHERE e.seq = top;
-  IF rec IS NULL OR get_byte(rec, 0) <> 2
-     OR substring(rec FROM 76 FOR 11) <> decode('0a6c6f672e657261736564', 'hex') THEN
+  IF rec IS NULL OR get_byte(rec, 0) <> 2 OR substring(rec FROM 76 FOR 11) <> erased_type THEN
     RAISE EXCEPTION 'eventlog: events are erased only with the log.erased record of the same transaction'
       USING ERRCODE = 'insufficient_privilege';
   END IF;
@@ -241,21 +245,33 @@ BEGIN
       USING ERRCODE = 'insufficient_privilege';
   END IF;
   SELECT jsonb_object_agg(x ->> 0, x ->> 1) INTO named
-    FROM jsonb_array_elements(convert_from(substring(rec FROM at + 3), 'UTF8')::jsonb -> 'erased') AS x;
+    FROM jsonb_array_elements(replace(convert_from(substring(rec FROM at + 3), 'UTF8'), '\\u0000', '\\u001f')::jsonb
+                              -> 'erased') AS x;
   IF coalesce(array_length(seqs, 1), 0) <> coalesce(array_length(stubs, 1), 0) THEN
     RAISE EXCEPTION 'eventlog: one stub per seq' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   FOR i IN 1 .. coalesce(array_length(seqs, 1), 0) LOOP
     SELECT e.body INTO old FROM {s}.events e WHERE e.seq = seqs[i] FOR UPDATE;
-    IF old IS NULL OR seqs[i] >= top OR get_byte(old, 0) <> 2 OR get_byte(stubs[i], 0) <> 3
-       OR substring(stubs[i] FROM 2 FOR 64) <> substring(old FROM 2 FOR 64) THEN
-      RAISE EXCEPTION 'eventlog: event % cannot take this stub', seqs[i] USING ERRCODE = 'check_violation';
+    IF old IS NULL OR seqs[i] >= top OR get_byte(old, 0) <> 2 THEN
+      RAISE EXCEPTION 'eventlog: event % cannot be erased', seqs[i] USING ERRCODE = 'check_violation';
+    END IF;
+    IF substring(old FROM 76 FOR 11) = erased_type THEN
+      RAISE EXCEPTION 'eventlog: event % is a log.erased record: it is never erased', seqs[i]
+        USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    h := 76 + get_byte(old, 75);                                                         -- past the type
+    h := h + CASE WHEN get_byte(old, h) = 255 THEN 1 ELSE 1 + get_byte(old, h) END;      -- the session
+    h := h + CASE WHEN get_byte(old, h) = 0 THEN 17 ELSE 1 + get_byte(old, h) END;       -- the id
+    stub := set_byte(substring(old FROM 1 FOR h), 0, 3);
+    IF stubs[i] IS DISTINCT FROM stub THEN
+      RAISE EXCEPTION 'eventlog: event % cannot take this stub (it must be the event''s own header)', seqs[i]
+        USING ERRCODE = 'check_violation';
     END IF;
     IF named IS NULL OR (named ->> seqs[i]::text) IS DISTINCT FROM encode(substring(old FROM 2 FOR 32), 'hex') THEN
       RAISE EXCEPTION 'eventlog: the log.erased record does not name event %', seqs[i]
         USING ERRCODE = 'insufficient_privilege';
     END IF;
-    UPDATE {s}.events SET body = stubs[i] WHERE seq = seqs[i];
+    UPDATE {s}.events SET body = stub WHERE seq = seqs[i];
     n := n + 1;
   END LOOP;
   RETURN n;
