@@ -109,3 +109,29 @@ def test_a_refused_import_leaves_no_profile_on_the_server(tmp_path: Path, pg_url
         assert pg.head()[0] == 1
     with connect(pg_url) as conn:
         assert drop_if_empty(conn, pg_profile) is False and lookup(conn, pg_profile) is not None
+
+
+@pytest.mark.parametrize("userinfo, query, secret", [
+    ("gateway:50%off", "", "50%off"),
+    ("gateway:Tr0ub%dor", "", "Tr0ub%dor"),
+    ("gateway:end%", "", "end%"),
+    ("gateway", "?password=s3cr%et", "s3cr%et"),
+    ("gateway", "?sslmode=prefer&password=x%zz1", "x%zz1"),
+])
+def test_a_password_with_a_bare_percent_is_refused_unechoed(tmp_path: Path, pg_server: Any, userinfo: str,
+                                                           query: str, secret: str) -> None:
+    """libpq refuses such a URL quoting the token whole ('invalid percent-encoded token:
+    "50%off"'), and neither the URL check nor the redaction knew it: the password was printed
+    (outside audit). Refused before connecting, naming the URL part; libpq's token is masked."""
+    from eventlog import SessionStore
+    from eventlog.errors import ValidationError
+    from eventlog.log.pg_schema import redact
+
+    url = f"postgresql://{userinfo}@127.0.0.1:{pg_server.port}/eventlog{query}"
+    r = CliRunner().invoke(main, ["--home", str(tmp_path), "--profile", "p", "--log-url", url, "log", "verify"])
+    assert r.exit_code == 1 and r.stderr.startswith("error: invalid log: the URL's ") and "password" in r.stderr, r.stderr
+    assert secret not in r.stdout + r.stderr and "%25" in r.stderr
+    with pytest.raises(ValidationError) as info:
+        SessionStore.open(home=tmp_path, profile="p", log=url)
+    assert secret not in str(info.value) + repr(info.value)
+    assert secret not in redact(f'invalid percent-encoded token: "{secret}"')

@@ -58,6 +58,7 @@ def check_url_userinfo(url: str, field: str) -> None:
     meant, and name the password's tail in its error, where no redaction can find it. Nothing
     of the URL is echoed (:class:`ValidationError` naming ``field``)."""
     rest = url.split("://", 1)[1] if "://" in url else url
+    _check_password_param(rest, field)
     at = rest.rfind("@")
     if at < 0:
         return
@@ -75,6 +76,24 @@ def check_url_userinfo(url: str, field: str) -> None:
         raise ValidationError(field, "the URL's user or password holds a character that must be percent-encoded",
                               hint="percent-encode it: '@' as %40, '/' %2F, '?' %3F, '#' %23, ' ' %20, "
                                    "'\"' %22, \"'\" %27, '<' %3C, '>' %3E")
+    if _BAD_PERCENT.search(rest[:at]):
+        raise ValidationError(field, "the URL's user or password holds a '%' that is not followed by two hex digits",
+                              hint=_PERCENT_HINT)
+
+
+_BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+"""A '%' that does not start a %XX escape: libpq refuses the URL quoting the token (a password) whole."""
+_PERCENT_HINT = "write each '%' of the password itself as %25"
+
+
+def _check_password_param(rest: str, field: str) -> None:
+    """Refuse a ``password=`` query parameter holding a '%' that is not a %XX escape (not echoed)."""
+    query = rest.partition("?")[2].partition("#")[0]
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key.strip().lower() == "password" and _BAD_PERCENT.search(value):
+            raise ValidationError(field, "the URL's password parameter holds a '%' that is not followed by two hex "
+                                         "digits", hint=_PERCENT_HINT)
 
 
 def open_log(target: str | os.PathLike[str], *, profile: str | None = None, durability: str = "sync",

@@ -54,10 +54,13 @@ def redact(url: str) -> str:
     """The URL without its password, for messages: the userinfo's (up to the last ``@`` of the
     authority, so a raw ``/`` or ``@`` in it does not end it early) and a ``password=`` query
     parameter's; any URL or ``password=`` inside other text too (libpq quotes the URI it could
-    not parse)."""
-    return _PASSWORD_PARAM.sub(r"\1***", _URL_IN_TEXT.sub(lambda m: _redact_one(m.group(0)), url))
+    not parse), and the token libpq quotes in "invalid percent-encoded token"."""
+    text = _PASSWORD_PARAM.sub(r"\1***", _URL_IN_TEXT.sub(lambda m: _redact_one(m.group(0)), url))
+    return _PERCENT_TOKEN.sub(r"\1***\2", text)
 
 
+_PERCENT_TOKEN = re.compile(r'(invalid percent-encoded token: ")[^"]*(")?', re.IGNORECASE)
+"""libpq quotes the URL token it could not percent-decode: a password, as likely as not."""
 _URL_IN_TEXT = re.compile(r"postgres(?:ql)?://[^\s\"'<>]*", re.IGNORECASE)
 _PASSWORD_PARAM = re.compile(r"(\bpassword\s*=\s*)(?:'[^']*'|[^\s&\"']*)", re.IGNORECASE)
 
