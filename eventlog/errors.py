@@ -160,6 +160,20 @@ class ProfileGoneError(StorageError):
                         "restore its log from a backup or an export")
 
 
+class OutcomeUnknownError(StorageError):
+    """A write's COMMIT was sent, its connection was lost before the answer, and the server could
+    not be reached again within the log's reconnect timeout to find out: the events may or may
+    not be stored. ``event_ids``: the ids of the call's events (generated ones included), in order."""
+
+    hint: str | None = ("append the same events again with these ids once the server is back (event_ids): ids are "
+                        "idempotency keys, so a retry returns the original seqs if they were stored and appends "
+                        "them once if not; do not append them under new ids")
+
+    def __init__(self, message: str, event_ids: Any = (), *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.event_ids: list[str] = [str(i) for i in event_ids]
+
+
 class DiskFullError(StorageError):
     """The disk (or the LMDB map) has no room; nothing of the failed batch was written."""
 

@@ -153,6 +153,7 @@ def test_every_error_class_has_a_hint(tmp_path: Path) -> None:
         "NotFoundError": ("widget", "w1"), "ConflictError": ("field", "problem"), "EarlierProcessError": ("log", "p"),
         "TitleConflictError": ("t", "s1"), "DuplicateEventError": ("id", 3),
         "WriterBusyError": ("/x", None, 1.0), "ForkedEnvironmentError": (),
+        "OutcomeUnknownError": ("append: the connection was lost after COMMIT", ["id-1"]),
     }
     classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
                if issubclass(c, EventLogError) and c is not EventLogError]

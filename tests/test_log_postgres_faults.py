@@ -82,3 +82,108 @@ def test_the_rules_lock_of_a_stopped_or_vanished_host_is_freed_by_the_server(pg_
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _backend(su: psycopg.Connection[Any], user: str, wait_event: str, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = su.execute("SELECT pid FROM pg_stat_activity WHERE usename = %s AND wait_event = %s",
+                         (user, wait_event)).fetchone()
+        if row is not None:
+            return int(row[0])
+        time.sleep(0.01)
+    raise AssertionError(f"no backend of {user} waiting on {wait_event}")
+
+
+def test_a_commit_whose_outcome_stays_unknown_is_its_own_error_carrying_the_ids(
+        pg_server: Any, pg_url: str, pg_profile: str) -> None:
+    """A COMMIT that reached the disk but whose connection died, with the server out of reach
+    for longer than reconnect_timeout, was a plain 'cannot reach PostgreSQL' StorageError: the
+    caller could not tell it from a failure before COMMIT, and a natural retry (new ids)
+    duplicated the events. Here the COMMIT waits for a synchronous standby that does not exist
+    (the commit record is on disk), the host's login is refused from then on, and the backend is
+    terminated: OutcomeUnknownError carries every id, and appending them again once the login is
+    back returns the original seqs."""
+    from eventlog.errors import OutcomeUnknownError, StorageError
+    from eventlog.log.contract import ev
+    from eventlog.log.pg_schema import grant_login
+
+    PostgresLog.open(pg_url, profile=pg_profile).close()
+    login = f"host_{pg_profile.replace('-', '_')}"
+    with superuser(pg_url) as su:
+        su.execute(f"CREATE ROLE \"{login}\" LOGIN PASSWORD 'pw-h'")
+        grant_login(su, pg_profile, login)
+        su.execute("SET synchronous_commit = local")
+        with PostgresLog.open(pg_server.url(user=login, password="pw-h"), profile=pg_profile,
+                              reconnect_timeout=1.5) as lg:
+            lg.append([ev("s", n=0)])
+            batch = [dict(ev("s", n=1), id="caller-id"), ev("s", n=2)]  # a caller's id and a generated one
+            errors: list[BaseException] = []
+
+            def append() -> None:
+                try:
+                    lg.append(batch)
+                except BaseException as e:  # noqa: BLE001 - handed to the test
+                    errors.append(e)
+
+            import threading
+
+            t = threading.Thread(target=append)
+            try:
+                su.execute("ALTER SYSTEM SET synchronous_standby_names = 'eventlog_absent_standby'")
+                su.execute("SELECT pg_reload_conf()")
+                time.sleep(0.2)
+                t.start()
+                pid = _backend(su, login, "SyncRep")
+                su.execute(f'ALTER ROLE "{login}" NOLOGIN')  # the server is out of reach for this host
+                su.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                t.join(30)
+            finally:
+                su.execute("ALTER SYSTEM RESET synchronous_standby_names")
+                su.execute("SELECT pg_reload_conf()")
+                su.execute(f'ALTER ROLE "{login}" LOGIN')
+            assert len(errors) == 1 and isinstance(errors[0], OutcomeUnknownError), errors
+            err = errors[0]
+            assert isinstance(err, StorageError) and "COMMIT was sent" in str(err) and "ids" in (err.hint or "")
+            assert err.event_ids[0] == "caller-id" and len(err.event_ids) == 2
+            again = [dict(e, id=i) for e, i in zip(batch, err.event_ids)]
+            assert lg.append(again) == [2, 3]  # it had landed: the original seqs, nothing written twice
+            assert lg.head()[0] == 3 and lg.verify().ok
+
+
+def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: str, pg_profile: str) -> None:
+    """Out of reach before any COMMIT went out: nothing was stored, and the error says so by not
+    being OutcomeUnknownError. (This handle did not write the head, so it locks and reads before
+    it sends a COMMIT; the one-round-trip append sends its COMMIT with the lock request, so a
+    connection lost while it waits is an unknown outcome.)"""
+    from eventlog.errors import OutcomeUnknownError, StorageError
+    from eventlog.log.contract import ev
+
+    with PostgresLog.open(pg_url, profile=pg_profile) as other:
+        other.append([ev("s", n=0)])
+    with PostgresLog.open(pg_url, profile=pg_profile, reconnect_timeout=0.5) as lg, superuser(pg_url) as su:
+        with su.transaction():  # hold the profile's lock: the append waits for it, then its backend is cut
+            su.execute(lg._sql.lock, lg._sql.lock_args)
+            errors: list[BaseException] = []
+
+            def append() -> None:
+                try:
+                    lg.append([ev("s", n=1)])
+                except BaseException as e:  # noqa: BLE001 - handed to the test
+                    errors.append(e)
+
+            import threading
+
+            t = threading.Thread(target=append)
+            t.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not errors:
+                su.execute("SELECT pg_stat_clear_snapshot()")  # a transaction sees one snapshot of the stats
+                for (pid,) in su.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'eventlog' "
+                                         "AND wait_event = 'advisory'").fetchall():
+                    su.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                time.sleep(0.05)
+            t.join(10)
+        assert len(errors) == 1 and isinstance(errors[0], StorageError)
+        assert not isinstance(errors[0], OutcomeUnknownError), errors[0]
+        assert lg.head()[0] == 1

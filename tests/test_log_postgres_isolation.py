@@ -130,3 +130,29 @@ def test_an_erase_record_whose_data_holds_a_nul_character_is_written(pg_url: str
         assert res.ok and res.erased == 2
         rec = lg.get(3)
         assert rec is not None and rec["data"]["ticket"] == "T-1\u0000"
+
+
+def test_a_row_planted_past_the_head_fails_appends_at_once_naming_it(pg_server: Any, pg_url: str,
+                                                                     pg_profile: str) -> None:
+    """The role may INSERT events: a row planted at head + 3 made every append that reached that
+    seq retry its UniqueViolation for reconnect_timeout, as if the connection were lost, then
+    fail as a plain StorageError. Now it fails at once, an IntegrityError naming the constraint."""
+    import time
+
+    from eventlog.errors import IntegrityError
+
+    url = _host_login(pg_server, pg_url, pg_profile)
+    with PostgresLog.open(url, profile=pg_profile, reconnect_timeout=10) as lg:
+        lg.append([ev("s", i=i) for i in range(3)])
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute(f'SET ROLE "{lg.info.role}"')
+            c.execute(f'INSERT INTO "{lg.info.schema}".events (seq, id, session, body) VALUES (6, %s, NULL, %s)',
+                      ("planted", b"\x02junk"))
+        assert lg.append([ev("s", n=4)]) == [4] and lg.append([ev("s", n=5)]) == [5]
+        t0 = time.monotonic()
+        with pytest.raises(IntegrityError, match="events_pkey") as info:
+            lg.append([ev("s", n=6)])
+        assert time.monotonic() - t0 < 5, "not retried as if the connection were lost"
+        assert "verify" in (info.value.hint or "")
+        res = lg.verify()
+        assert not res.ok and res.first_bad_seq == 6

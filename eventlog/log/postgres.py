@@ -45,6 +45,7 @@ from eventlog.errors import (
     DuplicateEventError,
     EventLogError,
     IntegrityError,
+    OutcomeUnknownError,
     ProfileGoneError,
     StorageError,
     ValidationError,
@@ -130,6 +131,11 @@ def drop_empty_profile(url: str, profile: str, *, connect_timeout: float = 10.0)
         return False
     finally:
         _quiet_close(conn)
+
+
+_BEFORE, _LOOKED_UP, _SENT = 0, 1, 2
+"""How far a write attempt got: nothing sent that commits; the group's ids looked up under the
+profile's lock (any earlier attempt's COMMIT is settled and seen); a COMMIT sent."""
 
 
 class _Sent(Exception):
@@ -240,6 +246,7 @@ class PostgresLog(LogBase):
         self._cached_head: tuple[int, str] | None = None  # the head this handle last wrote or read
         self._fast_backoff = 0
         self._writer: psycopg.Connection[Any] | None = None
+        self._phase = _BEFORE  # of the write attempt in flight (under _write_mutex)
         self._pool = _Pool(self._connect_reader)
         self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), self._sql.listen)
 
@@ -479,18 +486,23 @@ class PostgresLog(LogBase):
     def _commit_group(self, group: list[_Request]) -> None:
         deadline: float | None = None
         delay = 0.05
+        unknown = False  # a COMMIT of this group went out on a connection lost before its answer
         while True:
             for r in group:
                 r.seqs, r.error = [], None
             if self._closed:
                 self._fail(group, ClosedError("the event log is closed", hint="open the log again"))
                 return
+            self._phase = _BEFORE
             try:
                 top = self._write_group(group)
             except psycopg.Error as e:
-                if isinstance(e, psycopg.IntegrityError) or _lost(e):
-                    # Lost: the COMMIT may or may not have happened; the retry looks every id up.
-                    # IntegrityError: a writer that skipped the lock stored one of our ids first.
+                if self._phase == _SENT:
+                    unknown = True
+                elif self._phase == _LOOKED_UP:  # the ids were looked up under the lock: no earlier COMMIT is pending
+                    unknown = False
+                if _lost(e):
+                    # The COMMIT may or may not have happened: the retry looks every id up first.
                     self._drop_writer()
                     now = time.monotonic()
                     deadline = deadline if deadline is not None else now + self.reconnect_timeout
@@ -500,7 +512,16 @@ class PostgresLog(LogBase):
                         time.sleep(delay)
                         delay = min(delay * 2, 1.0)
                         continue
-                err = storage_error(e, "append failed", self._where) if _lost(e) else self._converted(e, "append failed")
+                    if unknown:
+                        for r in group:
+                            r.seqs, r.error = [], self._outcome_unknown(e, [it.id for it in r.items])
+                        return
+                    err = storage_error(e, "append failed", self._where)
+                elif isinstance(e, psycopg.IntegrityError):
+                    self._drop_writer()
+                    err = self._planted(e)
+                else:
+                    err = self._converted(e, "append failed")
                 err.__cause__ = e
                 self._fail(group, err)
                 return
@@ -513,6 +534,27 @@ class PostgresLog(LogBase):
             if top:
                 self._wakeups.bump()
             return
+
+    def _outcome_unknown(self, e: psycopg.Error, ids: list[str], what: str = "append",
+                         hint: str | None = None) -> OutcomeUnknownError:
+        text = redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
+        err = OutcomeUnknownError(f"{what} to {self._where}: the connection was lost after COMMIT was sent and the "
+                                  f"server stayed out of reach for {self.reconnect_timeout:g} s, so whether the events "
+                                  f"were stored is unknown: {text}", ids, hint=hint)
+        err.__cause__ = e
+        return err
+
+    def _planted(self, e: psycopg.IntegrityError) -> IntegrityError:
+        """A unique or check constraint failed inside the profile's lock, where eventlog's own
+        writers cannot collide (ids were looked up, the head read): a row was written around
+        eventlog (the profile's role used directly). Not retried: it would fail alike."""
+        diag = e.diag
+        where = f"{diag.table_name or 'a'} table's {diag.constraint_name or 'constraint'}"
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        detail = redact(diag.message_detail or first).rstrip(".")
+        return IntegrityError(f"append to {self._where} refused by the {where}: {detail}; a row was written to the "
+                              "profile's tables without eventlog", hint="run `eventlog log verify` (it names the seq); "
+                              "an administrator removes the rows past the head, then appends go on")
 
     @staticmethod
     def _fail(group: list[_Request], err: BaseException) -> None:
@@ -539,6 +581,7 @@ class PostgresLog(LogBase):
                 for r in group:
                     r.seqs, r.error = [], None
                 self._fast_backoff = FAST_PATH_BACKOFF  # another writer is about: read first for a while
+                self._phase = _BEFORE  # that transaction failed inside: nothing of it committed
             else:
                 if top:
                     self._after_commit(top, 0)
@@ -606,6 +649,7 @@ class PostgresLog(LogBase):
             # stderr (its logger's warning, no handler needed): the error is kept, the pipeline
             # ended quietly, and the guard's error raised after it.
             failed: psycopg.Error | None = None
+            self._phase = _SENT  # the COMMIT goes out in the same pipeline
             try:
                 with conn.pipeline():
                     try:
@@ -649,6 +693,7 @@ class PostgresLog(LogBase):
                 ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
                 pipe.sync()
                 head = head_cur.fetchone()
+                self._phase = _LOOKED_UP
                 if head is None:
                     raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
                 found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
@@ -658,6 +703,7 @@ class PostgresLog(LogBase):
                 start, newest_dict = int(head[0]), int(head[2] or 0)
                 seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
                 if rows:
+                    self._phase = _SENT
                     conn.execute(st.write, (*rows, seq, prev))
                     conn.execute("COMMIT")
                     conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
@@ -752,6 +798,12 @@ class PostgresLog(LogBase):
                 deadline = deadline if deadline is not None else now + self.reconnect_timeout
                 if not _lost(e):
                     raise self._converted(e, "erase failed") from e
+                if now >= deadline and sent:
+                    raise OutcomeUnknownError(
+                        f"erase on {self._where}: the connection was lost after COMMIT was sent and the server stayed "
+                        f"out of reach for {self.reconnect_timeout:g} s, so whether the erase was stored is unknown",
+                        hint="call erase again with the same seqs once the server is back: events already erased are "
+                             "skipped (it returns 0 when every one is)") from e
                 if now >= deadline:
                     raise storage_error(e, "erase failed", self._where) from e
                 _log.warning("erase on %s: %s; retrying", self._where,
@@ -830,6 +882,7 @@ class PostgresLog(LogBase):
                         head = (int(row[0]), str(row[1]))
                         if end is not None and head == end:
                             raise psycopg.Rollback()  # the lost COMMIT did store them
+                        end = None  # it did not (or none was sent)
                         end = self._write_sealed(conn, batch, *head)
                     conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
@@ -839,6 +892,11 @@ class PostgresLog(LogBase):
                     self._drop_writer()
                     now = time.monotonic()
                     deadline = deadline if deadline is not None else now + self.reconnect_timeout
+                    if now >= deadline and end is not None:
+                        ids = [str(codec.decode(raw).get("id")) for raw in batch]
+                        raise self._outcome_unknown(e, ids, "import", hint="once the server is back, read the log's "
+                                                    "head: it ends either before these events or with them "
+                                                    "(`eventlog log copy` run again resumes after what it holds)") from e
                     if now >= deadline:
                         raise storage_error(e, "import failed", self._where) from e
                     time.sleep(0.1)
