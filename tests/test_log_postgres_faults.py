@@ -187,3 +187,48 @@ def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: 
         assert len(errors) == 1 and isinstance(errors[0], StorageError)
         assert not isinstance(errors[0], OutcomeUnknownError), errors[0]
         assert lg.head()[0] == 1
+
+
+def test_a_batch_larger_than_one_statement_is_written_in_several_all_or_nothing(
+        pg_url: str, pg_profile: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One append's events went in one statement: past PostgreSQL's 1 GB limit (its bytea
+    parameters travel as hex text) the server refused it, which looked like a lost connection,
+    and the batch was resent for reconnect_timeout (113 s in the audit) then failed. Now events
+    past WRITE_CHUNK_BYTES go in further statements of the same transaction (lowered here to a
+    few KB; EVENTLOG_PG_HUGE=1 runs test_a_batch_over_one_gigabyte_is_appended for real)."""
+    import base64
+
+    from eventlog.errors import IntegrityError
+    from eventlog.log import postgres as pg_module
+    from eventlog.log.contract import ev, stored
+
+    monkeypatch.setattr(pg_module, "WRITE_CHUNK_BYTES", 4096)
+    texts = [base64.b64encode(os.urandom(700 + 37 * i)).decode() for i in range(40)]
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert lg.append([ev("s", text=t) for t in texts]) == list(range(1, 41))
+        assert [e["data"]["text"] for e in lg.read()] == texts and lg.stream_version("s") == 40
+        with superuser(pg_url) as su:  # a row in the way of the batch's last statements
+            su.execute(f'INSERT INTO "{lg.info.schema}".events (seq, id, session, body) VALUES (75, %s, NULL, %s)',
+                       ("in-the-way", b"\x02"))
+        with pytest.raises(IntegrityError):
+            lg.append([ev("s", text=t) for t in texts])
+        assert lg.head()[0] == 40 and lg.stream_version("s") == 40
+        with superuser(pg_url) as su:
+            assert su.execute(f'SELECT count(*) FROM "{lg.info.schema}".events').fetchone() == (41,)  # 40 + the planted
+            su.execute(f'DELETE FROM "{lg.info.schema}".events WHERE seq = 75')
+        assert lg.append([ev("s", text=t) for t in texts]) == list(range(41, 81))
+        with PostgresLog.open(pg_url, profile=pg_profile + "-copy") as copy:  # imports are cut alike
+            assert copy.append_sealed(stored(lg)) == 80 and copy.verify().ok and copy.head() == lg.head()
+        assert lg.verify().ok
+
+
+@pytest.mark.skipif(not os.environ.get("EVENTLOG_PG_HUGE"), reason="1.2 GB through the server: set EVENTLOG_PG_HUGE=1")
+def test_a_batch_over_one_gigabyte_is_appended(pg_url: str, pg_profile: str) -> None:
+    import base64
+
+    from eventlog.log.contract import ev
+
+    blob = base64.b64encode(os.urandom(11_000_000)).decode()  # ~14.7 MB of text that compresses poorly
+    with PostgresLog.open(pg_url, profile=pg_profile, reconnect_timeout=5) as lg:
+        assert lg.append([ev("s", text=str(i) + blob) for i in range(80)]) == list(range(1, 81))
+        assert lg.verify().ok

@@ -428,6 +428,8 @@ class Statements:
                   "bump AS (INSERT INTO {s}.streams (session, version) SELECT * FROM unnest(%s::text[], %s::bigint[]) "
                   "ON CONFLICT (session) DO UPDATE SET version = streams.version + EXCLUDED.version) ")
         self.write = q(writes + "UPDATE {s}.head SET seq = %s, hash = %s")
+        self.insert_events = q("INSERT INTO {s}.events (seq, id, session, body) "
+                               "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::bytea[])")
         # The one-round-trip append also checks that the head (and each guarded stream's version)
         # is what it was sealed on: a failed check divides by zero and the whole statement fails.
         self.write_guarded = q(

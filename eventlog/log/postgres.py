@@ -95,6 +95,10 @@ COMMIT_DELAY_S = 0.0005
 """How long a leader waits for the callers of the previous group to queue again (see LMDB's)."""
 GROUP_MAX_EVENTS = 20_000
 GROUP_MAX_BYTES = 64 * 1024 * 1024
+WRITE_CHUNK_BYTES = 64 * 1024 * 1024
+"""Stored bytes of events one INSERT statement carries; a larger append is written in several
+statements of one transaction (PostgreSQL refuses a value or message past 1 GB: a batch that
+large failed like a lost connection and was resent until reconnect_timeout)."""
 LISTEN_FALLBACK_POLL_S = 1.0
 """How often a follower re-reads while its LISTEN connection is up (NOTIFY wakes it sooner)."""
 DICT_TRAIN_AFTER = 2000
@@ -572,7 +576,8 @@ class PostgresLog(LogBase):
         after a lost connection always goes the usual way, so it looks every id up.
         """
         conn = self._writer_conn()
-        if self._cached_head is not None and self._fast_backoff == 0:
+        small = sum(r.size for r in group) <= WRITE_CHUNK_BYTES  # a larger group is written in several statements
+        if self._cached_head is not None and self._fast_backoff == 0 and small:
             try:
                 top = self._write_fast(conn, group, *self._cached_head)
             except (pgerr.DivisionByZero, pgerr.UniqueViolation):
@@ -703,8 +708,8 @@ class PostgresLog(LogBase):
                 start, newest_dict = int(head[0]), int(head[2] or 0)
                 seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
                 if rows:
+                    self._write_rows(conn, rows, seq, prev)
                     self._phase = _SENT
-                    conn.execute(st.write, (*rows, seq, prev))
                     conn.execute("COMMIT")
                     conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
                     top = seq
@@ -716,6 +721,20 @@ class PostgresLog(LogBase):
             raise
         self._cached_head = (seq, prev)
         return top, newest_dict
+
+    def _write_rows(self, conn: psycopg.Connection[Any], rows: list[Any], seq: int, prev: str) -> None:
+        """The ``write`` statement for ``rows`` (events, then stream versions) and the new head;
+        events past :data:`WRITE_CHUNK_BYTES` go first in INSERTs of their own, in the same
+        transaction (one statement's parameters may not pass 1 GB, and are sent as hex text)."""
+        seqs, eids, sessions, bodies, streams, counts = rows
+        start = size = 0
+        for i, body in enumerate(bodies):
+            if i > start and size + len(body) > WRITE_CHUNK_BYTES:
+                conn.execute(self._sql.insert_events, (seqs[start:i], eids[start:i], sessions[start:i], bodies[start:i]))
+                start, size = i, 0
+            size += len(body)
+        conn.execute(self._sql.write, (seqs[start:], eids[start:], sessions[start:], bodies[start:], streams, counts,
+                                       seq, prev))
 
     @staticmethod
     def _abort(conn: psycopg.Connection[Any]) -> None:
@@ -931,7 +950,7 @@ class PostgresLog(LogBase):
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
         bodies = ([stored.pack_sealed(q, env, raw, self._compression) for q, env, raw in zip(seqs, envs, batch)]
                   if self._format == 2 else batch)
-        conn.execute(self._sql.write, (seqs, eids, sessions, bodies, list(new), list(new.values()), seq, prev))
+        self._write_rows(conn, [seqs, eids, sessions, bodies, list(new), list(new.values())], seq, prev)
         return seq, prev
 
     # ---------------------------------------------------------------- stored values (formats 1 and 2)
