@@ -151,7 +151,8 @@ def test_a_commit_whose_outcome_stays_unknown_is_its_own_error_carrying_the_ids(
             assert lg.head()[0] == 3 and lg.verify().ok
 
 
-def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: str, pg_profile: str) -> None:
+def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: str, pg_profile: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """Out of reach before any COMMIT went out: nothing was stored, and the error says so by not
     being OutcomeUnknownError. (This handle did not write the head, so it locks and reads before
     it sends a COMMIT; the one-round-trip append sends its COMMIT with the lock request, so a
@@ -187,6 +188,8 @@ def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: 
         assert len(errors) == 1 and isinstance(errors[0], StorageError)
         assert not isinstance(errors[0], OutcomeUnknownError), errors[0]
         assert lg.head()[0] == 1
+    # psycopg's pipeline printed "error ignored terminating <psycopg.Pipeline [BAD]>" on stderr
+    assert not [r for r in caplog.records if "error ignored" in r.getMessage()]
 
 
 def test_a_batch_larger_than_one_statement_is_written_in_several_all_or_nothing(

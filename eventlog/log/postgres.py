@@ -520,7 +520,7 @@ class PostgresLog(LogBase):
                         for r in group:
                             r.seqs, r.error = [], self._outcome_unknown(e, [it.id for it in r.items])
                         return
-                    err = storage_error(e, "append failed", self._where)
+                    err: EventLogError = storage_error(e, "append failed", self._where)
                 elif isinstance(e, psycopg.IntegrityError):
                     self._drop_writer()
                     err = self._planted(e)
@@ -690,31 +690,43 @@ class PostgresLog(LogBase):
         top = 0
         # Two round trips: BEGIN + lock + reads in the first sync, writes + COMMIT in the second.
         try:
-            with conn.pipeline() as pipe:
-                conn.execute("BEGIN")
-                conn.execute(st.lock, st.lock_args)
-                head_cur = conn.execute(st.head_and_dict)
-                ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
-                ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
-                pipe.sync()
-                head = head_cur.fetchone()
-                self._phase = _LOOKED_UP
-                if head is None:
-                    raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
-                found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
-                counted = ver_cur.fetchall() if ver_cur else []
-                versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
-                erased = {str(k) for k, _, gone in counted if gone}
-                start, newest_dict = int(head[0]), int(head[2] or 0)
-                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
-                if rows:
-                    self._write_rows(conn, rows, seq, prev)
-                    self._phase = _SENT
-                    conn.execute("COMMIT")
-                    conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
-                    top = seq
-                else:
-                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
+            # A psycopg error is kept and raised after the pipeline ended: raised inside the block, a
+            # lost connection made psycopg's exit print "error ignored terminating <Pipeline [BAD]>".
+            failed: psycopg.Error | None = None
+            try:
+                with conn.pipeline() as pipe:
+                    try:
+                        conn.execute("BEGIN")
+                        conn.execute(st.lock, st.lock_args)
+                        head_cur = conn.execute(st.head_and_dict)
+                        ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
+                        ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
+                        pipe.sync()
+                        head = head_cur.fetchone()
+                        self._phase = _LOOKED_UP
+                        if head is None:
+                            raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
+                        found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
+                        counted = ver_cur.fetchall() if ver_cur else []
+                        versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
+                        erased = {str(k) for k, _, gone in counted if gone}
+                        start, newest_dict = int(head[0]), int(head[2] or 0)
+                        seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
+                        if rows:
+                            self._write_rows(conn, rows, seq, prev)
+                            self._phase = _SENT
+                            conn.execute("COMMIT")
+                            conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
+                            top = seq
+                        else:
+                            conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
+                    except psycopg.Error as e:
+                        failed = e
+            except psycopg.Error:
+                if failed is None:
+                    raise
+            if failed is not None:
+                raise failed
         except BaseException:
             self._abort(conn)
             self._cached_head = None
