@@ -1087,7 +1087,7 @@ class PostgresLog(LogBase):
         whatever still answers for the host's TCP stack (its kernel, a proxy, a NAT). A session
         lock on an idle connection stayed held until TCP keepalives gave up (about 2 h by default)."""
         self._check_open()
-        try_lock = "BEGIN; SELECT pg_try_advisory_xact_lock(%d, %d)" % (LOCK_NAMESPACE + 1, self.info.id)
+        try_lock = "SELECT pg_try_advisory_xact_lock(%d, %d)" % (LOCK_NAMESPACE + 1, self.info.id)
         deadline = time.monotonic() + timeout
         lost_until: float | None = None
         delay = 0.002
@@ -1097,18 +1097,18 @@ class PostgresLog(LogBase):
             c: psycopg.Connection[Any] | None = None
             try:
                 c = self._pool.take()
-                cur = c.execute(try_lock)  # one round trip: BEGIN, then the try
+                cur = c.execute("BEGIN; " + try_lock)  # one round trip
                 cur.nextset()
-                row = cur.fetchone()
-                if row is not None and row[0]:
-                    conn = c
-                    break
-                c.execute("ROLLBACK")
-                self._pool.give(c, True)
-                if time.monotonic() >= deadline:
-                    raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
+                while not (row := cur.fetchone()) or not row[0]:  # held elsewhere: try again in this transaction
+                    if time.monotonic() >= deadline:
+                        c.execute("ROLLBACK")
+                        self._pool.give(c, True)
+                        c = None
+                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                    cur = c.execute(try_lock)
+                conn = c
             except psycopg.Error as e:
                 if c is not None:
                     self._pool.give(c, False)
