@@ -26,13 +26,15 @@ eventlog's own fold reads what it understands of these (sessions, titles, ends, 
 and skips the rest; odd stored values (a TEXT timestamp, a BLOB) are kept as they are and read as
 unknown there, never a crash.
 
-On a later import of a newer copy: new sessions, messages and rows are appended; a session's new
-title and a new end are appended (``session.titled``/``session.ended`` keyed by their values);
-a message or usage row whose stored values changed keeps its first import (one warning each).
+:func:`import_hermes` (``eventlog import --format hermes``) reads the source whole before anything
+is appended (a damaged file appends nothing). On a later import of a newer copy: new sessions, messages and rows are appended; a
+session's new title and a new end are appended (``session.titled``/``session.ended`` keyed by
+their values); a message or usage row whose stored values changed keeps its first import (one
+warning each).
 
-Reading the source never writes it: a source with sidecar files (possibly live) is copied with
-SQLite's backup API from a ``mode=ro`` connection; one without is read with ``mode=ro`` (or, in
-WAL mode with no ``-wal``, ``immutable=1``), see :func:`open_source`.
+Reading the source never writes it: it is copied with SQLite's backup API from a ``mode=ro``
+connection (one with a ``-wal`` but no ``-shm`` by copying its files; one in WAL mode with no
+``-wal`` with ``immutable=1``), see :func:`open_source` and :func:`snapshot_source`.
 
 SQL values travel in event data as JSON; what JSON cannot hold is tagged: ``{"$b": base64}`` for
 bytes, ``{"$f": "inf"|"-inf"}`` for infinite floats (NaN is NULL in SQLite already).
@@ -429,7 +431,8 @@ def _rows_event(table: str, names: list[str], rows: list[list[Any]]) -> dict[str
 class ImportReport:
     """What an import did: ``sessions``/``messages``/``usage`` rows newly imported, ``events``
     appended in all, ``already_present`` events a previous import had stored, ``changed`` source
-    rows that differ from their first import (kept as first imported; each also warned)."""
+    rows that differ from their first import (kept as first imported; each also warned),
+    ``skipped`` rows too large for one event."""
 
     sessions: int = 0
     messages: int = 0
@@ -458,24 +461,109 @@ def _count(conn: sqlite3.Connection, tables: set[str]) -> int:
     return total
 
 
-def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress: Progress | None = None) -> ImportReport:
-    """Append the events of the Hermes database at ``source_path`` to ``target`` (a
-    ``SessionStore``, whose log is used, or any ``Log``), skipping those a previous import
-    stored. Raises :class:`ValidationError` (field ``"source"``) for a missing file or one
-    without a ``sessions`` table, :class:`StorageError` for one that cannot be read; never
-    writes the source."""
+def snapshot_source(source: Path, into: Path) -> None:
+    """Copy the Hermes database at ``source`` to ``into`` (a read-only open and SQLite's backup
+    API: the original and its sidecars are never written). Every pass of an import reads this one
+    private copy, so they all see the same rows, and Hermes' own ``SessionDB`` may migrate it."""
+    scratch = into.parent / "source"  # where open_source may copy a live file (not ``into``)
+    scratch.mkdir(exist_ok=True)
+    try:
+        src = open_source(source, scratch)  # read-only, creating no -wal/-shm beside the original
+        try:
+            dest = sqlite3.connect(str(into))
+            try:
+                src.backup(dest)
+            finally:
+                dest.close()
+        finally:
+            src.close()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def hermes_session_db() -> Any:
+    """Hermes' own ``SessionDB`` class when hermes-agent is installed here, else None (eventlog's
+    facade, once installed, keeps Hermes' class as ``hermes_state.HermesSessionDB``)."""
+    try:
+        import hermes_state
+    except ImportError:
+        return None
+    cls = getattr(hermes_state, "HermesSessionDB", None) or getattr(hermes_state, "SessionDB", None)
+    return None if cls is None or str(getattr(cls, "__module__", "")).startswith("eventlog.") else cls
+
+
+def hermes_upgrade(path: Path, session_db: Any = None) -> None:
+    """Open the private copy at ``path`` with Hermes' own ``SessionDB`` (``session_db``, else
+    :func:`hermes_session_db`) when Hermes is installed: its migrations, backfills and repairs run
+    there, so an import holds what Hermes would show after opening the file (an old database
+    gets, e.g., the usage rows of schema 17). The switch and ``eventlog import`` both do this."""
+    cls = session_db if session_db is not None else hermes_session_db()
+    if cls is not None:
+        cls(db_path=path).close()
+
+
+COUNTED = frozenset({"session.created", "message.appended", "usage.recorded"})
+@dataclass
+class _Source:
+    """What a session of the source shows (as its ``session.created`` data holds it)."""
+
+    stream: str
+    sid: Any
+    started_at: Any
+    title: Any
+    ended_at: Any
+    end_reason: Any
+    active: int = 0  # messages Hermes shows (active = 1)
+
+
+class _Counter:
+    def __init__(self, progress: Progress | None, total: int) -> None:
+        self.progress, self.total, self.done = progress, total, 0
+
+    def step(self) -> None:
+        self.done += 1
+        if self.progress is not None and self.done % 1000 == 0:
+            self.progress(self.done, self.total)
+
+
+def _is_active(value: Any) -> bool:
+    """Whether Hermes shows a message (its reads ask ``active = 1``)."""
+    return type(value) in (int, float, bool) and value == 1
+
+
+def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress: Progress | None = None,
+                  upgrade: Callable[[Path], None] | None = None) -> ImportReport:
+    """Bring the Hermes database at ``source_path`` into ``target`` (a ``SessionStore``, whose
+    log is used, or any ``Log``); never writes the source.
+
+    The source is copied (:func:`snapshot_source`; ``upgrade(path)`` then runs on the copy: the
+    CLI passes Hermes' own ``SessionDB``, whose migrations bring an old database up to date) and
+    read whole before anything is appended: a source SQLite cannot read (a damaged page) raises
+    :class:`StorageError` naming it, with nothing appended. Events a previous import stored are skipped (their ids derive
+    from the source rows).
+    Raises :class:`ValidationError` (field ``"source"``) for a missing file or one without a
+    ``sessions`` table."""
     path = Path(source_path)
     if not path.is_file():
         raise ValidationError("source", f"{path} does not exist or is not a file")
     log = getattr(target, "log", target)
     report = ImportReport()
-    with tempfile.TemporaryDirectory(prefix="eventlog-hermes-") as tmp:
+    where = getattr(log, "path", None)
+    scratch = Path(where).parent if isinstance(where, (str, os.PathLike)) else None
+    with tempfile.TemporaryDirectory(prefix=".hermes-import-",
+                                     dir=scratch if scratch is not None and scratch.is_dir() else None) as tmp:
+        copy = Path(tmp) / "snapshot.db"
         try:
-            conn = open_source(path, Path(tmp))
+            snapshot_source(path, copy)
         except sqlite3.Error as e:
             raise StorageError(f"cannot open {path} read-only: {e}",
                                hint="check the file's permissions, or stop Hermes and retry") from e
-        with closing(conn):
+        if upgrade is not None:
+            try:
+                upgrade(copy)
+            except sqlite3.DatabaseError as e:
+                raise _damaged(path, e) from e
+        with closing(sqlite3.connect(copy)) as conn:
             try:
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             except sqlite3.DatabaseError as e:
@@ -484,37 +572,83 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
             if "sessions" not in tables or "id" not in _columns(conn, "sessions"):
                 raise ValidationError("source", f"{path} has no sessions table with an id column; "
                                       "it does not look like a Hermes state.db")
-            total = _count(conn, tables)
-            done = 0
-            batch: list[dict[str, Any]] = []
             try:
-                for ev in hermes_events(conn, report.warn):
-                    kind = ev["type"]
-                    if kind in ("session.created", "message.appended", "usage.recorded"):
-                        done += 1
-                        if progress is not None and done % 1000 == 0:
-                            progress(done, total)
-                    seq = log.event_seq(ev["id"])
-                    if seq is not None:
-                        report.already_present += 1
-                        stored = log.get(seq)
-                        if stored is not None and stored.get("data") != ev["data"]:
-                            report.changed += 1
-                            report.warn(f"{_label(ev)} changed since it was first imported; the first import is kept")
-                        continue
-                    batch.append(ev)
-                    report.sessions += kind == "session.created"
-                    report.messages += kind == "message.appended"
-                    report.usage += kind == "usage.recorded"
-                    if len(batch) >= EVENTS_PER_APPEND:
-                        report.events += append_batch(log, batch, report)
-                        batch = []
+                total = 2 * _count(conn, tables)
+                counter = _Counter(progress, total)
+                _survey(conn, report, counter)  # every row read before anything is appended
             except sqlite3.DatabaseError as e:
-                raise StorageError(f"cannot read {path}: {e}") from e
-            report.events += append_batch(log, batch, report)
-            if progress is not None:
-                progress(total, total)
+                raise _damaged(path, e) from e
+            try:
+                _append_rows(conn, log, report, counter)
+            except sqlite3.DatabaseError as e:  # pragma: no cover - the survey read every row already
+                raise _damaged(path, e) from e
+    if progress is not None:
+        progress(total, total)
     return report
+
+
+def _damaged(path: Path, e: Exception) -> StorageError:
+    import shlex
+
+    return StorageError(f"cannot read {path}: {e}; nothing was imported",
+                        hint=f"the source file is damaged, not this profile: `sqlite3 {shlex.quote(str(path))} "
+                             ".recover | sqlite3 RECOVERED.db` makes a readable copy to import")
+
+
+def _survey(conn: sqlite3.Connection, report: ImportReport, counter: _Counter) -> dict[str, _Source]:
+    """The first pass: every event built (so every row read, and every warning given), the
+    sessions kept with what they show."""
+    found: dict[str, _Source] = {}
+    for ev in hermes_events(conn, report.warn):
+        kind = ev["type"]
+        if kind in COUNTED:
+            counter.step()
+        if kind == "session.created":
+            d = ev["data"]
+            found[ev["session"]] = _Source(ev["session"], hermes_session_of(ev), d.get("started_at"), d.get("title"),
+                                           d.get("ended_at"), d.get("end_reason"))
+        elif kind == "message.appended" and _is_active(ev["data"].get("active")):
+            s = found.get(ev["session"])
+            if s is not None:
+                s.active += 1
+    return found
+
+
+def _append_rows(conn: sqlite3.Connection, log: Any, report: ImportReport, counter: _Counter) -> None:
+    """The second pass: what the log does not hold yet, appended in batches."""
+    batch: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal batch
+        report.events += append_batch(log, batch, report)
+        batch = []
+
+    for ev in hermes_events(conn):
+        kind = ev["type"]
+        if kind in COUNTED:
+            counter.step()
+        seq = log.event_seq(ev["id"])
+        if seq is not None:
+            report.already_present += 1
+            _compare(ev, log.get(seq), report)
+            continue
+        batch.append(ev)
+        report.sessions += kind == "session.created"
+        report.messages += kind == "message.appended"
+        report.usage += kind == "usage.recorded"
+        if len(batch) >= EVENTS_PER_APPEND:
+            flush()
+    flush()
+
+
+def _compare(ev: dict[str, Any], stored: dict[str, Any] | None, report: ImportReport) -> None:
+    """Report a source row that changed since its first import (which is kept)."""
+    old, new = (stored or {}).get("data"), ev["data"]
+    if not isinstance(old, dict):  # erased
+        return
+    if old != new:
+        report.changed += 1
+        report.warn(f"{_label(ev)} changed since it was first imported; the first import is kept")
 
 
 def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:

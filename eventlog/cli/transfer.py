@@ -194,7 +194,7 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
             assert c.log_url is not None
             drop_empty_profile(c.log_url, c.profile)
         if created:
-            _remove_if_empty(c, d)
+            _remove_if_empty(c, d, ours="hi:" if fmt == "hermes" else None)
         raise
     if as_json:
         emit_json(report)
@@ -217,10 +217,10 @@ def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
                        "its events were appended as new events, with new seqs, event times and hashes (sessions and "
                        "messages keep the times they had)", err=True)
         return res.to_dict()
-    from sqlite_export.hermes import import_hermes
+    from sqlite_export.hermes import hermes_upgrade, import_hermes
 
     with c.open_store(create=True) as store, progress_bar("importing") as update:
-        rep = import_hermes(store, Path(file), progress=update)
+        rep = import_hermes(store, Path(file), progress=update, upgrade=hermes_upgrade)
     for w in rep.warnings[:50]:
         click.echo(f"warning: {w}", err=True)
     if len(rep.warnings) > 50:
@@ -237,12 +237,14 @@ def _on_server(c: Ctx) -> bool:
     return True
 
 
-def _remove_if_empty(c: Ctx, d: Path) -> None:
+def _remove_if_empty(c: Ctx, d: Path, ours: str | None = None) -> None:
     """Remove the profile directory ``d`` a failed import created, unless some event reached its
-    log meanwhile."""
+    log meanwhile -- other than the import's own (event ids starting with ``ours``: a Hermes
+    import that failed part way, after its source was read whole, e.g. on a full disk)."""
     try:
         with c.open_log() as lg:
-            if lg.head()[0] != 0:
+            if lg.head()[0] != 0 and (ours is None or not all(
+                    str(env.get("id")).startswith(ours) for env in lg.read())):
                 return
     except EventLogError:
         pass

@@ -40,22 +40,11 @@ def snapshot(source: Path, into: Path) -> sqlite3.Connection:
     schema by Hermes itself when it is installed (its migrations, backfills and repairs run on
     the copy: the import holds what Hermes would show after opening the file), opened for
     reading."""
-    from sqlite_export.hermes import open_source
-
-    scratch = into.parent / "source"  # where open_source may copy a live file (not ``into``)
-    scratch.mkdir(exist_ok=True)
-    src = open_source(source, scratch)  # read-only, creating no -wal/-shm beside the original
-    try:
-        dest = sqlite3.connect(str(into))
-        src.backup(dest)
-        dest.close()
-    finally:
-        src.close()
     from eventlog.adapters.hermes.installing import original_session_db
+    from sqlite_export.hermes import hermes_upgrade, snapshot_source
 
-    hermes_db = original_session_db()
-    if hermes_db is not None:
-        hermes_db(db_path=into).close()
+    snapshot_source(source, into)
+    hermes_upgrade(into, original_session_db())
     return sqlite3.connect(str(into))
 
 

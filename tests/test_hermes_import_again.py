@@ -1,0 +1,325 @@
+"""`eventlog import --format hermes` into a profile that already holds something, and again after
+Hermes changed the file: what the profile shows afterwards is what Hermes shows (outside audit,
+helper-49: merged sessions, half imports, stale titles and ends, inactive messages shown, the CLI
+skipping Hermes' migrations).
+
+Sources are written by Hermes' own ``SessionDB`` where hermes-agent is installed, else by
+:class:`Hermes`, which writes Hermes' v22 schema (eventlog's copy of its DDL) the way those
+methods do; every test passes either way."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from eventlog.cli import main
+from eventlog.errors import StorageError
+from eventlog.log.memory import MemoryLog
+from eventlog.sessions.store import SessionStore
+from sqlite_export.hermes import import_hermes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_hermes_import import fingerprint, v22  # noqa: E402
+
+try:
+    import hermes_state
+except ImportError:  # the default suite: no Hermes installed
+    hermes_state = None
+
+
+class Hermes:
+    """The Hermes methods these tests need, on a state.db at ``path``: Hermes' own when it is
+    installed, else the same statements on its v22 schema."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        if hermes_state is not None:
+            real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+            self.db: Any = real(db_path=path)
+            self.conn = None
+        else:
+            self.db = None
+            self.conn = v22(path) if not path.exists() else sqlite3.connect(path)
+            self.conn.isolation_level = None
+            self.conn.execute("PRAGMA synchronous = OFF")  # each call commits, as in Hermes; the tests need no fsync
+
+    def __enter__(self) -> "Hermes":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.db is not None:
+            self.db.close()
+        else:
+            assert self.conn is not None
+            self.conn.close()
+
+    def _sql(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        assert self.conn is not None
+        return self.conn.execute(sql, args)
+
+    def create_session(self, sid: str, source: str = "cli") -> None:
+        if self.db is not None:
+            self.db.create_session(sid, source)
+        else:
+            self._sql("INSERT INTO sessions (id, source, started_at) VALUES (?, ?, ?)", sid, source, time.time())
+
+    def append_message(self, sid: str, role: str, content: str) -> int:
+        if self.db is not None:
+            return int(self.db.append_message(sid, role, content))
+        cur = self._sql("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, ?, ?, ?)",
+                        sid, role, content, time.time())
+        self._sql("UPDATE sessions SET message_count = message_count + 1 WHERE id = ?", sid)
+        return int(cur.lastrowid or 0)
+
+    def set_session_title(self, sid: str, title: str) -> None:
+        if self.db is not None:
+            self.db.set_session_title(sid, title)
+            return
+        title = title.strip()
+        if title and self._sql("SELECT 1 FROM sessions WHERE title = ? AND id != ?", title, sid).fetchone():
+            raise ValueError(f"Title '{title}' is already in use")
+        self._sql("UPDATE sessions SET title = ? WHERE id = ?", title or None, sid)
+
+    def end_session(self, sid: str, reason: str) -> None:
+        if self.db is not None:
+            self.db.end_session(sid, reason)
+        else:
+            self._sql("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL",
+                      time.time(), reason, sid)
+
+    def reopen_session(self, sid: str) -> None:
+        if self.db is not None:
+            self.db.reopen_session(sid)
+        else:
+            self._sql("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?", sid)
+
+    def archive_and_compact(self, sid: str, summary: str) -> None:
+        if self.db is not None:
+            self.db.archive_and_compact(sid, [{"role": "user", "content": summary}])
+            return
+        self._sql("UPDATE messages SET active = 0, compacted = 1 WHERE session_id = ? AND active = 1", sid)
+        self.append_message(sid, "user", summary)
+
+    def rewind_to_message(self, sid: str, message_id: int) -> None:
+        if self.db is not None:
+            self.db.rewind_to_message(sid, message_id)
+        else:
+            self._sql("UPDATE messages SET active = 0 WHERE session_id = ? AND id >= ? AND active = 1", sid, message_id)
+
+    def delete_session(self, sid: str) -> None:
+        if self.db is not None:
+            self.db.delete_session(sid)
+        else:
+            self._sql("DELETE FROM messages WHERE session_id = ?", sid)
+            self._sql("DELETE FROM sessions WHERE id = ?", sid)
+
+    def shown(self, sid: str) -> list[Any]:
+        """The contents of the messages Hermes shows for ``sid``."""
+        if self.db is not None:
+            return [m["content"] for m in self.db.get_messages(sid)]
+        return [r[0] for r in self._sql("SELECT content FROM messages WHERE session_id = ? AND active = 1"
+                                        " ORDER BY id", sid)]
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    (tmp_path / "hermes").mkdir()
+    return tmp_path / "hermes" / "state.db"
+
+
+@pytest.fixture(params=["memory", "store"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Where an import goes: a bare log, or a profile read through its projection."""
+    if request.param == "memory":
+        yield MemoryLog()
+        return
+    with SessionStore.open(tmp_path / "home", "p", durability="nosync") as store:
+        yield store
+
+
+def shown(target: Any, sid: str) -> dict[str, Any]:
+    """The session as eventlog shows it, and the contents of its messages."""
+    store = target if isinstance(target, SessionStore) else None
+    if store is None:
+        from eventlog.sessions.store import FoldReadModel
+
+        reads: Any = FoldReadModel(target)
+    else:
+        store.sync()
+        reads = store
+    s = reads.get_session(sid)
+    return {"title": s["title"], "ended": (s["ended_at"] is not None, s["end_reason"]),
+            "messages": [m["content"] for m in reads.get_messages(sid)], "count": s["message_count"]}
+
+
+def head(target: Any) -> int:
+    return int(getattr(target, "log", target).head()[0])
+
+
+# ---- B: the whole source is read before anything is appended -------------------------------------
+
+def damage_a_messages_page(path: Path) -> None:
+    """Overwrite a leaf page of the messages table half way (in a child process: no plain file
+    I/O on a database in this one)."""
+    conn = sqlite3.connect(path)
+    try:
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'messages' AND pagetype = 'leaf'"
+                                            " ORDER BY pageno")]
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    except sqlite3.OperationalError:
+        pytest.skip("this SQLite has no dbstat table")
+    finally:
+        conn.close()
+    victim = pages[len(pages) // 2]
+    subprocess.run([sys.executable, "-c", "import sys\nwith open(sys.argv[1], 'r+b') as f:\n"
+                    "    f.seek(int(sys.argv[2])); f.write(b'\\xff' * int(sys.argv[3]))",
+                    str(path), str((victim - 1) * size), str(size)], check=True)
+
+
+@pytest.fixture
+def damaged(source: Path) -> Path:
+    with Hermes(source) as h:
+        for s in range(20):
+            h.create_session(f"s{s}")
+            for i in range(100):
+                h.append_message(f"s{s}", "user", f"message {s}/{i} " + "x" * 200)
+    conn = sqlite3.connect(source)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    damage_a_messages_page(source)
+    return source
+
+
+def test_a_damaged_source_appends_nothing_and_is_named(target: Any, damaged: Path) -> None:
+    before = fingerprint(damaged)
+    with pytest.raises(StorageError) as err:
+        import_hermes(target, damaged)
+    assert str(damaged) in str(err.value) and "nothing was imported" in str(err.value)
+    assert err.value.hint is not None and "source file is damaged, not this profile" in err.value.hint
+    assert head(target) == 0
+    assert fingerprint(damaged) == before
+
+
+def test_cli_a_damaged_source_leaves_no_profile(tmp_path: Path, damaged: Path) -> None:
+    home = tmp_path / "home"
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "new", "import", "--format", "hermes", str(damaged)])
+    assert r.exit_code == 1 and str(damaged) in r.output and "source file is damaged" in r.output, r.output
+    assert not (home / "profiles" / "new").exists()
+
+
+def test_cli_an_import_that_fails_part_way_leaves_no_profile_it_created(tmp_path: Path, source: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the source was read whole, an append can still fail (a full disk): the profile the
+    import created goes with it, as the help says."""
+    import sqlite_export.hermes as hermes
+
+    with Hermes(source) as h:
+        for s in range(3):
+            h.create_session(f"s{s}")
+            for i in range(200):
+                h.append_message(f"s{s}", "user", f"message {i}")
+    real = hermes.append_batch
+    calls = []
+
+    def failing(log: Any, batch: list[dict[str, Any]], report: Any) -> int:
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise StorageError("disk full (simulated)")
+        return real(log, batch, report)
+
+    monkeypatch.setattr(hermes, "append_batch", failing)
+    home = tmp_path / "home"
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "new", "import", "--format", "hermes", str(source)])
+    assert r.exit_code == 1 and "disk full" in r.output and calls[0] > 0, r.output
+    assert not (home / "profiles" / "new").exists()
+    # Into a profile that was there before, nothing of it is removed.
+    with SessionStore.open(home, "old", durability="nosync") as store:
+        store.create_session("mine")
+    calls.clear()
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "old", "import", "--format", "hermes", str(source)])
+    assert r.exit_code == 1
+    with SessionStore.open(home, "old", durability="nosync") as store:
+        assert store.get_session("mine") is not None
+
+
+# ---- E: the CLI lets Hermes migrate its copy of the source, as the switch does -------------------
+
+def old_database(path: Path) -> None:
+    """A database from before ``session_model_usage`` (schema 16) with token totals in its row."""
+    with Hermes(path) as h:
+        h.create_session("s")
+        h.append_message("s", "user", "hi")
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE sessions SET model = 'm', input_tokens = 812, output_tokens = 64,"
+                     " estimated_cost_usd = 0.0123 WHERE id = 's'")
+        conn.execute("DROP TABLE session_model_usage")
+        conn.execute("UPDATE schema_version SET version = 16")
+    conn.close()
+
+
+def test_cli_runs_hermes_migrations_on_its_copy(tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old_database(source)
+    before = fingerprint(source)
+    if hermes_state is None:  # what Hermes' v17 migration does: usage rows seeded from each session's totals
+        usage = v22(tmp_path / "ddl.db").execute("SELECT sql FROM sqlite_master WHERE name = 'session_model_usage'"
+                                                 ).fetchone()[0]
+        opened: list[Path] = []
+
+        class HermesSessionDB:
+            def __init__(self, db_path: Path) -> None:
+                opened.append(Path(db_path))
+                conn = sqlite3.connect(db_path)
+                with conn:
+                    conn.execute(usage)
+                    conn.execute("INSERT INTO session_model_usage (session_id, model, input_tokens, output_tokens,"
+                                 " estimated_cost_usd) SELECT id, model, input_tokens, output_tokens, estimated_cost_usd"
+                                 " FROM sessions")
+                    conn.execute("UPDATE schema_version SET version = 22")
+                conn.close()
+
+            def close(self) -> None:
+                pass
+
+        import sqlite_export.hermes
+
+        monkeypatch.setattr(sqlite_export.hermes, "hermes_session_db", lambda: HermesSessionDB)
+    home = tmp_path / "home"
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", "--format", "hermes", "--json",
+                                  str(source)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout[r.stdout.index("{"):])["usage"] == 1
+    if hermes_state is None:
+        assert len(opened) == 1 and opened[0] != source  # Hermes opened a copy, never the source
+    assert fingerprint(source) == before
+    with SessionStore.open(home, "p", durability="nosync") as store:
+        s = store.get_session("s")
+        assert (s["input_tokens"], s["output_tokens"], s["estimated_cost_usd"]) == (812, 64, 0.0123)
+
+
+def test_without_hermes_an_import_reads_the_file_as_it_is(tmp_path: Path, source: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    old_database(source)
+    import sqlite_export.hermes
+
+    monkeypatch.setattr(sqlite_export.hermes, "hermes_session_db", lambda: None)
+    home = tmp_path / "home"
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", "--format", "hermes", str(source)])
+    assert r.exit_code == 0 and "usage=0" in r.output, r.output
+
+
+def test_progress_covers_both_passes(tmp_path: Path, source: Path) -> None:
+    with Hermes(source) as h:
+        h.create_session("s")
+        for i in range(1500):
+            h.append_message("s", "user", f"m{i}")
+    seen: list[tuple[int, int]] = []
+    import_hermes(MemoryLog(), source, progress=lambda d, t: seen.append((d, t)))
+    assert seen[0] == (1000, 3002) and seen[-1] == (3002, 3002)
