@@ -26,8 +26,10 @@ eventlog's own fold reads what it understands of these (sessions, titles, ends, 
 and skips the rest; odd stored values (a TEXT timestamp, a BLOB) are kept as they are and read as
 unknown there, never a crash.
 
-:func:`import_hermes` (``eventlog import --format hermes``) reads the source whole before anything
-is appended (a damaged file appends nothing). On a later import of a newer copy: new sessions, messages and rows are appended; a
+:func:`import_hermes` (``eventlog import --format hermes``) also keeps the profile showing what
+Hermes shows: a run of messages Hermes no longer shows (``active = 0``) is hidden by a
+``messages.rewound``; the source is read whole before anything is appended (a damaged file
+appends nothing). On a later import of a newer copy: new sessions, messages and rows are appended; a
 session's new title and a new end are appended (``session.titled``/``session.ended`` keyed by
 their values); a message or usage row whose stored values changed keeps its first import (one
 warning each).
@@ -432,7 +434,8 @@ class ImportReport:
     """What an import did: ``sessions``/``messages``/``usage`` rows newly imported, ``events``
     appended in all, ``already_present`` events a previous import had stored, ``changed`` source
     rows that differ from their first import (kept as first imported; each also warned),
-    ``skipped`` rows too large for one event."""
+    ``skipped`` rows too large for one event, ``rewinds`` ``messages.rewound`` events that hide
+    the messages Hermes no longer shows."""
 
     sessions: int = 0
     messages: int = 0
@@ -441,6 +444,7 @@ class ImportReport:
     already_present: int = 0
     changed: int = 0
     skipped: int = 0
+    rewinds: int = 0
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
 
@@ -503,6 +507,10 @@ def hermes_upgrade(path: Path, session_db: Any = None) -> None:
 
 
 COUNTED = frozenset({"session.created", "message.appended", "usage.recorded"})
+ACTIVITY = frozenset({"active", "compacted"})
+"""Message columns a later import follows with ``messages.rewound`` rather than reporting."""
+
+
 @dataclass
 class _Source:
     """What a session of the source shows (as its ``session.created`` data holds it)."""
@@ -540,7 +548,8 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
     CLI passes Hermes' own ``SessionDB``, whose migrations bring an old database up to date) and
     read whole before anything is appended: a source SQLite cannot read (a damaged page) raises
     :class:`StorageError` naming it, with nothing appended. Events a previous import stored are skipped (their ids derive
-    from the source rows).
+    from the source rows), and messages Hermes no longer shows (``active = 0``) are hidden with
+    ``messages.rewound``.
     Raises :class:`ValidationError` (field ``"source"``) for a missing file or one without a
     ``sessions`` table."""
     path = Path(source_path)
@@ -615,18 +624,47 @@ def _survey(conn: sqlite3.Connection, report: ImportReport, counter: _Counter) -
 
 
 def _append_rows(conn: sqlite3.Connection, log: Any, report: ImportReport, counter: _Counter) -> None:
-    """The second pass: what the log does not hold yet, appended in batches."""
+    """The second pass: what the log does not hold yet, appended in batches; a run of messages
+    Hermes no longer shows is hidden by a ``messages.rewound`` of its first, before the next
+    message of the session Hermes shows."""
     batch: list[dict[str, Any]] = []
+    runs: dict[str, dict[str, Any]] = {}  # session -> the first message of its current inactive run
 
     def flush() -> None:
         nonlocal batch
         report.events += append_batch(log, batch, report)
         batch = []
 
+    def rewind(first: dict[str, Any], blocked: bool) -> None:
+        sid, mid = hermes_session_of(first), first["data"].get("id")
+        eid = _eid("rewound", sid, mid)
+        if log.event_seq(eid) is not None:
+            report.already_present += 1
+            return
+        if blocked:
+            report.warn(f"session {sid!r}: messages from {mid} on are inactive in Hermes, but messages after them that"
+                        " it shows were imported before; eventlog hides a message only with every later one, so"
+                        " they stay visible")
+            return
+        flush()  # the rewind names the message by its seq
+        seq = log.event_seq(first["id"])
+        if seq is not None:
+            batch.append(hermes_event("messages.rewound", sid, {"message_id": seq, "imported": True}, eid))
+            report.rewinds += 1
+
     for ev in hermes_events(conn):
-        kind = ev["type"]
+        kind, stream = ev["type"], ev["session"]
         if kind in COUNTED:
             counter.step()
+        if kind == "message.appended":
+            if not _is_active(ev["data"].get("active")):
+                runs.setdefault(stream, ev)
+            elif stream in runs:
+                rewind(runs.pop(stream), blocked=log.event_seq(ev["id"]) is not None)
+        elif runs:  # the messages are done: each session's last run hides the rest of it
+            for first in runs.values():
+                rewind(first, blocked=False)
+            runs.clear()
         seq = log.event_seq(ev["id"])
         if seq is not None:
             report.already_present += 1
@@ -638,6 +676,8 @@ def _append_rows(conn: sqlite3.Connection, log: Any, report: ImportReport, count
         report.usage += kind == "usage.recorded"
         if len(batch) >= EVENTS_PER_APPEND:
             flush()
+    for first in runs.values():
+        rewind(first, blocked=False)
     flush()
 
 
@@ -646,6 +686,9 @@ def _compare(ev: dict[str, Any], stored: dict[str, Any] | None, report: ImportRe
     old, new = (stored or {}).get("data"), ev["data"]
     if not isinstance(old, dict):  # erased
         return
+    if ev["type"] == "message.appended":
+        old = {k: v for k, v in old.items() if k not in ACTIVITY}
+        new = {k: v for k, v in new.items() if k not in ACTIVITY}
     if old != new:
         report.changed += 1
         report.warn(f"{_label(ev)} changed since it was first imported; the first import is kept")

@@ -249,6 +249,50 @@ def test_cli_an_import_that_fails_part_way_leaves_no_profile_it_created(tmp_path
         assert store.get_session("mine") is not None
 
 
+# ---- D: messages Hermes does not show are not shown ---------------------------------------------
+
+def test_compacted_and_rewound_messages_are_hidden(target: Any, source: Path) -> None:
+    with Hermes(source) as h:
+        h.create_session("c")
+        for i in range(4):
+            h.append_message("c", "user" if i % 2 == 0 else "assistant", f"original turn {i}")
+        h.archive_and_compact("c", "SUMMARY")
+        h.create_session("r")
+        ids = [h.append_message("r", "user", f"rewound? {i}") for i in range(3)]
+        h.rewind_to_message("r", ids[1])
+        h.create_session("u")  # /undo in the middle, then the talk goes on
+        ids = [h.append_message("u", "user", f"undo {i}") for i in range(3)]
+        h.rewind_to_message("u", ids[1])
+        h.append_message("u", "user", "after the undo")
+        hermes_shows = {sid: h.shown(sid) for sid in ("c", "r", "u")}
+    report = import_hermes(target, source)
+    assert report.rewinds == 3
+    for sid in ("c", "r", "u"):
+        assert shown(target, sid)["messages"] == hermes_shows[sid], sid
+        assert shown(target, sid)["count"] == len(hermes_shows[sid])
+    assert hermes_shows["c"] == ["SUMMARY"] and hermes_shows["u"] == ["undo 0", "after the undo"]
+    reads = target if isinstance(target, SessionStore) else None
+    if reads is not None:
+        assert [m["message_id"] for m in reads.search("rewound")["results"]] == [
+            m["id"] for m in reads.get_messages("r")]
+        assert len(reads.get_messages("c", include_inactive=True)) == 5  # the log keeps them
+    assert import_hermes(target, source).events == 0
+
+
+def test_a_compaction_after_the_first_import(target: Any, source: Path) -> None:
+    with Hermes(source) as h:
+        h.create_session("c")
+        for i in range(4):
+            h.append_message("c", "user", f"turn {i}")
+    import_hermes(target, source)
+    with Hermes(source) as h:
+        h.archive_and_compact("c", "SUMMARY")
+    report = import_hermes(target, source)
+    assert (report.rewinds, report.messages) == (1, 1), report
+    assert shown(target, "c")["messages"] == ["SUMMARY"]
+    assert import_hermes(target, source).events == 0
+
+
 # ---- E: the CLI lets Hermes migrate its copy of the source, as the switch does -------------------
 
 def old_database(path: Path) -> None:
