@@ -29,7 +29,8 @@ unknown there, never a crash.
 :func:`import_hermes` (``eventlog import --format hermes``) also keeps the profile showing what
 Hermes shows: a run of messages Hermes no longer shows (``active = 0``) is hidden by a
 ``messages.rewound``; the source is read whole before anything is appended (a damaged file
-appends nothing). On a later import of a newer copy: new sessions, messages and rows are appended; a
+appends nothing); a source session whose id the profile uses for another session refuses the
+import. On a later import of a newer copy: new sessions, messages and rows are appended; a
 session's new title and a new end are appended (``session.titled``/``session.ended`` keyed by
 their values); a message or usage row whose stored values changed keeps its first import (one
 warning each).
@@ -59,7 +60,7 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from eventlog.errors import DuplicateEventError, EventTooLargeError, StorageError, ValidationError
+from eventlog.errors import ConflictError, DuplicateEventError, EventTooLargeError, StorageError, ValidationError
 
 CURRENT_VERSIONS = {"message.appended": 2}
 """Catalogue versions of the catalogue types these events use where not 1 (tests keep this in
@@ -435,7 +436,8 @@ class ImportReport:
     appended in all, ``already_present`` events a previous import had stored, ``changed`` source
     rows that differ from their first import (kept as first imported; each also warned),
     ``skipped`` rows too large for one event, ``rewinds`` ``messages.rewound`` events that hide
-    the messages Hermes no longer shows."""
+    the messages Hermes no longer shows, ``deleted_here`` source sessions this profile deleted or
+    erased after an earlier import (none of their rows imported again)."""
 
     sessions: int = 0
     messages: int = 0
@@ -445,6 +447,7 @@ class ImportReport:
     changed: int = 0
     skipped: int = 0
     rewinds: int = 0
+    deleted_here: int = 0
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
 
@@ -524,6 +527,12 @@ class _Source:
     active: int = 0  # messages Hermes shows (active = 1)
 
 
+@dataclass
+class _Plan:
+    earlier: set[str] = field(default_factory=set)  # imported before and live
+    gone: set[str] = field(default_factory=set)  # imported before, deleted or erased here since
+
+
 class _Counter:
     def __init__(self, progress: Progress | None, total: int) -> None:
         self.progress, self.total, self.done = progress, total, 0
@@ -547,7 +556,9 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
     The source is copied (:func:`snapshot_source`; ``upgrade(path)`` then runs on the copy: the
     CLI passes Hermes' own ``SessionDB``, whose migrations bring an old database up to date) and
     read whole before anything is appended: a source SQLite cannot read (a damaged page) raises
-    :class:`StorageError` naming it, with nothing appended. Events a previous import stored are skipped (their ids derive
+    :class:`StorageError` naming it, with nothing appended; so does a source session whose id the
+    profile uses for another session (:class:`ConflictError` naming the ids: an import never
+    writes onto another history). Events a previous import stored are skipped (their ids derive
     from the source rows), and messages Hermes no longer shows (``active = 0``) are hidden with
     ``messages.rewound``.
     Raises :class:`ValidationError` (field ``"source"``) for a missing file or one without a
@@ -584,11 +595,13 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
             try:
                 total = 2 * _count(conn, tables)
                 counter = _Counter(progress, total)
-                _survey(conn, report, counter)  # every row read before anything is appended
+                found = _survey(conn, report, counter)  # every row read before anything is appended
             except sqlite3.DatabaseError as e:
                 raise _damaged(path, e) from e
+            fresh = log.head()[0] == 0
+            plan = _Plan() if fresh else _plan(target, log, found, report, path)
             try:
-                _append_rows(conn, log, report, counter)
+                _append_rows(conn, log, plan, report, counter)
             except sqlite3.DatabaseError as e:  # pragma: no cover - the survey read every row already
                 raise _damaged(path, e) from e
     if progress is not None:
@@ -623,7 +636,40 @@ def _survey(conn: sqlite3.Connection, report: ImportReport, counter: _Counter) -
     return found
 
 
-def _append_rows(conn: sqlite3.Connection, log: Any, report: ImportReport, counter: _Counter) -> None:
+def _plan(target: Any, log: Any, found: dict[str, _Source], report: ImportReport, path: Path) -> _Plan:
+    """Which source sessions the profile holds from an earlier import; :class:`ConflictError`
+    when a source session's id is used here by another session."""
+    live = _live_sessions(target, log)
+    plan = _Plan()
+    conflicts: list[Any] = []
+    for stream, s in found.items():
+        seq = log.event_seq(_eid("created", s.sid))
+        if seq is None:
+            if log.stream_version(stream) > 0:
+                conflicts.append(s.sid)
+            continue
+        if stream not in live:
+            plan.gone.add(stream)
+            report.deleted_here += 1
+            report.warn(f"session {s.sid!r} was imported before and has since been deleted or erased in this profile;"
+                        " none of its rows were imported again")
+            continue
+        stored = (log.get(seq) or {}).get("data")
+        if not isinstance(stored, dict) or stored.get("started_at") != s.started_at:
+            conflicts.append(s.sid)  # the same id, another session: imported from another Hermes database
+            continue
+        plan.earlier.add(stream)
+    if conflicts:
+        shown = ", ".join(repr(c) for c in conflicts[:10]) + (f" and {len(conflicts) - 10} more"
+                                                               if len(conflicts) > 10 else "")
+        raise ConflictError("source", f"{path} holds sessions whose ids this profile uses for other sessions "
+                            f"({shown}); nothing was imported",
+                            hint="import it into a new profile (--profile NAME): an import never writes onto "
+                                 "another session's history")
+    return plan
+
+
+def _append_rows(conn: sqlite3.Connection, log: Any, plan: _Plan, report: ImportReport, counter: _Counter) -> None:
     """The second pass: what the log does not hold yet, appended in batches; a run of messages
     Hermes no longer shows is hidden by a ``messages.rewound`` of its first, before the next
     message of the session Hermes shows."""
@@ -656,6 +702,8 @@ def _append_rows(conn: sqlite3.Connection, log: Any, report: ImportReport, count
         kind, stream = ev["type"], ev["session"]
         if kind in COUNTED:
             counter.step()
+        if stream is not None and stream in plan.gone:
+            continue
         if kind == "message.appended":
             if not _is_active(ev["data"].get("active")):
                 runs.setdefault(stream, ev)
@@ -692,6 +740,34 @@ def _compare(ev: dict[str, Any], stored: dict[str, Any] | None, report: ImportRe
     if old != new:
         report.changed += 1
         report.warn(f"{_label(ev)} changed since it was first imported; the first import is kept")
+
+
+SESSIONS_PAGE = 1000
+
+
+def _live_sessions(target: Any, log: Any) -> dict[str, tuple[Any, Any, Any, Any]]:
+    """Every live session of the profile as its read model shows it now: id -> (title,
+    ended_at, end_reason, message_count)."""
+    from eventlog.sessions.store import FoldReadModel, SessionStore
+
+    reads: Any
+    if isinstance(target, SessionStore):
+        target.sync(timeout=None)
+        reads = target
+    else:
+        reads = FoldReadModel(log)
+    out: dict[str, tuple[Any, Any, Any, Any]] = {}
+    for pinned in (False, True):  # pinned ones follow every page: taken apart, all at once
+        offset = 0
+        while True:
+            page = reads.list_sessions(archived=None, pinned=pinned, hidden=None,
+                                       limit=None if pinned else SESSIONS_PAGE, offset=offset)
+            for s in page:
+                out[s["id"]] = (s["title"], s["ended_at"], s["end_reason"], s["message_count"])
+            if pinned or len(page) < SESSIONS_PAGE:
+                break
+            offset += SESSIONS_PAGE
+    return out
 
 
 def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
-from eventlog.errors import StorageError
+from eventlog.errors import ConflictError, StorageError
 from eventlog.log.memory import MemoryLog
 from eventlog.sessions.store import SessionStore
 from sqlite_export.hermes import import_hermes
@@ -161,6 +161,79 @@ def shown(target: Any, sid: str) -> dict[str, Any]:
 
 def head(target: Any) -> int:
     return int(getattr(target, "log", target).head()[0])
+
+
+# ---- A: never onto another history --------------------------------------------------------------
+
+def test_a_session_id_the_profile_uses_refuses_the_import(tmp_path: Path, source: Path) -> None:
+    with SessionStore.open(tmp_path / "home", "p", durability="nosync") as store:
+        store.create_session("chat-1", title="My eventlog chat", source="gateway")
+        store.append_message("chat-1", "user", "eventlog's own words")
+        with Hermes(source) as h:
+            h.create_session("chat-1", "telegram")
+            h.set_session_title("chat-1", "Hermes chat")
+            h.append_message("chat-1", "user", "a different conversation from Hermes")
+            h.create_session("other")
+        before = store.log.head()
+        with pytest.raises(ConflictError) as err:
+            import_hermes(store, source)
+        assert "'chat-1'" in str(err.value) and str(source) in str(err.value) and "'other'" not in str(err.value)
+        assert store.log.head() == before  # nothing written, not even the session that did not collide
+        assert shown(store, "chat-1") == {"title": "My eventlog chat", "ended": (False, None),
+                                          "messages": ["eventlog's own words"], "count": 1}
+        # An id the profile used once and deleted is still another history.
+        store.delete_session("chat-1")
+        with pytest.raises(ConflictError):
+            import_hermes(store, source)
+        assert store.log.head()[0] == before[0] + 1
+
+
+def test_the_same_id_from_another_hermes_database_is_refused(target: Any, tmp_path: Path, source: Path) -> None:
+    with Hermes(source) as h:
+        h.create_session("cron_job.daily")
+        h.append_message("cron_job.daily", "user", "from the first machine")
+    import_hermes(target, source)
+    other = tmp_path / "other" / "state.db"
+    other.parent.mkdir()
+    time.sleep(0.01)  # another session: another start
+    with Hermes(other) as h:
+        h.create_session("cron_job.daily")
+        h.append_message("cron_job.daily", "user", "from the second machine")
+    n = head(target)
+    with pytest.raises(ConflictError, match="cron_job.daily"):
+        import_hermes(target, other)
+    assert head(target) == n
+
+
+def test_a_session_deleted_here_after_its_import_is_left_alone(tmp_path: Path, source: Path) -> None:
+    with Hermes(source) as h:
+        for sid in ("keep", "drop"):
+            h.create_session(sid)
+            h.append_message(sid, "user", f"first words of {sid}")
+    with SessionStore.open(tmp_path / "home", "p", durability="nosync") as store:
+        import_hermes(store, source)
+        store.delete_session("drop")
+        with Hermes(source) as h:
+            for sid in ("keep", "drop"):
+                h.append_message(sid, "user", f"later words of {sid}")
+        n = store.log.head()[0]
+        report = import_hermes(store, source)
+        assert (report.deleted_here, report.messages) == (1, 1)
+        assert any("'drop' was imported before and has since been deleted" in w for w in report.warnings)
+        assert {e["session"] for e in store.log.read(n + 1)} == {"keep", None}  # (None: Hermes' message counter)
+        assert store.get_session("drop") is None
+
+
+def test_cli_refuses_a_colliding_import_in_one_line(tmp_path: Path, source: Path) -> None:
+    home = tmp_path / "home"
+    with SessionStore.open(home, "p", durability="nosync") as store:
+        store.create_session("chat-1")
+    with Hermes(source) as h:
+        h.create_session("chat-1")
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", "--format", "hermes", str(source)])
+    assert r.exit_code == 1 and "chat-1" in r.output and "nothing was imported" in r.output, r.output
+    with SessionStore.open(home, "p", durability="nosync") as store:
+        assert store.log.head()[0] == 1
 
 
 # ---- B: the whole source is read before anything is appended -------------------------------------
