@@ -30,10 +30,11 @@ unknown there, never a crash.
 Hermes shows: a run of messages Hermes no longer shows (``active = 0``) is hidden by a
 ``messages.rewound``; the source is read whole before anything is appended (a damaged file
 appends nothing); a source session whose id the profile uses for another session refuses the
-import. On a later import of a newer copy: new sessions, messages and rows are appended; a
-session's new title and a new end are appended (``session.titled``/``session.ended`` keyed by
-their values); a message or usage row whose stored values changed keeps its first import (one
-warning each).
+import. On a later import of a newer copy: new sessions, messages and rows are appended; a session
+imported before gets the title and end the source shows now (``session.titled``,
+``session.reopened``, ``session.ended``, whose ids name the stream position they follow, so the
+same file imported again appends nothing); a message, usage row or shown session column whose
+stored values changed keeps its first import (one warning each).
 
 Reading the source never writes it: it is copied with SQLite's backup API from a ``mode=ro``
 connection (one with a ``-wal`` but no ``-shm`` by copying its files; one in WAL mode with no
@@ -436,8 +437,10 @@ class ImportReport:
     appended in all, ``already_present`` events a previous import had stored, ``changed`` source
     rows that differ from their first import (kept as first imported; each also warned),
     ``skipped`` rows too large for one event, ``rewinds`` ``messages.rewound`` events that hide
-    the messages Hermes no longer shows, ``deleted_here`` source sessions this profile deleted or
-    erased after an earlier import (none of their rows imported again)."""
+    the messages Hermes no longer shows, ``updates`` title, end and reopen events that gave
+    sessions imported before the source's current state, ``deleted_here`` source sessions this
+    profile deleted or erased after an earlier import (none of their rows imported again),
+    ``not_in_source`` sessions an earlier import brought that the source no longer holds (kept)."""
 
     sessions: int = 0
     messages: int = 0
@@ -447,7 +450,9 @@ class ImportReport:
     changed: int = 0
     skipped: int = 0
     rewinds: int = 0
+    updates: int = 0
     deleted_here: int = 0
+    not_in_source: int = 0
     warnings: list[str] = field(default_factory=list)
     warning_count: int = 0
 
@@ -510,6 +515,13 @@ def hermes_upgrade(path: Path, session_db: Any = None) -> None:
 
 
 COUNTED = frozenset({"session.created", "message.appended", "usage.recorded"})
+ECHOES = frozenset({"session.titled", "session.ended", "session.archived"})
+"""What ``session_events`` adds to a session's row for eventlog's fold: appended with a session's
+first import; a session imported before gets its current title and end from :func:`_reconcile`."""
+SESSION_SHOWN = ("source", "model", "model_config_json", "cwd", "git_repo_root", "git_branch", "parent_session_id",
+                 "user_id", "chat_id", "chat_type", "thread_id")
+"""The columns of a sessions row whose change since the first import is reported (kept as first
+imported); its title and end are brought up to date, its counters are derived in eventlog."""
 ACTIVITY = frozenset({"active", "compacted"})
 """Message columns a later import follows with ``messages.rewound`` rather than reporting."""
 
@@ -529,7 +541,7 @@ class _Source:
 
 @dataclass
 class _Plan:
-    earlier: set[str] = field(default_factory=set)  # imported before and live
+    earlier: set[str] = field(default_factory=set)  # imported before and live: brought up to date
     gone: set[str] = field(default_factory=set)  # imported before, deleted or erased here since
 
 
@@ -559,8 +571,8 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
     :class:`StorageError` naming it, with nothing appended; so does a source session whose id the
     profile uses for another session (:class:`ConflictError` naming the ids: an import never
     writes onto another history). Events a previous import stored are skipped (their ids derive
-    from the source rows), and messages Hermes no longer shows (``active = 0``) are hidden with
-    ``messages.rewound``.
+    from the source rows); a session imported before gets the source's current title and end,
+    and messages Hermes no longer shows (``active = 0``) are hidden with ``messages.rewound``.
     Raises :class:`ValidationError` (field ``"source"``) for a missing file or one without a
     ``sessions`` table."""
     path = Path(source_path)
@@ -604,6 +616,8 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
                 _append_rows(conn, log, plan, report, counter)
             except sqlite3.DatabaseError as e:  # pragma: no cover - the survey read every row already
                 raise _damaged(path, e) from e
+    if not fresh:
+        _reconcile(target, log, found, plan, report)
     if progress is not None:
         progress(total, total)
     return report
@@ -714,6 +728,9 @@ def _append_rows(conn: sqlite3.Connection, log: Any, plan: _Plan, report: Import
                 rewind(first, blocked=False)
             runs.clear()
         seq = log.event_seq(ev["id"])
+        if kind in ECHOES and stream in plan.earlier:
+            report.already_present += seq is not None
+            continue
         if seq is not None:
             report.already_present += 1
             _compare(ev, log.get(seq), report)
@@ -733,6 +750,12 @@ def _compare(ev: dict[str, Any], stored: dict[str, Any] | None, report: ImportRe
     """Report a source row that changed since its first import (which is kept)."""
     old, new = (stored or {}).get("data"), ev["data"]
     if not isinstance(old, dict):  # erased
+        return
+    if ev["type"] == "session.created":
+        keys = [k for k in SESSION_SHOWN if old.get(k) != new.get(k)]
+        if keys:
+            report.changed += 1
+            report.warn(f"{_label(ev)}: {', '.join(keys)} changed since it was first imported; the first import is kept")
         return
     if ev["type"] == "message.appended":
         old = {k: v for k, v in old.items() if k not in ACTIVITY}
@@ -768,6 +791,114 @@ def _live_sessions(target: Any, log: Any) -> dict[str, tuple[Any, Any, Any, Any]
                 break
             offset += SESSIONS_PAGE
     return out
+
+
+def _reconcile(target: Any, log: Any, found: dict[str, _Source], plan: _Plan, report: ImportReport) -> None:
+    """Give each source session the title and end the source shows where eventlog shows another
+    (a rename back to an earlier title, a swap, a reopen, a new end), idempotently: each event's
+    id names the stream position it follows. Warns about what the catalogue cannot express."""
+    from eventlog.sessions.events import next_title
+    from eventlog.sessions.rules import as_str, as_time, title_claim
+
+    live = _live_sessions(target, log)
+    title_of = {sid: row[0] for sid, row in live.items()}
+    holder = {title: sid for sid, title in title_of.items() if title is not None}
+    out: list[dict[str, Any]] = []
+    added: dict[str, int] = {}
+
+    def add(s: _Source, kind: str, data: dict[str, Any], key: Any) -> None:
+        n = log.stream_version(s.stream) + added.get(s.stream, 0)
+        added[s.stream] = added.get(s.stream, 0) + 1
+        out.append(hermes_event(kind, s.sid, data, _eid("update", kind, s.sid, key, n)))
+
+    def retitle(s: _Source, title: str, raw: Any) -> None:
+        old = title_of.get(s.stream)
+        if old is not None and holder.get(old) == s.stream:
+            del holder[old]
+        title_of[s.stream], holder[title] = title, s.stream
+        add(s, "session.titled", {"title": raw, "source": "user", "imported": True}, title)
+
+    wanted: dict[str, tuple[_Source, str]] = {}
+    for stream, s in found.items():
+        if stream in plan.gone or stream not in live:
+            continue
+        title, ended_at, end_reason, count = live[stream]
+        have = (ended_at, end_reason)
+        if s.ended_at is None:
+            if have != (None, None):
+                add(s, "session.reopened", {"imported": True}, None)
+        elif have != (as_time(s.ended_at, None), as_str(s.end_reason)):  # as eventlog's fold reads an end
+            if have != (None, None) or _ended_in_log(log, stream):
+                add(s, "session.reopened", {"imported": True}, None)
+            add(s, "session.ended", {"ended_at": s.ended_at, "reason": s.end_reason, "imported": True},
+                (s.ended_at, s.end_reason))
+        claim = title_claim(s.title, "user")
+        if claim is None and title is not None:
+            report.warn(f"session {s.sid!r}: Hermes shows no title; eventlog keeps {title!r} (no event of the "
+                        "catalogue removes a title)")
+        elif claim is not None and claim[0] != title:
+            wanted[stream] = (s, claim[0])
+        if isinstance(count, int) and count < s.active:
+            report.warn(f"session {s.sid!r}: eventlog shows {count} of the {s.active} messages Hermes shows; an earlier"
+                        " import hid the others (Hermes restored them since?) and eventlog cannot show them again")
+
+    def in_cycle(start: str) -> bool:
+        seen, at = {start}, holder.get(wanted[start][1])
+        while at is not None and at in wanted and at not in seen:
+            seen.add(at)
+            at = holder.get(wanted[at][1])
+        return at == start
+
+    while wanted:
+        free = [stream for stream, (s, t) in wanted.items() if holder.get(t) in (None, stream)]
+        for stream in free:
+            s, t = wanted.pop(stream)
+            retitle(s, t, s.title)
+        if free:
+            continue
+        cycle = next((stream for stream in wanted if in_cycle(stream)), None)
+        if cycle is None:
+            break
+        # Titles that move round a cycle (a swap): one steps aside under a free title first.
+        s, _ = wanted[cycle]
+        spare = next_title(title_of[cycle], set(holder) | {t for _, t in wanted.values()})
+        retitle(s, spare, spare)
+    for stream, (s, t) in wanted.items():
+        report.warn(f"session {s.sid!r}: its Hermes title {t!r} is held by session {holder.get(t)!r} in this profile;"
+                    " not set")
+
+    for i in range(0, len(out), EVENTS_PER_APPEND):
+        n = append_batch(log, out[i:i + EVENTS_PER_APPEND], report)
+        report.events += n
+        report.updates += n
+
+    missing = []
+    for sid in live:
+        if sid in found:
+            continue
+        events = log.read_session(sid)
+        first = next(iter(events), None)
+        getattr(events, "close", lambda: None)()
+        if first is not None and first.get("id") == _eid("created", hermes_session_of(first)):
+            missing.append(hermes_session_of(first))
+    if missing:
+        report.not_in_source = len(missing)
+        shown = ", ".join(repr(m) for m in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        report.warn(f"{len(missing)} sessions an earlier import brought are not in this source ({shown}): they are kept"
+                    " (an import deletes nothing: a session deleted in Hermes cannot be told from one of another"
+                    " database); `eventlog sessions delete ID` deletes one")
+
+
+def _ended_in_log(log: Any, stream: str) -> bool:
+    """Whether the last end or reopen of the session's stream is an end (an end whose time and
+    reason read as unknown looks like no end at all)."""
+    ended = False
+    for env in log.read_session(stream):
+        if env.get("type") == "session.ended":
+            ended = True
+        elif env.get("type") == "session.reopened":
+            ended = False
+    return ended
 
 
 def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:

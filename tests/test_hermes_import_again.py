@@ -26,7 +26,7 @@ from eventlog.sessions.store import SessionStore
 from sqlite_export.hermes import import_hermes
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_hermes_import import fingerprint, v22  # noqa: E402
+from test_hermes_import import fingerprint, project, v22  # noqa: E402
 
 try:
     import hermes_state
@@ -322,6 +322,81 @@ def test_cli_an_import_that_fails_part_way_leaves_no_profile_it_created(tmp_path
         assert store.get_session("mine") is not None
 
 
+# ---- C: a later import brings titles and ends to what Hermes shows now ----------------------------
+
+def test_renamed_back_reopened_and_ended_again(target: Any, source: Path) -> None:
+    with Hermes(source) as h:
+        h.create_session("s1")
+        h.append_message("s1", "user", "hi")
+        h.set_session_title("s1", "Alpha")
+        h.end_session("s1", "done")
+    import_hermes(target, source)
+    with Hermes(source) as h:
+        h.set_session_title("s1", "Beta")
+    assert import_hermes(target, source).updates == 1
+    assert shown(target, "s1")["title"] == "Beta"
+    with Hermes(source) as h:
+        h.set_session_title("s1", "Alpha")
+        h.reopen_session("s1")
+    report = import_hermes(target, source)
+    assert (report.updates, report.changed, report.warning_count) == (2, 0, 0), report
+    assert shown(target, "s1")["title"] == "Alpha" and shown(target, "s1")["ended"] == (False, None)
+    n = head(target)
+    again = import_hermes(target, source)
+    assert (again.events, head(target)) == (0, n)  # idempotent
+    with Hermes(source) as h:
+        h.end_session("s1", "user_exit")
+    assert import_hermes(target, source).updates == 1
+    assert shown(target, "s1")["ended"] == (True, "user_exit")
+    assert import_hermes(target, source).events == 0
+
+
+def test_titles_swapped_between_two_sessions(target: Any, source: Path) -> None:
+    with Hermes(source) as h:
+        for sid, title in (("s1", "Alpha"), ("s2", "Beta"), ("s3", "Gamma")):
+            h.create_session(sid)
+            h.set_session_title(sid, title)
+    import_hermes(target, source)
+    with Hermes(source) as h:  # s1 and s2 swap; s3 goes round through a third title
+        h.set_session_title("s1", "Tmp")
+        h.set_session_title("s2", "Alpha")
+        h.set_session_title("s1", "Beta")
+    report = import_hermes(target, source)
+    assert report.warning_count == 0, report.warnings
+    assert [shown(target, s)["title"] for s in ("s1", "s2", "s3")] == ["Beta", "Alpha", "Gamma"]
+    assert import_hermes(target, source).events == 0
+    log = getattr(target, "log", target)
+    titles = dict(project(log).execute("SELECT id, title FROM sessions").fetchall())  # Hermes' projection agrees
+    assert titles == {"s1": "Beta", "s2": "Alpha", "s3": "Gamma"}
+
+
+def test_a_cleared_title_and_a_deleted_session_are_reported(target: Any, source: Path) -> None:
+    with Hermes(source) as h:
+        for sid, title in (("s1", "Alpha"), ("s2", "Beta")):
+            h.create_session(sid)
+            h.set_session_title(sid, title)
+    import_hermes(target, source)
+    with Hermes(source) as h:
+        h.set_session_title("s1", "")
+        h.delete_session("s2")
+    report = import_hermes(target, source)
+    assert (report.events, report.not_in_source) == (0, 1)
+    assert any("'s1': Hermes shows no title; eventlog keeps 'Alpha'" in w for w in report.warnings)
+    assert any("1 sessions an earlier import brought are not in this source ('s2')" in w for w in report.warnings)
+    assert shown(target, "s2")["title"] == "Beta"  # an import deletes nothing
+
+
+def test_a_title_held_by_a_session_of_the_profile_is_reported(tmp_path: Path, source: Path) -> None:
+    with SessionStore.open(tmp_path / "home", "p", durability="nosync") as store:
+        store.create_session("native", title="Plans")
+        with Hermes(source) as h:
+            h.create_session("s1")
+            h.set_session_title("s1", "Plans")
+        report = import_hermes(store, source)
+        assert any("'s1': its Hermes title 'Plans' is held by session 'native'" in w for w in report.warnings)
+        assert shown(store, "s1")["title"] is None and shown(store, "native")["title"] == "Plans"
+
+
 # ---- D: messages Hermes does not show are not shown ---------------------------------------------
 
 def test_compacted_and_rewound_messages_are_hidden(target: Any, source: Path) -> None:
@@ -361,7 +436,7 @@ def test_a_compaction_after_the_first_import(target: Any, source: Path) -> None:
     with Hermes(source) as h:
         h.archive_and_compact("c", "SUMMARY")
     report = import_hermes(target, source)
-    assert (report.rewinds, report.messages) == (1, 1), report
+    assert (report.rewinds, report.messages, report.changed) == (1, 1, 0), report
     assert shown(target, "c")["messages"] == ["SUMMARY"]
     assert import_hermes(target, source).events == 0
 
