@@ -161,7 +161,10 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
     A jsonl import goes into a new or empty profile, or one whose log the file continues (same
     seqs and hashes); into other history it is refused. A file that is not one whole chain from
     seq 1 (a session's export, or lines missing) is appended as new events, with a warning;
-    --whole refuses it instead. A failed import into a profile it created leaves no profile behind.
+    --whole refuses it instead. A hermes import reads the whole file before writing, refuses a
+    session whose id the profile uses for another session, and, run again on a later copy,
+    brings titles and ends to what Hermes shows (docs/HERMES.md). A failed import into a profile
+    it created leaves no profile behind.
     """
     if whole and fmt != "jsonl":
         raise click.UsageError("--whole applies to --format jsonl")
