@@ -595,6 +595,10 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
                 upgrade(copy)
             except sqlite3.DatabaseError as e:
                 raise _damaged(path, e) from e
+            except Exception as e:  # Hermes' own code, on a copy: whatever it raises is one error of ours
+                raise StorageError(f"Hermes could not open a copy of {path}: {type(e).__name__}: {e}; nothing was "
+                                   "imported", hint="the source is unchanged; an environment without hermes-agent "
+                                                    "imports the file as it is, without Hermes' migrations") from e
         with closing(sqlite3.connect(copy)) as conn:
             try:
                 tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -515,3 +515,21 @@ def test_progress_covers_both_passes(tmp_path: Path, source: Path) -> None:
     seen: list[tuple[int, int]] = []
     import_hermes(MemoryLog(), source, progress=lambda d, t: seen.append((d, t)))
     assert seen[0] == (1000, 3002) and seen[-1] == (3002, 3002)
+
+
+def test_an_error_of_hermes_on_the_copy_is_one_line(tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sqlite_export.hermes
+
+    with Hermes(source) as h:
+        h.create_session("s")
+
+    class Broken:
+        def __init__(self, db_path: Path) -> None:
+            raise RuntimeError("HERMES_HOME is not writable")
+
+    monkeypatch.setattr(sqlite_export.hermes, "hermes_session_db", lambda: Broken)
+    home = tmp_path / "home"
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "new", "import", "--format", "hermes", str(source)])
+    assert r.exit_code == 1 and "Hermes could not open a copy" in r.output and "HERMES_HOME" in r.output, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not (home / "profiles" / "new").exists()
