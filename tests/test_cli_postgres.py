@@ -25,6 +25,9 @@ def test_log_url_selects_postgres_for_every_command(tmp_path: Path, pg_url: str,
     base = ["--home", str(tmp_path / "h1"), "--profile", pg_profile, "--log-url", pg_url]
     res = run(*base, "log", "verify")
     assert res.exit_code == 1 and "may not use it" in res.output  # not created by a read
+    res = run(*base, "doctor")  # nor by doctor, here either (it left an empty profile folder: outside audit)
+    assert res.exit_code == 1 and "may not use it" in res.output
+    assert not (tmp_path / "h1" / "profiles" / pg_profile).exists()
     for _ in range(2):  # init creates the profile on the server, then finds it there
         res = run(*base, "init")
         assert res.exit_code == 0 and res.output.strip().endswith(f"profile {pg_profile}"), res.output

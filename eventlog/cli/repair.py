@@ -56,6 +56,8 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
     """
     from projections.doctor import examine, repair
 
+    if c.log_url is not None:  # the server first: a profile it does not have leaves nothing behind here
+        c.open_log().close()
     d = c.profile_dir(create=False)
     actions: list[str] = []
     with c.open_log() as lg, progress_bar("checking") as update:
