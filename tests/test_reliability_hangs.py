@@ -500,3 +500,42 @@ def test_appends_on_a_read_only_file_system_are_disk_full_errors(tmp_path: Path)
                 assert {s["id"] for s in store.list_sessions()} >= {"s_projected"}
         finally:
             subprocess.run(["mount", "-o", "remount,rw", str(where)], check=True)
+
+
+_HOLD_AND_STOP = """
+import os, signal, sys
+from pathlib import Path
+from projections.lease import Lease
+assert Lease(Path(sys.argv[1])).acquire(0)
+print("held", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+def test_sync_behind_a_stopped_lease_holder_says_how_far_it_got(tmp_path: Path) -> None:
+    """sync() answered the log head while the read model stood below it (another process holding
+    the projector lease was stopped), so a caller took stale rows for current ones: an adapter
+    then hid a saved item (found by an outside audit). It returns the seq the model reached."""
+    from eventlog.errors import process_state
+
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        first = store.append_message(sid, "user", "one")
+        assert store.sync(timeout=5) == first
+        holder = subprocess.Popen([sys.executable, "-c", _HOLD_AND_STOP, str(tmp_path / "profiles" / "p")],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            deadline = time.monotonic() + 10
+            while process_state(holder.pid) != "stopped":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            with SessionStore.open(tmp_path, "p", follower=False) as other:  # another writer of the profile
+                second = other.append_message(sid, "user", "two")
+            reached = store.sync(timeout=5)
+            assert reached == first < second == store.log.head()[0]
+        finally:
+            os.kill(holder.pid, signal.SIGCONT)
+            holder.kill()
+            holder.wait()
+        assert store.sync(timeout=5) == second

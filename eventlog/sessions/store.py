@@ -1383,13 +1383,18 @@ class SessionStore:
     # ------------------------------------------------------------------ reads
 
     def sync(self, timeout: float | None = 10.0) -> int:
-        """Wait until the read model has reached the log head as of this call; returns that seq."""
+        """Wait until the read model has reached the log head as of this call; returns that seq.
+        When waiting cannot help — another process holding the projector lease is stopped, the
+        disk is full, the log is damaged — returns the seq the read model did reach, below the
+        head (reads then say ``stale``); :class:`ProjectionError` when ``timeout`` ran out."""
         self._check()
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not 0 <= timeout < 1e9):
             raise ValidationError("timeout", "must be a number of seconds, 0 or more, or None")
         head = self.log.head()[0]
-        self._reads.advance(head, wait=timeout)
+        reach = self._reads.advance(head, wait=timeout)
+        if reach is not None and not getattr(reach, "done", True):
+            return int(getattr(reach, "cursor"))  # it answered the head before, and a caller took stale rows for current
         return head
 
     @typed_read
