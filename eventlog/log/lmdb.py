@@ -366,6 +366,7 @@ class _Environment:
         self._pid = os.getpid()
         self._forked = False
         self._closed = False
+        self._closing = False  # close() began: no new append is queued
         self._open_args = (map_size, max_readers, durability)
         self.env_dir = generation_dir(path)
         """Where the environment's files are: ``path/<generation>`` (named by ``path/current``)
@@ -583,6 +584,8 @@ class _Environment:
         if not self._writer_mu.acquire(timeout=max(0.0, self.lock_timeout)):
             raise self._busy()
         try:
+            if self._closed:  # close() held the lock meanwhile: the environment is gone
+                raise ClosedError("the event log is closed")
             fd = self._writer_lock_fd()
             self._flock_until(fd, deadline)
             try:
@@ -1037,7 +1040,13 @@ class _Environment:
         self._trainer.start()
 
     def close(self) -> None:
-        """Close the environment. Later calls raise :class:`ClosedError`."""
+        """Close the environment. Later calls raise :class:`ClosedError`.
+
+        Never under a transaction of this process: closing LMDB's descriptors while another
+        thread is inside a commit is undefined (a descriptor number reused meanwhile gets the
+        commit's pages). Appends queued but not yet being committed raise ClosedError (nothing
+        written); the group being committed and any other write or read transaction finish
+        first, then the environment closes."""
         if self._closed:
             return
         self._stopping.set()
@@ -1046,17 +1055,29 @@ class _Environment:
             for thread in (self._trainer, self._sweeper):  # no thread outlives the last handle
                 if thread is not None and thread is not me and thread.is_alive():
                     thread.join(5.0)
-        with self._sweep_lock:
-            self._closed = True
-            if not self._forked and self._pid == os.getpid():
-                self._lock_map = None
-                self._env.close()
-            if self._writer_fd is not None:
-                os.close(self._writer_fd)  # our own flock file, never a database file
-                self._writer_fd = None
-            if self._aware_fd is not None:
-                os.close(self._aware_fd)
-                self._aware_fd = None
+        with self._mu:
+            self._closing = True  # appends from now on are refused, queued ones fail uncommitted
+        with self._appended:
+            while True:
+                with self._mu:
+                    if not self._leader and not self._queue:
+                        break
+                self._appended.wait(0.05)
+        with self._writer_mu:  # no write transaction of this process is open (erase, compaction, ...)
+            with self._rcv:
+                self._closed = True  # read transactions from now on are refused
+                while self._readers:
+                    self._rcv.wait()
+            with self._sweep_lock:
+                if not self._forked and self._pid == os.getpid():
+                    self._lock_map = None
+                    self._env.close()
+                if self._writer_fd is not None:
+                    os.close(self._writer_fd)  # our own flock file, never a database file
+                    self._writer_fd = None
+                if self._aware_fd is not None:
+                    os.close(self._aware_fd)
+                    self._aware_fd = None
         with self._appended:
             self._appended.notify_all()
 
@@ -1077,6 +1098,8 @@ class _Environment:
         with self._rcv:
             while self._resizing:
                 self._rcv.wait()
+            if self._closed:  # checked with the count: close() waits for the readers it counts
+                raise ClosedError("the event log is closed")
             self._readers += 1
         try:
             for attempt in range(3):
@@ -1168,6 +1191,8 @@ class _Environment:
         payloads = [self.compression.compress(it.data_bytes) for it in items] if self.format == FORMAT_2 else None
         req = _Request(items, payloads, expected_version, expected_head)
         with self._mu:
+            if self._closing:
+                raise ClosedError("the event log is closed")
             self._queue.append(req)
             lead = not self._leader
             if lead:
@@ -1202,7 +1227,11 @@ class _Environment:
                 size += r.size
         self._last_group = len(group)
         try:
-            self._commit_group(group)
+            if self._closing:  # close() is waiting for the queue: these were never begun
+                for r in group:
+                    r.seqs, r.error = [], ClosedError("the event log was closed before this append was committed")
+            else:
+                self._commit_group(group)
         finally:
             me = threading.get_ident()
             for r in group:
@@ -1710,7 +1739,8 @@ class _Environment:
             with self._read() as txn:
                 raw = txn.get(b"head", db=self._meta)
                 seen = txn.id()
-            if attempt == 2 or self._env.info()["last_txnid"] <= seen:
+                newest = self._env.info()["last_txnid"]  # inside the read: close() waits for it
+            if attempt == 2 or newest <= seen:
                 break
             if attempt == 1 and not self.readonly:
                 self._recover_dead_writer()
