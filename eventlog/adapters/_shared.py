@@ -12,6 +12,7 @@ import sqlite3
 from typing import Any, Iterator, Sequence
 
 from eventlog.profiles import DEFAULT_PROFILE
+from eventlog.sessions.events import make_event
 from eventlog.sessions.extensions import Extension
 from eventlog.sessions.store import SessionStore
 
@@ -28,6 +29,21 @@ def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_P
 def release(store: SessionStore) -> None:
     """Close the handle (the shared log and projector close with the last one)."""
     store.close()
+
+
+def append_counted(store: SessionStore, events: list[dict[str, Any]], expected_version: int) -> list[int]:
+    """Append catalogue events of one session stream at ``expected_version``, checked by their
+    types' validators and by that version alone: no read model is asked (it may lag the log,
+    or wait for another process's rebuild). For an adapter that decided the events from the
+    stream as the log holds it at that version — the version refuses the append
+    (:class:`ConcurrencyError`, nothing written) when the stream changed since, its deletion or
+    erase included. Returns the seqs; the store's read-your-writes counts them."""
+    batch = [make_event(e["type"], e["session"], e["data"]) for e in events]
+    if len({e["session"] for e in batch}) != 1:
+        raise ValueError("append_counted takes the events of one session stream")
+    seqs = store._append(batch, expected_version=expected_version)
+    store._live.pop(batch[0]["session"], None)  # its stream grew: the store's next append reads the version again
+    return seqs
 
 
 def append_events(store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:

@@ -34,16 +34,21 @@ main text exceeds 8 MiB raises ValidationError, one whose event exceeds 16 MiB r
 (one call is one atomic batch). A session used after :meth:`EventlogSession.close` raises
 :class:`eventlog.errors.ClosedError`.
 
+Reads come from the session's stream in the log, never from the projections (see
+:meth:`EventlogSession._refresh`), so they neither wait for another process's rebuild nor
+trust projections that lag the log.
+
 ``wrapper=``: every method accepts the SDK's run-context wrapper and ignores it (the history
 is the same in every context scope).
 """
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import re
 import threading
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import orjson
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -60,6 +65,8 @@ from eventlog.errors import (
 )
 from eventlog.log.codec import MAX_DEPTH, MAX_EVENT_BYTES
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
+from eventlog.sessions import events
+from eventlog.sessions.rules import as_int, as_str
 from eventlog.sessions.store import SessionStore
 
 __all__ = ["EventlogSession", "session_key", "item_to_message", "message_to_item"]
@@ -73,14 +80,6 @@ _T = TypeVar("_T")
 
 MOVE_ON_TRIES = 5
 """How many incarnations one ``add_items`` follows when each refuses it (each was erased meanwhile)."""
-
-
-def _erased(store: SessionStore, key: str) -> bool:
-    """Whether the session ``key`` was erased, from the log: an erase turns a whole stream into
-    stubs, its first event (the creation) included."""
-    for env in store.log.read_session(key):
-        return bool(env.get("erased"))
-    return False
 
 
 def session_key(session_id: str) -> str:
@@ -256,16 +255,109 @@ async def _settled(work: Awaitable[_T]) -> _T:
 
 
 class _History:
-    """This object's copy of the session's active messages as of a stream version: (message id,
-    the item as JSON bytes or None for a message this adapter did not write)."""
+    """The session's stream as read from the log, folded (immutable: a change makes a new one).
 
-    __slots__ = ("version", "ids", "items", "mark")
+    ``version``: how many events of the stream were folded — the stream as read, never a
+    version looked up elsewhere, so an ``expected_version`` taken from it refuses any change
+    made since; ``last``: the seq of the last of them; ``mark``: the log's erase mark the read
+    was made under (an erase changes no version); ``created``: the stream holds the session's
+    creation; ``live``: created and not deleted since; ``parent``: the parent its creation
+    names; ``ids``/``items``: the active messages, oldest first, each with its item as JSON
+    bytes (None for a message this adapter did not write); ``size``: bytes held, roughly."""
 
-    def __init__(self, version: int, ids: list[int], items: list[bytes | None], mark: int | None = None) -> None:
+    __slots__ = ("version", "last", "mark", "created", "live", "parent", "ids", "items", "size")
+
+    def __init__(self, version: int, last: int, mark: int | None, created: bool, live: bool, parent: str | None,
+                 ids: list[int], items: list[bytes | None], size: int) -> None:
         self.version = version
+        self.last = last
+        self.mark = mark
+        self.created = created
+        self.live = live
+        self.parent = parent
         self.ids = ids
         self.items = items
-        self.mark = mark  # the store's erase mark it was read at (an erase changes no version)
+        self.size = size
+
+    @property
+    def gone(self) -> bool:
+        """The session existed and was deleted or erased (by its own stream)."""
+        return self.created and not self.live
+
+    def grown(self, added: int, last: int, ids: list[int], items: list[bytes | None]) -> "_History":
+        """This history after ``added`` more events of the stream, the last at ``last``, that
+        appended the messages ``ids`` (and nothing else that changes the history)."""
+        size = self.size + sum(len(b) for b in items if b is not None) + 16 * len(ids)
+        return _History(self.version + added, last, self.mark, self.created, self.live, self.parent,
+                        self.ids + ids, self.items + items, size)
+
+
+def _stored_item(data: dict[str, Any]) -> bytes | None:
+    """The item a stored ``message.appended`` holds, as JSON bytes; its fields read as the
+    reference fold reads them (docs/EVENTS.md "Odd stored values": a value of the wrong type
+    is null). Values decoded from the log are plain JSON, so they encode again as they are."""
+    content = data.get("content")
+    meta = data.get("display_metadata")
+    return _encoded({"content": content if isinstance(content, (str, list, dict)) else None,
+                     "display_kind": as_str(data.get("display_kind")),
+                     "display_metadata": meta if isinstance(meta, dict) else None})
+
+
+def _fold_stream(base: _History | None, envelopes: Iterable[dict[str, Any]], mark: int | None) -> _History:
+    """``base`` (None: nothing read yet) with the stream's next ``envelopes`` applied, by the
+    rules of the reference fold (:class:`eventlog.sessions.fold.Fold`, docs/EVENTS.md) for the
+    messages of one session: events before its creation, a second creation and everything
+    after its deletion change nothing; a rewind of an active message makes it and every later
+    message inactive (inactive ones never come back, so only the active ones are kept); an
+    erased event leaves the session gone for good (the store erases whole streams, and the
+    log's erase record, which the fold follows, names the session). Checked against the fold
+    on generated streams (tests/test_adapter_openai_agents_log.py)."""
+    if base is None:
+        version = last = size = 0
+        created = live = False
+        parent: str | None = None
+        ids: list[int] = []
+        items: list[bytes | None] = []
+    else:
+        version, last, size = base.version, base.last, base.size
+        created, live, parent = base.created, base.live, base.parent
+        ids, items = list(base.ids), list(base.items)
+    for env in envelopes:
+        version += 1
+        seq = as_int(env.get("seq"), 1)
+        if seq is None:
+            continue
+        last = seq
+        kind = env.get("type")
+        if env.get("erased") is True and "data" not in env:
+            # Erased: a store erases whole streams (and its record names the session), so the
+            # session is gone for good — nothing of it is shown, and nothing later revives it.
+            created, live, ids, items, size = True, False, [], [], 0
+            continue
+        if kind == "message.appended":
+            if live:
+                data = events.upcast(env).get("data")
+                raw = _stored_item(data) if isinstance(data, dict) else _stored_item({})
+                ids.append(seq)
+                items.append(raw)
+                size += 16 + (len(raw) if raw is not None else 0)
+            continue
+        data = env.get("data")
+        if not isinstance(data, dict):
+            data = {}
+        if kind == "messages.rewound" and live:
+            target = as_int(data.get("message_id"))
+            at = bisect.bisect_left(ids, target) if target is not None else len(ids)
+            if at < len(ids) and ids[at] == target:
+                size -= sum(16 + (len(b) if b is not None else 0) for b in items[at:])
+                del ids[at:], items[at:]
+        elif kind == "session.created" and not created:
+            created = live = True
+            parent = as_str(data.get("parent_session_id"))
+        elif kind == "session.deleted" and live:
+            live = False
+            ids, items, size = [], [], 0
+    return _History(version, last, mark, created, live, parent, ids, items, size)
 
 
 def _encoded(message: dict[str, Any]) -> bytes | None:
@@ -282,7 +374,9 @@ class EventlogSession:
     ``get_items()`` returns when it is given no limit).
 
     Sessions of one (home, profile) share one store in the process, opened on first use and
-    closed with the last session. Every method runs its blocking work in a worker thread.
+    closed with the last session. Every method runs its blocking work in a worker thread. The
+    history is read from the log itself (the source of truth), never from the projections, so
+    no read waits for another process's rebuild nor trusts a projection that lags the log.
     """
 
     session_settings: SessionSettings | None
@@ -296,13 +390,13 @@ class EventlogSession:
                                  else SessionSettings())
         self.key = key
         """The eventlog session id of this session: of its current incarnation (an erase —
-        ``clear_session(erase=True)`` or any other — ends one; the session goes on in a new one)."""
+        ``clear_session(erase=True)`` or any other — or a deletion ends one; the session goes on
+        in a new one)."""
         self._hashed = hashed
         self._incarnation = 0
         self._home = home
         self._profile = profile
         self._store: SessionStore | None = None
-        self._created = False
         self._closed = False
         self._lock = threading.Lock()
         self._history: _History | None = None
@@ -329,102 +423,81 @@ class EventlogSession:
             fields["model_config"] = {"openai_agents": origin}
         return fields
 
-    def _ensure_session(self, store: SessionStore) -> None:
-        if self._created:
-            return
-        if store.get_session(self.key) is None:
-            try:
-                store.create_session(self.key, **self._creation_fields())
-            except ConflictError:
-                # Created meanwhile by another task or process (or deleted: the append says so).
-                # The other process's create is in the log but maybe not in this process's read
-                # model yet: catch up, so the append that follows finds the session.
-                store.sync(timeout=30)
-        self._created = True
-
     def _first_write(self, store: SessionStore, key: str, messages: list[dict[str, Any]]) -> list[int] | None:
         """The session's creation and its first items in one atomic batch, appended at stream
-        version 0; their ids, or None when the session exists (or another writer created it
-        first). Two appends left an empty session when a process was killed between them
-        (outside audit)."""
-        if self._created or store.version(key):
-            return None
+        version 0; their ids, or None when another writer created the session first. Two appends
+        left an empty session when a process was killed between them (outside audit)."""
         created = {"type": "session.created", "session": key, "data": self._creation_fields()}
         try:
             seqs = store.append_events([created, *_message_events(key, messages)], expected_version=0)
         except (ConcurrencyError, ConflictError):  # created meanwhile: appended as to any existing session
-            store.sync(timeout=30)
             return None
-        self._created = True
         return seqs[1:]
 
-    def _move_on(self, store: SessionStore) -> bool:
-        """Follow the session past every incarnation that is gone (erased or deleted, by this
-        object or any other process); True when the key moved. Caller holds ``_history_lock``.
+    def _next_incarnation(self) -> None:
+        self._incarnation += 1
+        self.key = incarnation_id(self.session_id, domain="openai_agents", incarnation=self._incarnation)
+        self._history = None
 
-        An erase is judged from the log (the stream's first event is a stub then: one read),
-        never from the read model, which may not have applied it yet — a history cached from it
-        at the new erase mark would never be read again. A deletion is judged by the read model
-        first (cheap) and then the log; a lag there only delays the move to the next write's
-        refusal."""
-        moved = False
-        while _erased(store, self.key) or (store.get_session(self.key) is None and store.gone(self.key)):
-            self._incarnation += 1
-            self.key = incarnation_id(self.session_id, domain="openai_agents", incarnation=self._incarnation)
-            self._created = False
-            self._history = None
-            moved = True
-        return moved
+    def _keep(self, store: SessionStore, h: _History) -> None:
+        self._history = h
 
     def _refresh(self, store: SessionStore) -> _History:
-        """The session's active messages, as of at least the stream version read on entry.
+        """The session's history as the log holds it now, following the session past every
+        incarnation that is gone (erased or deleted, here or in any other process). Caller holds
+        ``_history_lock``.
 
-        Reads are incremental: the stream version (one LMDB lookup) says whether anything
-        changed since the last call; if so, only the messages after the last known one are
-        read, and the session's active message count proves that none of the known ones was
-        rewound meanwhile (else everything is read again). Caller holds ``_history_lock``.
-        """
-        version = store.version(self.key)
-        mark = store.erase_mark()
-        h = self._history
-        if h is not None and h.version == version and h.mark == mark:
-            return h
-        # An erase (the mark moved) or a first read may find the session gone: follow it. A plain
-        # deletion by another process moves only the version; the next add follows it then.
-        if version and (h is None or h.mark != mark) and self._move_on(store):
+        Read from the log, incrementally: the stream version (one LMDB lookup) and the erase
+        mark say whether anything changed since the history this object last read or wrote; if
+        so only the stream's events after it are read and folded (all of them after an erase).
+        The history is labelled with the version it was read up to, never with one looked up
+        before or after the read."""
+        while True:
+            mark = store.erase_mark()
             version = store.version(self.key)
-        if version == 0:
-            h = _History(0, [], [], mark)
-        else:
-            store.sync()  # the projections hold at least what the version counted, other writers' included
-            h = None
-            if self._history is not None and self._history.mark == mark:
-                known = self._history
-                fresh = store.get_messages(self.key, after=known.ids[-1]) if known.ids else store.get_messages(self.key)
-                info = store.get_session(self.key)
-                if info is not None and info.get("message_count") == len(known.ids) + len(fresh):
-                    h = _History(version, known.ids + [m["id"] for m in fresh],
-                                 known.items + [_encoded(m) for m in fresh], mark)
-            if h is None:
-                msgs = store.get_messages(self.key)
-                h = _History(version, [m["id"] for m in msgs], [_encoded(m) for m in msgs], mark)
-        self._history = h
-        return h
+            h = self._history if self._history is not None and self._history.mark == mark else None
+            if h is not None and h.version == version:
+                fresh = h
+            else:
+                base = h if h is not None and h.version < version else None
+                fresh = _fold_stream(base, store.log.read_session(self.key, after=base.last if base else 0), mark)
+                if store.erase_mark() != mark:
+                    continue  # an erase landed during the read: what was read may mix before and after
+                if fresh.live and fresh.parent is not None and store.gone(self.key):
+                    # an ancestor's deletion, which a release before the descendants' own
+                    # tombstones wrote into the ancestor's stream alone
+                    fresh = _History(fresh.version, fresh.last, mark, True, False, fresh.parent, [], [], 0)
+            if fresh.gone:
+                self._next_incarnation()
+                continue
+            self._keep(store, fresh)
+            return fresh
 
-    def _after_own_write(self, store: SessionStore, before: _History | None, ids: list[int],
-                         items: list[bytes | None]) -> None:
-        """Bring the history along with this object's own write when nothing else wrote in between:
-        the stream then grew by exactly the events this write added."""
+    def _after_own_write(self, store: SessionStore, before: _History, key: str, added: int, ids: list[int],
+                         items: list[bytes | None], created: bool = False) -> None:
+        """Bring the history along with this object's own write (``added`` events, the messages
+        ``ids``; ``created``: the session's creation among them) when nothing else wrote in
+        between: the stream then grew by exactly those events."""
         with self._history_lock:
             h = self._history
-            if h is None or h is not before:
-                return
-            if store.version(self.key) == h.version + len(ids):
-                self._history = _History(h.version + len(ids), h.ids + ids, h.items + items, h.mark)
-            # else someone else wrote too: the next read refreshes from the store
+            if h is not before or self.key != key or store.version(key) != h.version + added:
+                return  # someone else wrote too: the next read refreshes from the log
+            if created:
+                h = _History(h.version, h.last, h.mark, True, True, None, h.ids, h.items, h.size)
+            self._keep(store, h.grown(added, ids[-1], ids, items))
+
+    def _rewind(self, store: SessionStore, h: _History, message_id: int) -> int:
+        """Rewind the session from ``message_id`` (an active message of ``h``) at the stream
+        version ``h`` was read at: ConcurrencyError, nothing written, if the stream changed."""
+        event = {"type": "messages.rewound", "session": self.key, "data": {"message_id": message_id}}
+        seq: int = _shared.append_counted(store, [event], h.version)[0]
+        return seq
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.to_thread(self._run, fn, *args)
+
+    def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return fn(self._open(), *args)
 
     # ------------------------------------------------------------------ Session protocol
 
@@ -438,8 +511,7 @@ class EventlogSession:
             effective = None
         return await self._call(self._get_items, effective)
 
-    def _get_items(self, limit: int | None) -> list[Any]:
-        store = self._open()
+    def _get_items(self, store: SessionStore, limit: int | None) -> list[Any]:
         if limit == 0:
             return []
         with self._history_lock:
@@ -464,48 +536,46 @@ class EventlogSession:
             return
         await _settled(self._call(self._add_items, messages))
 
-    def _add_items(self, messages: list[dict[str, Any]]) -> None:
-        store = self._open()
-        if not self._created:  # a refused first batch leaves nothing behind, not even the session
-            try:
-                store.check_events(_message_events(self.key, messages))
-            except ValidationError as e:
-                raise type(e)(_item_field(e.field, messages), e.problem) from None
-        for attempt in range(MOVE_ON_TRIES):
+    def _add_items(self, store: SessionStore, messages: list[dict[str, Any]]) -> None:
+        checked = False
+        for attempt in range(MOVE_ON_TRIES + 2):
             with self._history_lock:
-                if attempt or self._history is None:
-                    self._move_on(store)  # the first use, or the session just refused the batch
-                before = self._history
+                before = self._refresh(store)  # the incarnation the session is at now
                 key = self.key
+            first = before.version == 0
+            if first and not checked:  # a refused first batch leaves nothing behind, not even the session
+                try:
+                    store.check_events(_message_events(key, messages))
+                except ValidationError as e:
+                    raise type(e)(_item_field(e.field, messages), e.problem) from None
+                checked = True
             try:
-                written = self._first_write(store, key, messages)
-                if written is None:
-                    self._ensure_session(store)
-                    written = store.append_messages(key, messages)
-                ids = written
-                break
+                ids = self._first_write(store, key, messages) if first else store.append_messages(key, messages)
             except ValidationError as e:
                 raise type(e)(_item_field(e.field, messages), e.problem) from None
             except NotFoundError:
                 # Erased or deleted (by another process) since this object last looked: the
                 # session goes on in its next incarnation, unless it was not gone after all.
-                if attempt == MOVE_ON_TRIES - 1 or not store.gone(key):
+                if attempt >= MOVE_ON_TRIES - 1 or not store.gone(key):
                     raise
+                continue
+            if ids is not None:
+                break
+            # else another writer created the session first: read it, and append to it
+        else:  # the session's creation raced every time: say so rather than loop on
+            raise ConcurrencyError(key, 0, before.version)
         try:
             encoded = [_encoded(m) for m in messages]
         except (TypeError, orjson.JSONEncodeError):  # text the store cleaned (lone surrogates): read it back
-            with self._history_lock:
-                self._history = None
             return
-        self._after_own_write(store, before, ids, encoded)
+        self._after_own_write(store, before, key, len(ids) + (1 if first else 0), ids, encoded, created=first)
 
     async def pop_item(self, *, wrapper: Any = None) -> Any | None:
         """Remove the latest item from the history (a rewind: the log keeps it) and return it;
         None when the session has none."""
         return await _settled(self._call(self._pop_item))
 
-    def _pop_item(self) -> Any | None:
-        store = self._open()
+    def _pop_item(self, store: SessionStore) -> Any | None:
         while True:
             with self._history_lock:
                 h = self._refresh(store)
@@ -514,14 +584,11 @@ class EventlogSession:
                 if at is None:
                     return None
                 try:
-                    store.rewind(self.key, h.ids[at], expected_version=h.version)
+                    seq = self._rewind(store, h, h.ids[at])
                 except ConcurrencyError:
-                    continue  # the session moved on (an add or another pop): look again
-                except NotFoundError:  # erased or deleted meanwhile: on to where the session is now
-                    if not self._move_on(store):
-                        raise
-                    continue
-                self._history = _History(h.version + 1, h.ids[:at], h.items[:at], h.mark)
+                    continue  # the stream moved on (an add, another pop, an erase): look again
+                self._keep(store, _History(h.version + 1, seq, h.mark, h.created, h.live, h.parent,
+                                           h.ids[:at], h.items[:at], h.size))
                 return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
     async def clear_session(self, *, wrapper: Any = None, erase: bool = False) -> None:
@@ -532,31 +599,26 @@ class EventlogSession:
         docs/ADAPTERS.md). On a session that was never written it does nothing."""
         await _settled(self._call(self._erase if erase else self._clear))
 
-    def _erase(self) -> None:
-        store = self._open()
+    def _erase(self, store: SessionStore) -> None:
         with self._history_lock:
-            self._move_on(store)  # the incarnation the session is at now (another process may have erased one)
-            if store.get_session(self.key) is None and not store.version(self.key):
+            if not self._refresh(store).version:  # the incarnation the session is at now
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
-            store.erase_session(self.key, "EventlogSession.clear_session(erase=True)")
-            self._move_on(store)  # the session goes on, empty, under its next incarnation's id
+            key = self.key
+            store.erase_session(key, "EventlogSession.clear_session(erase=True)")
+            self._history = None
+            self._refresh(store)  # the session goes on, empty, under its next incarnation's id
 
-    def _clear(self) -> None:
-        store = self._open()
+    def _clear(self, store: SessionStore) -> None:
         while True:
             with self._history_lock:
                 h = self._refresh(store)
                 if not h.ids:
                     return
                 try:
-                    store.rewind(self.key, h.ids[0], expected_version=h.version)
+                    seq = self._rewind(store, h, h.ids[0])
                 except ConcurrencyError:
                     continue
-                except NotFoundError:  # erased or deleted meanwhile: on to where the session is now
-                    if not self._move_on(store):
-                        raise
-                    continue
-                self._history = _History(h.version + 1, [], [], h.mark)
+                self._keep(store, _History(h.version + 1, seq, h.mark, h.created, h.live, h.parent, [], [], 0))
                 return
 
     # ------------------------------------------------------------------ lifecycle
@@ -585,5 +647,3 @@ class EventlogSession:
 
     def __repr__(self) -> str:
         return f"EventlogSession({self.session_id!r}, profile={self._profile!r})"
-
-
