@@ -11,6 +11,7 @@ ClosedError, and what completed is in the log.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 import time
@@ -19,10 +20,20 @@ from typing import Any
 
 import pytest
 
+from eventlog import SessionStore
+from eventlog.adapters import _shared
+from eventlog.adapters.openai_agents import EventlogSession
 from eventlog.errors import ClosedError
 from eventlog.log import lmdb as lmdb_log
 from eventlog.log.lmdb import EventLog
 from eventlog.sessions.events import make_event
+
+
+def user(text: str, pad: int = 0) -> dict[str, Any]:
+    item: dict[str, Any] = {"role": "user", "content": text}
+    if pad:
+        item["pad"] = "x" * pad
+    return item
 
 
 @pytest.fixture(autouse=True)
@@ -31,6 +42,74 @@ def _no_store_left_open() -> Any:
     from eventlog.sessions import store as store_module
 
     assert store_module._shared == {}  # every session closed: the profile's store went with the last
+
+
+def test_a_call_running_when_the_session_closes_completes_and_the_store_goes_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inside, go_on = threading.Event(), threading.Event()
+    real = SessionStore.append_messages
+
+    def held(self: SessionStore, *a: Any, **k: Any) -> Any:
+        inside.set()
+        assert go_on.wait(10)
+        return real(self, *a, **k)
+
+    async def main() -> None:
+        s = EventlogSession("chat", home=tmp_path)
+        await s.add_items([user("first")])
+        store = s._store
+        assert store is not None
+        monkeypatch.setattr(SessionStore, "append_messages", held)
+        task = asyncio.create_task(s.add_items([user("in flight")]))
+        while not inside.is_set():
+            await asyncio.sleep(0.005)
+        s.close()
+        assert _shared.references(store) == 1  # still in use by the running call
+        with pytest.raises(ClosedError):
+            await s.get_items()  # a call after close
+        go_on.set()
+        await task  # the running call completes
+        assert _shared.references(store) == 0
+        monkeypatch.setattr(SessionStore, "append_messages", real)
+
+    asyncio.run(main())
+    with SessionStore.open(tmp_path) as store:
+        assert [m["content"] for m in store.get_messages("chat")] == ["first", "in flight"]
+
+
+def test_closing_a_session_under_running_adds_and_pops_gives_done_or_closed_never_storage_errors(
+        tmp_path: Path) -> None:
+    """helper-43's hammer, small: each round starts adds (up to 200 KB each) and a pop, then
+    closes the session after a random pause."""
+    outcomes: dict[str, str] = {}
+
+    async def one(seed: int) -> None:
+        rnd = random.Random(seed)
+        s = EventlogSession(f"h{seed}", home=tmp_path)
+        await s.add_items([user(f"{seed}-first")])
+        tags = [f"{seed}-{i}" for i in range(5)]
+        adds = [asyncio.create_task(s.add_items([user(t, rnd.randint(0, 200_000))])) for t in tags]
+        pop = asyncio.create_task(s.pop_item())
+        await asyncio.sleep(rnd.random() * 0.03)
+        s.close()
+        for tag, r in zip(tags + ["pop"], await asyncio.gather(*adds, pop, return_exceptions=True)):
+            ok = not isinstance(r, BaseException)
+            assert ok or isinstance(r, ClosedError), repr(r)
+            outcomes[tag if tag != "pop" else f"{seed}-pop"] = "done" if ok else "closed"
+
+    async def main() -> None:
+        for seed in range(25):
+            await one(seed)
+
+    asyncio.run(main())
+    assert "done" in outcomes.values()
+    with SessionStore.open(tmp_path) as store:
+        assert store.log.verify().ok
+        written = {m["content"] for sid in (f"h{seed}" for seed in range(25))
+                   for m in store.get_messages(sid, include_inactive=True)}
+    for tag, outcome in outcomes.items():
+        if not tag.endswith("-pop"):
+            assert (tag in written) == (outcome == "done"), tag
 
 
 # ---------------------------------------------------------------- the log itself

@@ -32,7 +32,7 @@ object) raises :class:`eventlog.errors.ValidationError` naming ``items[i]...``; 
 main text exceeds 8 MiB raises ValidationError, one whose event exceeds 16 MiB raises
 :class:`eventlog.errors.EventTooLargeError`. Nothing of a refused ``add_items`` call is stored
 (one call is one atomic batch). A session used after :meth:`EventlogSession.close` raises
-:class:`eventlog.errors.ClosedError`.
+:class:`eventlog.errors.ClosedError`; calls running when it closes complete first.
 
 Reads come from the session's stream in the log, never from the projections (see
 :meth:`EventlogSession._refresh`), so they neither wait for another process's rebuild nor
@@ -397,6 +397,7 @@ class EventlogSession:
         self._home = home
         self._profile = profile
         self._store: SessionStore | None = None
+        self._calls = 0  # calls running in worker threads: the store is given back after the last
         self._closed = False
         self._lock = threading.Lock()
         self._history: _History | None = None
@@ -404,13 +405,34 @@ class EventlogSession:
 
     # ------------------------------------------------------------------ plumbing
 
+    def _enter(self) -> SessionStore:
+        """The store, for one call: counted until :meth:`_leave`, so that :meth:`close` never
+        gives the store back (and the last handle never closes the log) under a running call."""
+        with self._lock:
+            if self._closed:
+                raise ClosedError(f"EventlogSession {self.key!r} is closed")
+            if self._store is None:
+                self._store = _shared.acquire(self._home, self._profile)
+            self._calls += 1
+            return self._store
+
     def _open(self) -> SessionStore:
+        """The store (opened on first use), for a caller outside the session's own calls (tests)."""
         with self._lock:
             if self._closed:
                 raise ClosedError(f"EventlogSession {self.key!r} is closed")
             if self._store is None:
                 self._store = _shared.acquire(self._home, self._profile)
             return self._store
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._calls -= 1
+            store = self._store if self._closed and not self._calls else None
+            if store is not None:
+                self._store = None
+        if store is not None:
+            _shared.release(store)
 
     def _creation_fields(self) -> dict[str, Any]:
         """The session's fields: its source, and the SDK id it stands for when the key does not
@@ -497,7 +519,11 @@ class EventlogSession:
         return await asyncio.to_thread(self._run, fn, *args)
 
     def _run(self, fn: Callable[..., _T], *args: Any) -> _T:
-        return fn(self._open(), *args)
+        store = self._enter()
+        try:
+            return fn(store, *args)
+        finally:
+            self._leave()
 
     # ------------------------------------------------------------------ Session protocol
 
@@ -624,12 +650,15 @@ class EventlogSession:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Give back this session's share of the store (idempotent); later calls raise ClosedError."""
+        """Give back this session's share of the store (idempotent); later calls raise ClosedError.
+        Calls already running finish first: the store is given back when the last one ends."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            store, self._store = self._store, None
+            store = self._store if not self._calls else None
+            if store is not None:
+                self._store = None
         if store is not None:
             _shared.release(store)
 
