@@ -267,3 +267,31 @@ def test_a_read_never_waits_for_a_running_lease_holder(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the event loop
 
+def test_items_are_converted_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 6 MB tool output kept the loop busy 581 ms in item_to_message (helper-43): the items
+    are converted in the worker thread, and a refused one is named as before."""
+    import threading
+
+    from eventlog.errors import ValidationError
+
+    threads: list[int] = []
+    real = openai_agents.item_to_message
+
+    def spy(item: Any, index: int = 0) -> dict[str, Any]:
+        threads.append(threading.get_ident())
+        return real(item, index)
+
+    monkeypatch.setattr(openai_agents, "item_to_message", spy)
+
+    async def go() -> int:
+        s = EventlogSession("loop", home=tmp_path)
+        await s.add_items([user("x"), {"type": "function_call_output", "call_id": "c", "output": [{"b": 1, "a": 2}]}])
+        with pytest.raises(ValidationError) as refused:
+            await s.add_items([user("ok"), {"role": "user", "content": float("nan")}])
+        assert refused.value.field.startswith("items[1]")
+        assert contents(await s.get_items()) == ["x", None]
+        s.close()
+        return threading.get_ident()
+
+    loop_thread = run(go())
+    assert threads and loop_thread not in threads

@@ -552,17 +552,19 @@ class EventlogSession:
         return out
 
     async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
-        """Append ``items`` in order, as one atomic batch."""
+        """Append ``items`` in order, as one atomic batch. The items are read (converted to
+        messages) in the worker thread: the caller must not change them until the call returns."""
         if self._closed:
             raise ClosedError(f"EventlogSession {self.key!r} is closed")
         if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
             raise ValidationError("items", f"must be a list of input items, got {type(items).__name__}")
-        messages = [item_to_message(item, i) for i, item in enumerate(items)]
-        if not messages:
+        batch = list(items)  # only the list is copied on the loop: a large item costs the loop nothing
+        if not batch:
             return
-        await _settled(self._call(self._add_items, messages))
+        await _settled(self._call(self._add_items, batch))
 
-    def _add_items(self, store: SessionStore, messages: list[dict[str, Any]]) -> None:
+    def _add_items(self, store: SessionStore, items: list[Any]) -> None:
+        messages = [item_to_message(item, i) for i, item in enumerate(items)]
         checked = False
         for attempt in range(MOVE_ON_TRIES + 2):
             with self._history_lock:
@@ -590,8 +592,8 @@ class EventlogSession:
             # else another writer created the session first: read it, and append to it
         else:  # the session's creation raced every time: say so rather than loop on
             raise ConcurrencyError(key, 0, before.version)
-        try:
-            encoded = [_encoded(m) for m in messages]
+        try:  # as a read gives them back (key order kept): the items themselves, one encode each
+            encoded: list[bytes | None] = [orjson.dumps(item) for item in items]
         except (TypeError, orjson.JSONEncodeError):  # text the store cleaned (lone surrogates): read it back
             return
         self._after_own_write(store, before, key, len(ids) + (1 if first else 0), ids, encoded, created=first)
