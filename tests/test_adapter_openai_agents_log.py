@@ -265,6 +265,65 @@ def test_a_read_never_waits_for_a_running_lease_holder(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- a new object per request
 
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many stream events each read_session of the log yields (one entry per call)."""
+    from eventlog.log.lmdb import EventLog
+
+    counts: list[int] = []
+    real = EventLog.read_session
+
+    def read_session(self: EventLog, session_id: str, *, after: int = 0) -> Any:
+        counts.append(0)
+        for env in real(self, session_id, after=after):
+            counts[-1] += 1
+            yield env
+
+    monkeypatch.setattr(EventLog, "read_session", read_session)
+    return counts
+
+
+def test_a_new_object_reads_only_what_the_process_has_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server makes a new session object per request: each read the whole stream again
+    (get_items(limit=10) on 20,000 items: 400-560 ms, helper-43). The process keeps the latest
+    history per session: a new object reads the stream's events after it — none when nothing
+    changed — and still sees every write, its own process's or another's."""
+    w = EventlogSession("long", home=tmp_path)
+    for b in range(4):
+        run(w.add_items([user(f"{b}-{i}") for i in range(50)]))
+    counts = _counting_reads(monkeypatch)
+    fresh = EventlogSession("long", home=tmp_path)
+    assert contents(run(fresh.get_items(limit=3))) == ["3-47", "3-48", "3-49"]
+    assert sum(counts) == 0
+    fresh.close()
+    with SessionStore.open(tmp_path) as store:  # another writer: a rewind and a message
+        store.rewind("long", store.get_messages("long")[-1]["id"])
+        store.append_messages("long", [item_to_message(user("late"))])
+    counts.clear()
+    fresh = EventlogSession("long", home=tmp_path)
+    assert contents(run(fresh.get_items(limit=3))) == ["3-47", "3-48", "late"]
+    assert sum(counts) == 2
+    assert len(run(fresh.get_items())) == 200
+    fresh.close()
+    w.close()
+
+
+def test_the_shared_histories_stay_within_their_budget_and_forget_erased_sessions(tmp_path: Path) -> None:
+    saved = openai_agents._HISTORIES
+    openai_agents._HISTORIES = shared = openai_agents._Histories(budget=4000)
+    try:
+        sessions = [EventlogSession(f"s{i}", home=tmp_path) for i in range(6)]
+        for s in sessions:
+            run(s.add_items([user("x" * 300) for _ in range(3)]))
+        assert 0 < shared._bytes <= 4000 and len(shared._entries) < 6
+        run(sessions[-1].clear_session(erase=True))  # a new erase mark: what was read before goes
+        assert all(h.mark == sessions[-1]._history.mark for _, h in shared._entries.values())  # type: ignore[union-attr]
+        assert read_once(tmp_path, "s0") == ["x" * 300] * 3
+        for s in sessions:
+            s.close()
+    finally:
+        openai_agents._HISTORIES = saved
+
+
 # ---------------------------------------------------------------- the event loop
 
 def test_items_are_converted_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,6 +31,13 @@ def release(store: SessionStore) -> None:
     store.close()
 
 
+def profile_of(store: SessionStore) -> object:
+    """What every handle of ``store``'s open profile in this process shares (and no other
+    profile, nor the same profile opened again after it closed): a key for what an adapter
+    keeps per open profile (compare it by identity; hold it weakly)."""
+    return store._core
+
+
 def append_counted(store: SessionStore, events: list[dict[str, Any]], expected_version: int) -> list[int]:
     """Append catalogue events of one session stream at ``expected_version``, checked by their
     types' validators and by that version alone: no read model is asked (it may lag the log,

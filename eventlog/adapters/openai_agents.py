@@ -48,6 +48,8 @@ import bisect
 import os
 import re
 import threading
+import weakref
+from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import orjson
@@ -365,6 +367,70 @@ def _encoded(message: dict[str, Any]) -> bytes | None:
     return None if item is None else orjson.dumps(item)
 
 
+SHARED_HISTORY_BYTES = 64 * 1024 * 1024
+"""How many bytes of histories this process keeps between :class:`EventlogSession` objects."""
+
+
+class _Histories:
+    """The latest history read or written in this process for each (open profile, session), so
+    that a new :class:`EventlogSession` object — a server makes one per request — starts from
+    it and reads only the stream's events after it. Least recently used out beyond ``budget``
+    bytes; everything read under an older erase mark is dropped once a newer one is seen (the
+    erased words leave memory with the next read)."""
+
+    def __init__(self, budget: int = SHARED_HISTORY_BYTES) -> None:
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, str], tuple[weakref.ref[object], _History]] = OrderedDict()
+        self._marks: dict[int, int] = {}  # per profile: the highest erase mark seen
+        self._bytes = 0
+
+    def get(self, profile: object, key: str, mark: int | None) -> _History | None:
+        with self._lock:
+            self._see_mark(profile, mark)
+            found = self._entries.get((id(profile), key))
+            if found is None or found[0]() is not profile or found[1].mark != mark:
+                return None
+            self._entries.move_to_end((id(profile), key))
+            return found[1]
+
+    def put(self, profile: object, key: str, h: _History) -> None:
+        with self._lock:
+            self._see_mark(profile, h.mark)
+            k = (id(profile), key)
+            old = self._entries.get(k)
+            if old is not None and old[0]() is profile and old[1].mark == h.mark and old[1].version >= h.version:
+                return
+            self._pop(k)
+            if h.size > self.budget or (h.mark or 0) < self._marks.get(id(profile), 0):
+                return
+            self._entries[k] = (weakref.ref(profile), h)
+            self._bytes += h.size
+            while self._bytes > self.budget:
+                self._pop(next(iter(self._entries)))
+
+    def drop(self, profile: object, key: str) -> None:
+        with self._lock:
+            self._pop((id(profile), key))
+
+    def _see_mark(self, profile: object, mark: int | None) -> None:
+        pid = id(profile)
+        if mark is None or mark <= self._marks.get(pid, 0):
+            return
+        self._marks[pid] = mark
+        for k, (_, h) in list(self._entries.items()):
+            if k[0] == pid and (h.mark or 0) < mark:
+                self._pop(k)
+
+    def _pop(self, k: tuple[int, str]) -> None:
+        old = self._entries.pop(k, None)
+        if old is not None:
+            self._bytes -= old[1].size
+
+
+_HISTORIES = _Histories()
+
+
 class EventlogSession:
     """An OpenAI Agents SDK session stored in an eventlog profile.
 
@@ -463,6 +529,7 @@ class EventlogSession:
 
     def _keep(self, store: SessionStore, h: _History) -> None:
         self._history = h
+        _HISTORIES.put(_shared.profile_of(store), self.key, h)
 
     def _refresh(self, store: SessionStore) -> _History:
         """The session's history as the log holds it now, following the session past every
@@ -470,14 +537,20 @@ class EventlogSession:
         ``_history_lock``.
 
         Read from the log, incrementally: the stream version (one LMDB lookup) and the erase
-        mark say whether anything changed since the history this object last read or wrote; if
-        so only the stream's events after it are read and folded (all of them after an erase).
-        The history is labelled with the version it was read up to, never with one looked up
-        before or after the read."""
+        mark say whether anything changed since the history this object — or another one of
+        this process — last read or wrote; if so only the stream's events after it are read
+        and folded (all of them after an erase). The history is labelled with the version it
+        was read up to, never with one looked up before or after the read."""
+        profile = _shared.profile_of(store)
         while True:
             mark = store.erase_mark()
             version = store.version(self.key)
-            h = self._history if self._history is not None and self._history.mark == mark else None
+            h = self._history
+            if h is None or h.mark != mark:
+                h = None
+            shared = _HISTORIES.get(profile, self.key, mark)
+            if shared is not None and (h is None or shared.version > h.version):
+                h = shared
             if h is not None and h.version == version:
                 fresh = h
             else:
@@ -632,7 +705,10 @@ class EventlogSession:
             if not self._refresh(store).version:  # the incarnation the session is at now
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             key = self.key
-            store.erase_session(key, "EventlogSession.clear_session(erase=True)")
+            try:
+                store.erase_session(key, "EventlogSession.clear_session(erase=True)")
+            finally:
+                _HISTORIES.drop(_shared.profile_of(store), key)
             self._history = None
             self._refresh(store)  # the session goes on, empty, under its next incarnation's id
 
