@@ -154,6 +154,30 @@ def test_the_adapters_fold_of_a_stream_is_the_reference_folds_answer(envelopes: 
         assert h.size == sum(16 + len(b or b"") for b in h.items)
 
 
+@settings(max_examples=400, deadline=None)
+@given(_streams(), st.integers(1, 14))
+def test_a_tail_of_the_stream_gives_the_reference_folds_answer_or_says_where_to_begin(
+        envelopes: list[dict[str, Any]], floor: int) -> None:
+    """The tail after ``floor``, of a session live at ``floor``: its active messages are the
+    fold's above the floor, or _Unknown names a lower floor to begin at."""
+    if not _folded([e for e in envelopes if e["seq"] <= floor]).is_live("s"):
+        return  # the tail is read only past a seq where the projections saw the session live
+    ids, items, gone = _reference(envelopes)
+    while floor > 0:
+        try:
+            h = openai_agents._fold_stream(None, [e for e in envelopes if e["seq"] > floor], None, floor)
+            break
+        except openai_agents._Unknown as e:
+            assert e.floor < floor
+            floor = e.floor
+    else:
+        return  # the whole stream: the test above
+    above = [i for i, m in enumerate(ids) if m > floor]
+    assert h.ids == [ids[i] for i in above]
+    assert [None if b is None else orjson.loads(b) for b in h.items] == [items[i] for i in above]
+    assert h.gone == gone and h.floor == (floor if h.live else 0)
+
+
 def test_items_written_by_other_writers_and_rewinds_in_the_log_read_as_the_store_reads_them(tmp_path: Path) -> None:
     s = EventlogSession("mixed", home=tmp_path)
     run(s.add_items([user("a"), user("b")]))
@@ -304,6 +328,43 @@ def test_a_new_object_reads_only_what_the_process_has_not_read(tmp_path: Path, m
     assert sum(counts) == 2
     assert len(run(fresh.get_items())) == 200
     fresh.close()
+    w.close()
+
+
+def test_a_cold_read_with_a_limit_reads_only_the_streams_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first read of a session in a process (nothing shared yet) with a limit reads the
+    stream from its end back only as far as the items asked for — and gives what the whole
+    stream gives, across pops, clears, other writers' rewinds and deletions."""
+    w = EventlogSession("tail", home=tmp_path)
+    for b in range(6):
+        run(w.add_items([user(f"{b}-{i}") for i in range(100)]))
+    run(w.pop_item())
+    run(w.add_items([user("after the pop")]))
+
+    def cold(limit: int | None) -> list[Any]:
+        monkeypatch.setattr(openai_agents, "_HISTORIES", openai_agents._Histories())
+        w._open().sync()  # the projections, which say how far back the session was live, are current
+        s = EventlogSession("tail", home=tmp_path)
+        try:
+            return contents(run(s.get_items(limit)))
+        finally:
+            s.close()
+
+    counts = _counting_reads(monkeypatch)
+    whole = cold(None)
+    assert len(whole) == 600 and whole[-2:] == ["5-98", "after the pop"]
+    for limit in (1, 5, 40, 300, 600, 1000):
+        counts.clear()
+        assert cold(limit) == whole[-limit:]
+        assert limit > 40 or sum(counts) < 300, (limit, counts)  # a few hundred seqs back, not 600 items
+    run(w.clear_session())  # a rewind from the very first message: every later one hides
+    run(w.add_items([user("fresh start")]))
+    for limit in (1, 2, 10):
+        assert cold(limit) == ["fresh start"]
+    with SessionStore.open(tmp_path) as store:
+        store.delete_session("tail")
+    for limit in (1, 10):
+        assert cold(limit) == []
     w.close()
 
 

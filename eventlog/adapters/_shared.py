@@ -38,6 +38,26 @@ def profile_of(store: SessionStore) -> object:
     return store._core
 
 
+def projected_live(store: SessionStore, session_id: str) -> int:
+    """A seq up to which the session was live — created, and neither deleted (nor any ancestor)
+    nor erased — by the projections as they stand, read without waiting for them (another
+    process may hold them, rebuilding); 0 when they do not say so (not live there, not there
+    yet, or no projections). A session never comes back, so whatever the stream holds after
+    that seq decides the rest."""
+    reads = store._reads
+    peek, seen = getattr(reads, "peek", None), getattr(reads, "peek_seq", None)
+    if peek is None or seen is None:
+        return 0
+    try:
+        # Before the read, what it answers covers at least this much: what this process knows
+        # the projections hold, or what their files say (a process that just opened them).
+        upto = max(int(seen()), store.log.head()[0] - store.projection_lag())
+        return upto if peek().is_live(session_id) else 0
+    except Exception:  # noqa: BLE001 - a projection file going away under the bare reader (a
+        # rebuild or a deletion elsewhere) only means: read the whole stream instead
+        return 0
+
+
 def append_counted(store: SessionStore, events: list[dict[str, Any]], expected_version: int) -> list[int]:
     """Append catalogue events of one session stream at ``expected_version``, checked by their
     types' validators and by that version alone: no read model is asked (it may lag the log,

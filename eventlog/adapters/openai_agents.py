@@ -265,12 +265,14 @@ class _History:
     was made under (an erase changes no version); ``created``: the stream holds the session's
     creation; ``live``: created and not deleted since; ``parent``: the parent its creation
     names; ``ids``/``items``: the active messages, oldest first, each with its item as JSON
-    bytes (None for a message this adapter did not write); ``size``: bytes held, roughly."""
+    bytes (None for a message this adapter did not write); ``size``: bytes held, roughly.
+    ``floor``: 0 for the whole history; else only its tail was read — the active messages with
+    ids above ``floor`` are exactly ``ids``, the ones below are not known."""
 
-    __slots__ = ("version", "last", "mark", "created", "live", "parent", "ids", "items", "size")
+    __slots__ = ("version", "last", "mark", "created", "live", "parent", "ids", "items", "size", "floor")
 
     def __init__(self, version: int, last: int, mark: int | None, created: bool, live: bool, parent: str | None,
-                 ids: list[int], items: list[bytes | None], size: int) -> None:
+                 ids: list[int], items: list[bytes | None], size: int, floor: int = 0) -> None:
         self.version = version
         self.last = last
         self.mark = mark
@@ -280,18 +282,52 @@ class _History:
         self.ids = ids
         self.items = items
         self.size = size
+        self.floor = floor
 
     @property
     def gone(self) -> bool:
         """The session existed and was deleted or erased (by its own stream)."""
         return self.created and not self.live
 
+    def holds(self, need: int | None) -> bool:
+        """Whether the latest ``need`` items (None: all) are known."""
+        if not self.floor or need == 0 or not self.live:
+            return True
+        if need is None:
+            return False
+        found = 0
+        for raw in reversed(self.items):
+            found += raw is not None
+            if found >= need:
+                return True
+        return False
+
+    def better_than(self, other: "_History | None") -> bool:
+        """Read further into the stream than ``other`` (or as far, knowing more of it)."""
+        return other is None or (self.version, -self.floor) > (other.version, -other.floor)
+
     def grown(self, added: int, last: int, ids: list[int], items: list[bytes | None]) -> "_History":
         """This history after ``added`` more events of the stream, the last at ``last``, that
         appended the messages ``ids`` (and nothing else that changes the history)."""
         size = self.size + sum(len(b) for b in items if b is not None) + 16 * len(ids)
         return _History(self.version + added, last, self.mark, self.created, self.live, self.parent,
-                        self.ids + ids, self.items + items, size)
+                        self.ids + ids, self.items + items, size, self.floor)
+
+    def rewound(self, seq: int, at: int) -> "_History":
+        """This history after its own rewind (appended at ``seq``) from its message ``ids[at]``."""
+        size = self.size - sum(16 + len(b or b"") for b in self.items[at:])
+        return _History(self.version + 1, seq, self.mark, self.created, self.live, self.parent,
+                        self.ids[:at], self.items[:at], size, self.floor)
+
+
+class _Unknown(Exception):
+    """A tail of the stream does not decide the history: a rewind names a message below it
+    while messages above it are active (whether they stay so depends on that one), or the
+    session's creation is in it. ``floor``: where a read that decides it may begin."""
+
+    def __init__(self, floor: int) -> None:
+        super().__init__(floor)
+        self.floor = floor
 
 
 def _stored_item(data: dict[str, Any]) -> bytes | None:
@@ -305,7 +341,8 @@ def _stored_item(data: dict[str, Any]) -> bytes | None:
                      "display_metadata": meta if isinstance(meta, dict) else None})
 
 
-def _fold_stream(base: _History | None, envelopes: Iterable[dict[str, Any]], mark: int | None) -> _History:
+def _fold_stream(base: _History | None, envelopes: Iterable[dict[str, Any]], mark: int | None,
+                 floor: int = 0) -> _History:
     """``base`` (None: nothing read yet) with the stream's next ``envelopes`` applied, by the
     rules of the reference fold (:class:`eventlog.sessions.fold.Fold`, docs/EVENTS.md) for the
     messages of one session: events before its creation, a second creation and everything
@@ -313,15 +350,20 @@ def _fold_stream(base: _History | None, envelopes: Iterable[dict[str, Any]], mar
     message inactive (inactive ones never come back, so only the active ones are kept); an
     erased event leaves the session gone for good (the store erases whole streams, and the
     log's erase record, which the fold follows, names the session). Checked against the fold
-    on generated streams (tests/test_adapter_openai_agents_log.py)."""
+    on generated streams (tests/test_adapter_openai_agents_log.py).
+
+    ``floor`` (with no ``base``): the envelopes are the stream's events after seq ``floor``, and
+    the session was live (created, not deleted) at ``floor``; a tail history results, and
+    :class:`_Unknown` when the tail does not decide it (see :class:`_History`)."""
+    tail = base is None and floor > 0
     if base is None:
         version = last = size = 0
-        created = live = False
+        created = live = tail
         parent: str | None = None
         ids: list[int] = []
         items: list[bytes | None] = []
     else:
-        version, last, size = base.version, base.last, base.size
+        version, last, size, floor = base.version, base.last, base.size, base.floor
         created, live, parent = base.created, base.live, base.parent
         ids, items = list(base.ids), list(base.items)
     for env in envelopes:
@@ -349,17 +391,28 @@ def _fold_stream(base: _History | None, envelopes: Iterable[dict[str, Any]], mar
             data = {}
         if kind == "messages.rewound" and live:
             target = as_int(data.get("message_id"))
+            if target is not None and 0 < target <= floor:
+                if ids:
+                    raise _Unknown(target - 1)
+                continue  # whatever it hides is below the tail
             at = bisect.bisect_left(ids, target) if target is not None else len(ids)
             if at < len(ids) and ids[at] == target:
                 size -= sum(16 + (len(b) if b is not None else 0) for b in items[at:])
                 del ids[at:], items[at:]
+        elif kind == "session.created" and tail:
+            raise _Unknown(0)  # created after the floor: what came before it is not the session's
         elif kind == "session.created" and not created:
             created = live = True
             parent = as_str(data.get("parent_session_id"))
         elif kind == "session.deleted" and live:
             live = False
             ids, items, size = [], [], 0
-    return _History(version, last, mark, created, live, parent, ids, items, size)
+    return _History(version, last, mark, created, live, parent, ids, items, size, floor if live else 0)
+
+
+TAIL_SPANS = (256, 4096, 65536, 1 << 20)
+"""How far back from the log head (in seqs, of every session) the successive reads of a stream's
+tail begin, until the tail holds the items asked for (then the whole stream is read)."""
 
 
 def _encoded(message: dict[str, Any]) -> bytes | None:
@@ -399,7 +452,7 @@ class _Histories:
             self._see_mark(profile, h.mark)
             k = (id(profile), key)
             old = self._entries.get(k)
-            if old is not None and old[0]() is profile and old[1].mark == h.mark and old[1].version >= h.version:
+            if old is not None and old[0]() is profile and old[1].mark == h.mark and not h.better_than(old[1]):
                 return
             self._pop(k)
             if h.size > self.budget or (h.mark or 0) < self._marks.get(id(profile), 0):
@@ -531,42 +584,80 @@ class EventlogSession:
         self._history = h
         _HISTORIES.put(_shared.profile_of(store), self.key, h)
 
-    def _refresh(self, store: SessionStore) -> _History:
-        """The session's history as the log holds it now, following the session past every
-        incarnation that is gone (erased or deleted, here or in any other process). Caller holds
-        ``_history_lock``.
+    def _refresh(self, store: SessionStore, need: int | None = None) -> _History:
+        """The session's history as the log holds it now — at least its latest ``need`` items
+        (None: all of it) — following the session past every incarnation that is gone (erased
+        or deleted, here or in any other process). Caller holds ``_history_lock``.
 
         Read from the log, incrementally: the stream version (one LMDB lookup) and the erase
         mark say whether anything changed since the history this object — or another one of
         this process — last read or wrote; if so only the stream's events after it are read
-        and folded (all of them after an erase). The history is labelled with the version it
-        was read up to, never with one looked up before or after the read."""
+        and folded (all of them after an erase). With nothing read before, only as much of the
+        stream's tail as holds the ``need`` latest items is read (:meth:`_tail`). A history is
+        labelled with the version it was read up to, never with one looked up elsewhere."""
         profile = _shared.profile_of(store)
         while True:
             mark = store.erase_mark()
             version = store.version(self.key)
-            h = self._history
-            if h is None or h.mark != mark:
-                h = None
+            h = self._history if self._history is not None and self._history.mark == mark else None
             shared = _HISTORIES.get(profile, self.key, mark)
-            if shared is not None and (h is None or shared.version > h.version):
+            if shared is not None and shared.better_than(h):
                 h = shared
-            if h is not None and h.version == version:
+            fresh: _History | None = None
+            if h is not None and h.version >= version:
                 fresh = h
-            else:
-                base = h if h is not None and h.version < version else None
-                fresh = _fold_stream(base, store.log.read_session(self.key, after=base.last if base else 0), mark)
-                if store.erase_mark() != mark:
-                    continue  # an erase landed during the read: what was read may mix before and after
+            elif h is not None:
+                try:
+                    fresh = _fold_stream(h, store.log.read_session(self.key, after=h.last), mark)
+                except _Unknown:
+                    fresh = None
+            if fresh is not None and not fresh.holds(need):
+                fresh = None
+            if fresh is None and need is not None and version:
+                fresh = self._tail(store, need, mark, version)
+            if fresh is None:
+                fresh = _fold_stream(None, store.log.read_session(self.key), mark)
                 if fresh.live and fresh.parent is not None and store.gone(self.key):
                     # an ancestor's deletion, which a release before the descendants' own
                     # tombstones wrote into the ancestor's stream alone
                     fresh = _History(fresh.version, fresh.last, mark, True, False, fresh.parent, [], [], 0)
+            if fresh is not h and store.erase_mark() != mark:
+                continue  # an erase landed during the read: what was read may mix before and after
             if fresh.gone:
                 self._next_incarnation()
                 continue
             self._keep(store, fresh)
             return fresh
+
+    def _tail(self, store: SessionStore, need: int, mark: int | None, version: int) -> _History | None:
+        """The stream read from its end back only as far as its latest ``need`` items (a tail
+        history, see :class:`_History`), or None when the tail cannot decide them (the caller
+        then reads the whole stream).
+
+        A tail alone cannot tell whether the session was deleted before it (a deletion hides
+        what later writers appended): the projections as they stand — no wait — say up to which
+        seq the session was live (:func:`_shared.projected_live`; they must hold the log's last
+        erase, which leaves an erased stream no event that is not erased), and the tail begins
+        at or before it. A rewind in the tail that names a message before it, with messages
+        after it still active, or the session's creation inside it, makes the read begin
+        further back. Successive reads begin :data:`TAIL_SPANS` seqs before the log head."""
+        known = _shared.projected_live(store, self.key)
+        if not known or known < (mark or 0):
+            return None  # not live there, or they may not hold the last erase yet (it purges them)
+        head = store.log.head()[0]
+        for span in TAIL_SPANS:
+            floor = min(known, head - span)
+            while floor > 0:
+                try:
+                    h = _fold_stream(None, store.log.read_session(self.key, after=floor), mark, floor)
+                    break
+                except _Unknown as e:
+                    floor = e.floor
+            if floor <= 0 or store.version(self.key) != version:
+                return None  # the whole stream, or appended to meanwhile (the count read is unknown)
+            if h.holds(need):
+                return _History(version, h.last, mark, h.created, h.live, h.parent, h.ids, h.items, h.size, h.floor)
+        return None
 
     def _after_own_write(self, store: SessionStore, before: _History, key: str, added: int, ids: list[int],
                          items: list[bytes | None], created: bool = False) -> None:
@@ -614,7 +705,7 @@ class EventlogSession:
         if limit == 0:
             return []
         with self._history_lock:
-            items = self._refresh(store).items
+            items = self._refresh(store, limit).items
         out: list[Any] = []
         for raw in reversed(items):  # the latest `limit` of this adapter's items
             if raw is not None:
@@ -641,7 +732,7 @@ class EventlogSession:
         checked = False
         for attempt in range(MOVE_ON_TRIES + 2):
             with self._history_lock:
-                before = self._refresh(store)  # the incarnation the session is at now
+                before = self._refresh(store, 0)  # the incarnation the session is at now
                 key = self.key
             first = before.version == 0
             if first and not checked:  # a refused first batch leaves nothing behind, not even the session
@@ -679,7 +770,7 @@ class EventlogSession:
     def _pop_item(self, store: SessionStore) -> Any | None:
         while True:
             with self._history_lock:
-                h = self._refresh(store)
+                h = self._refresh(store, 1)
                 # The latest of this adapter's items; messages other writers put after it go too.
                 at = next((i for i in range(len(h.items) - 1, -1, -1) if h.items[i] is not None), None)
                 if at is None:
@@ -688,8 +779,7 @@ class EventlogSession:
                     seq = self._rewind(store, h, h.ids[at])
                 except ConcurrencyError:
                     continue  # the stream moved on (an add, another pop, an erase): look again
-                self._keep(store, _History(h.version + 1, seq, h.mark, h.created, h.live, h.parent,
-                                           h.ids[:at], h.items[:at], h.size))
+                self._keep(store, h.rewound(seq, at))
                 return orjson.loads(h.items[at])  # type: ignore[arg-type]
 
     async def clear_session(self, *, wrapper: Any = None, erase: bool = False) -> None:
@@ -702,7 +792,7 @@ class EventlogSession:
 
     def _erase(self, store: SessionStore) -> None:
         with self._history_lock:
-            if not self._refresh(store).version:  # the incarnation the session is at now
+            if not self._refresh(store, 0).version:  # the incarnation the session is at now
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             key = self.key
             try:
