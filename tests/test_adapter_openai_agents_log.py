@@ -385,6 +385,23 @@ def test_the_shared_histories_stay_within_their_budget_and_forget_erased_session
         openai_agents._HISTORIES = saved
 
 
+def test_a_profile_opened_anew_at_a_freed_address_starts_with_no_erase_mark() -> None:
+    """Profiles are told apart by identity (held weakly): a new one that CPython puts where a
+    closed one was must not inherit its erase mark, which refused every history read under a
+    lower one."""
+    import weakref
+
+    class Profile:
+        pass
+
+    gone, new = Profile(), Profile()
+    shared = openai_agents._Histories()
+    shared._marks[id(new)] = (weakref.ref(gone), 500)  # as if ``gone`` had lived at ``new``'s address
+    h = openai_agents._fold_stream(None, [], 0)
+    shared.put(new, "s", h)
+    assert shared.get(new, "s", 0) is h
+
+
 # ---------------------------------------------------------------- the event loop
 
 def test_items_are_converted_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

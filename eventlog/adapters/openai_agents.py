@@ -435,7 +435,7 @@ class _Histories:
         self.budget = budget
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[int, str], tuple[weakref.ref[object], _History]] = OrderedDict()
-        self._marks: dict[int, int] = {}  # per profile: the highest erase mark seen
+        self._marks: dict[int, tuple[weakref.ref[object], int]] = {}  # per profile: the highest erase mark seen
         self._bytes = 0
 
     def get(self, profile: object, key: str, mark: int | None) -> _History | None:
@@ -455,7 +455,7 @@ class _Histories:
             if old is not None and old[0]() is profile and old[1].mark == h.mark and not h.better_than(old[1]):
                 return
             self._pop(k)
-            if h.size > self.budget or (h.mark or 0) < self._marks.get(id(profile), 0):
+            if h.size > self.budget or (h.mark or 0) < self._mark_of(profile):
                 return
             self._entries[k] = (weakref.ref(profile), h)
             self._bytes += h.size
@@ -466,13 +466,18 @@ class _Histories:
         with self._lock:
             self._pop((id(profile), key))
 
+    def _mark_of(self, profile: object) -> int:
+        found = self._marks.get(id(profile))
+        return found[1] if found is not None and found[0]() is profile else 0  # (an id is reused once freed)
+
     def _see_mark(self, profile: object, mark: int | None) -> None:
-        pid = id(profile)
-        if mark is None or mark <= self._marks.get(pid, 0):
+        if mark is None or mark <= self._mark_of(profile):
             return
-        self._marks[pid] = mark
-        for k, (_, h) in list(self._entries.items()):
-            if k[0] == pid and (h.mark or 0) < mark:
+        pid = id(profile)
+        self._marks = {p: m for p, m in self._marks.items() if m[0]() is not None}
+        self._marks[pid] = (weakref.ref(profile), mark)
+        for k, (ref, h) in list(self._entries.items()):
+            if k[0] == pid and (ref() is not profile or (h.mark or 0) < mark):
                 self._pop(k)
 
     def _pop(self, k: tuple[int, str]) -> None:
