@@ -249,3 +249,42 @@ def test_threads_reading_while_the_log_moves_to_a_new_generation_all_follow_it(t
     assert errors == [], errors[:3]
     assert log.verify().ok and log.head()[0] == 215
     log.close()
+
+
+def test_an_open_while_the_last_handle_closes_waits_for_the_close(tmp_path: Path) -> None:
+    """The last close waits for the reads and commits under way; an open of the same log meanwhile
+    took the registry's entry as gone and opened a second environment on the same files, which
+    LMDB forbids in one process. It waits for the close, then opens anew."""
+    from eventlog.log import lmdb as lmdb_module
+
+    p = tmp_path / "log"
+    first = EventLog.open(p)
+    first.append([{"type": "test.happened", "data": {"n": 1}}])
+    old = first._core
+    reading = threading.Event()
+    release = threading.Event()
+
+    def long_read() -> None:
+        with old._read():
+            reading.set()
+            release.wait(5)
+
+    reader = threading.Thread(target=long_read)
+    reader.start()
+    assert reading.wait(5)
+    closer = threading.Thread(target=first.close)
+    closer.start()
+    time.sleep(0.2)
+    assert closer.is_alive()  # waiting for the read
+    opened: list[EventLog] = []
+    opener = threading.Thread(target=lambda: opened.append(EventLog.open(p)))
+    opener.start()
+    time.sleep(0.3)
+    assert not opened and closer.is_alive()  # the open waits: the old environment is still open
+    release.set()
+    for t in (reader, closer, opener):
+        t.join(10)
+    assert opened and opened[0]._core is not old and old._closed
+    with opened[0] as again:
+        assert again.append([{"type": "test.happened", "data": {"n": 2}}]) == [2] and again.verify().ok
+    assert not lmdb_module._open_envs

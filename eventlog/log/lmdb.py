@@ -367,6 +367,10 @@ class _Environment:
         self._forked = False
         self._closed = False
         self._closing = False  # close() began: no new append is queued
+        self.retiring = False
+        """The last handle let go (set under ``_open_envs_lock``): a new open waits for :attr:`gone`."""
+        self.gone = threading.Event()
+        """Set when close() has finished: the environment's files may be opened again."""
         self._open_args = (map_size, max_readers, durability)
         self.env_dir = generation_dir(path)
         """Where the environment's files are: ``path/<generation>`` (named by ``path/current``)
@@ -1049,6 +1053,12 @@ class _Environment:
         first, then the environment closes."""
         if self._closed:
             return
+        try:
+            self._close()
+        finally:
+            self.gone.set()
+
+    def _close(self) -> None:
         self._stopping.set()
         if not self._forked and self._pid == os.getpid():
             me = threading.current_thread()
@@ -2088,21 +2098,31 @@ class EventLog(LogBase):
                 raise StorageError(f"cannot create the log directory {p}: {e.strerror}",
                                    hint="check that the home directory is writable") from e
         key = os.path.realpath(p)
-        with _open_envs_lock:
-            core = _open_envs.get(key)
-            if core is not None and core._pid != os.getpid() and not core._closed:
-                raise ForkedEnvironmentError(p)
-            if core is not None and core.usable:
-                if durability == "sync" and core.durability != "sync":
-                    raise ValidationError("durability", "this log is already open in this process with durability "
-                                          f"{core.durability!r}; close those handles to open it with 'sync'")
-                if not readonly and core.readonly:
-                    raise ValidationError("readonly", "this log is already open read-only in this process; "
-                                          "close those handles to open it for writing")
-                core.refs += 1
-            else:
-                core = _open_envs[key] = _Environment(p, durability, profile, map_size, max_readers, readonly,
-                                                      lock_timeout)
+        while True:
+            with _open_envs_lock:
+                core = _open_envs.get(key)
+                if core is not None and core.retiring and core._pid == os.getpid():
+                    retiring = core  # waited for below, without the registry's lock
+                else:
+                    if core is not None and core._pid != os.getpid() and not core._closed:
+                        raise ForkedEnvironmentError(p)
+                    if core is not None and core.usable:
+                        if durability == "sync" and core.durability != "sync":
+                            raise ValidationError("durability", "this log is already open in this process with "
+                                                  f"durability {core.durability!r}; close those handles to open it "
+                                                  "with 'sync'")
+                        if not readonly and core.readonly:
+                            raise ValidationError("readonly", "this log is already open read-only in this process; "
+                                                  "close those handles to open it for writing")
+                        core.refs += 1
+                    else:
+                        core = _open_envs[key] = _Environment(p, durability, profile, map_size, max_readers,
+                                                              readonly, lock_timeout)
+                    break
+            # Another thread is closing this log's environment (it waits for the commits and reads
+            # under way): a second one opened meanwhile would hold LMDB's files twice in one
+            # process, which LMDB forbids. Wait for that close, then open anew.
+            retiring.gone.wait(1.0)
         return cls(core, profile, readonly)
 
     def close(self) -> None:
@@ -2115,10 +2135,14 @@ class EventLog(LogBase):
             core.refs -= 1
             if core.refs > 0:
                 return
-            for key, found in list(_open_envs.items()):
-                if found is core:
-                    del _open_envs[key]
-        core.close()
+            core.retiring = True  # no open reuses it; one that comes now waits for the close below
+        try:
+            core.close()
+        finally:
+            with _open_envs_lock:
+                for key, found in list(_open_envs.items()):
+                    if found is core:
+                        del _open_envs[key]
 
     def __enter__(self) -> "EventLog":
         return self
