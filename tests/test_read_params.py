@@ -165,3 +165,11 @@ def test_the_roles_a_read_takes_are_the_catalogues() -> None:
     from eventlog.sessions.reads import CLOSED_SETS
 
     assert set(CLOSED_SETS["role"]) == ROLES
+
+
+def test_search_in_an_empty_session_id_is_refused(store: SessionStore) -> None:
+    """`search x --session ""` answered nothing with exit 0 where every other use of the id refuses
+    it (found by an outside audit)."""
+    with pytest.raises(ValidationError) as info:
+        store.search("x", session_id="")
+    assert info.value.field == "session_id"

@@ -3,7 +3,18 @@ from __future__ import annotations
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, iso, json_flags, json_option, pass_ctx, read_flags, warn_flags
+from eventlog.cli.common import (
+    Ctx,
+    emit_json,
+    handled,
+    iso,
+    json_flags,
+    json_option,
+    options_named,
+    pass_ctx,
+    read_flags,
+    warn_flags,
+)
 from eventlog.errors import printable
 
 
@@ -19,7 +30,7 @@ from eventlog.errors import printable
 @handled
 def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | None, as_json: bool) -> None:
     """Full-text search over messages (any text is accepted as a query)."""
-    with c.open_store() as store:
+    with c.open_store() as store, options_named({"session_id": "--session"}):
         res = store.search(query, role=role, session_id=session_id, limit=limit)
         flags = read_flags(store)
     warn_flags(flags)

@@ -1439,6 +1439,9 @@ class SessionStore:
     def search(self, query: str, *, role: str | None = None, source: str | None = None,
                session_id: str | None = None, limit: int | None = 20) -> dict[str, Any]:
         """Full-text search: ``{"degraded": bool, "results": [...]}``; never crosses profiles."""
+        if session_id == "":
+            raise ValidationError("session_id", "must be a session id (an empty one matched nothing, silently)",
+                                  hint="give a session's id, or leave the filter out")
         return self._fresh().search(query, role=role, source=source, session_id=session_id, limit=limit)
 
     @typed_read
