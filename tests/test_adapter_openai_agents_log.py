@@ -9,7 +9,6 @@ history another object of the process already read.
 """
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import sys
@@ -21,24 +20,13 @@ import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_adapter_openai_agents import contents, run, user
 
 from eventlog import SessionStore
 from eventlog.adapters import openai_agents
 from eventlog.adapters.openai_agents import EventlogSession, item_to_message, message_to_item
 from eventlog.log.codec import stub
 from eventlog.sessions.fold import Fold
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def contents(items: list[Any]) -> list[Any]:
-    return [i.get("content") for i in items]
 
 
 def read_once(home: Path, sid: str, limit: int | None = None) -> list[Any]:

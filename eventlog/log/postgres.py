@@ -142,6 +142,25 @@ _BEFORE, _LOOKED_UP, _SENT = 0, 1, 2
 profile's lock (any earlier attempt's COMMIT is settled and seen); a COMMIT sent."""
 
 
+@contextmanager
+def _pipeline(conn: psycopg.Connection[Any]) -> Iterator[Any]:
+    """``conn.pipeline()``, with a psycopg error of the block raised after the pipeline ended.
+    Raised inside it (a failed guard aborts the pipeline, a lost connection breaks it), psycopg's
+    exit printed "error ignored terminating <Pipeline ...>" to stderr through its logger."""
+    failed: psycopg.Error | None = None
+    try:
+        with conn.pipeline() as pipe:
+            try:
+                yield pipe
+            except psycopg.Error as e:
+                failed = e
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
+
+
 class _Sent(Exception):
     """An erase's connection failed after its COMMIT was sent (it may have committed)."""
 
@@ -649,32 +668,18 @@ class PostgresLog(LogBase):
         st = self._sql
         streams, versions = [g[0] for g in guards], [g[1] for g in guards]
         try:
-            # A failed guard aborts the pipeline. Raised inside the block, its error made
-            # psycopg's exit print "error ignored terminating <Pipeline>: pipeline aborted" to
-            # stderr (its logger's warning, no handler needed): the error is kept, the pipeline
-            # ended quietly, and the guard's error raised after it.
-            failed: psycopg.Error | None = None
             self._phase = _SENT  # the COMMIT goes out in the same pipeline
-            try:
-                with conn.pipeline():
-                    try:
-                        conn.execute("BEGIN")
-                        conn.execute(st.lock, st.lock_args)
-                        # A failed guard skips what follows it in the pipeline; psycopg (3.3) then
-                        # believes a statement it meant to prepare there exists (the next use of it
-                        # fails with "prepared statement ... does not exist"), so nothing from here
-                        # on is prepared.
-                        conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev),
-                                     prepare=False)
-                        conn.execute("COMMIT", prepare=False)
-                        conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
-                    except psycopg.Error as e:
-                        failed = e
-            except psycopg.Error:
-                if failed is None:
-                    raise
-            if failed is not None:
-                raise failed
+            with _pipeline(conn):  # a failed guard aborts it: its error is raised after it ended
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                # A failed guard skips what follows it in the pipeline; psycopg (3.3) then
+                # believes a statement it meant to prepare there exists (the next use of it
+                # fails with "prepared statement ... does not exist"), so nothing from here
+                # on is prepared.
+                conn.execute(st.write_guarded, (start, start_hash, streams, versions, *rows, seq, prev),
+                             prepare=False)
+                conn.execute("COMMIT", prepare=False)
+                conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
         except BaseException:
             self._abort(conn)
             self._cached_head = None
@@ -690,43 +695,31 @@ class PostgresLog(LogBase):
         top = 0
         # Two round trips: BEGIN + lock + reads in the first sync, writes + COMMIT in the second.
         try:
-            # A psycopg error is kept and raised after the pipeline ended: raised inside the block, a
-            # lost connection made psycopg's exit print "error ignored terminating <Pipeline [BAD]>".
-            failed: psycopg.Error | None = None
-            try:
-                with conn.pipeline() as pipe:
-                    try:
-                        conn.execute("BEGIN")
-                        conn.execute(st.lock, st.lock_args)
-                        head_cur = conn.execute(st.head_and_dict)
-                        ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
-                        ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
-                        pipe.sync()
-                        head = head_cur.fetchone()
-                        self._phase = _LOOKED_UP
-                        if head is None:
-                            raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
-                        found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
-                        counted = ver_cur.fetchall() if ver_cur else []
-                        versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
-                        erased = {str(k) for k, _, gone in counted if gone}
-                        start, newest_dict = int(head[0]), int(head[2] or 0)
-                        seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
-                        if rows:
-                            self._write_rows(conn, rows, seq, prev)
-                            self._phase = _SENT
-                            conn.execute("COMMIT")
-                            conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
-                            top = seq
-                        else:
-                            conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
-                    except psycopg.Error as e:
-                        failed = e
-            except psycopg.Error:
-                if failed is None:
-                    raise
-            if failed is not None:
-                raise failed
+            with _pipeline(conn) as pipe:  # an error is raised after the pipeline ended
+                conn.execute("BEGIN")
+                conn.execute(st.lock, st.lock_args)
+                head_cur = conn.execute(st.head_and_dict)
+                ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
+                ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
+                pipe.sync()
+                head = head_cur.fetchone()
+                self._phase = _LOOKED_UP
+                if head is None:
+                    raise IntegrityError(f"the head row of {self._where} is missing", hint="restore the profile's schema")
+                found = {str(i): (int(s), body) for i, s, body in ids_cur.fetchall()}
+                counted = ver_cur.fetchall() if ver_cur else []
+                versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
+                erased = {str(k) for k, _, gone in counted if gone}
+                start, newest_dict = int(head[0]), int(head[2] or 0)
+                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
+                if rows:
+                    self._write_rows(conn, rows, seq, prev)
+                    self._phase = _SENT
+                    conn.execute("COMMIT")
+                    conn.execute(st.notify, (self.info.channel, str(seq)))  # its own transaction, after the commit
+                    top = seq
+                else:
+                    conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
         except BaseException:
             self._abort(conn)
             self._cached_head = None

@@ -183,6 +183,18 @@ class _Replay:
         self.n, self.seq, self.why = n, seq, why
 
 
+def _life_after(env: dict[str, Any], created: bool, why: str | None) -> tuple[bool, str | None]:
+    """A thread's session after one more event of its stream: ``(created, why not live)`` --
+    an erase wins, a deletion counts unless an erase came first."""
+    if env.get("erased"):
+        return created, "erased"
+    if env.get("type") == "session.created":
+        return True, why
+    if env.get("type") == "session.deleted":
+        return created, why or "deleted"
+    return created, why
+
+
 def _replay(store: SessionStore, sid: str) -> tuple[sqlite3.Connection, _Replay]:
     """An in-memory database holding the ``langgraph`` tables as :func:`model.apply` makes them
     from stream ``sid`` -- with, for a copy of an earlier release (``thread_copied`` v1, which
@@ -215,12 +227,7 @@ def _replay(store: SessionStore, sid: str) -> tuple[sqlite3.Connection, _Replay]
             model.apply(conn, env)
             if stream == sid:
                 n, seq = n + 1, env["seq"]
-                if env.get("erased"):
-                    why = "erased"
-                elif env.get("type") == "session.created":
-                    created = True
-                elif env.get("type") == "session.deleted":
-                    why = why or "deleted"
+                created, why = _life_after(env, created, why)
 
     fold(sid, None, 0)
     conn.execute("COMMIT")
@@ -430,12 +437,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         created, why = known is not None, None
         for env in store.log.read_session(sid, after=after):
             count, after = count + 1, env["seq"]
-            if env.get("erased"):
-                why = "erased"
-            elif env.get("type") == "session.created":
-                created = True
-            elif env.get("type") == "session.deleted":
-                why = why or "deleted"
+            created, why = _life_after(env, created, why)
         if why is None and not created:
             why = "no session"
         if why is None:
