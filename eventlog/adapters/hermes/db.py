@@ -669,10 +669,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 tx.emit("hermes.sessions_deleted", None, {"ids": [sql_value(i) for i in ids]})
             return ids
 
+        engine = self._engine
         removed = self._write(fn) or []
         if removed:
-            assert self._engine is not None
-            self._engine.erase("deleted through Hermes' SessionDB")
+            _erase_deleted(engine)
         if sessions_dir and removed:
             for sid in removed:
                 self._remove_session_files(sessions_dir, sid)
@@ -884,11 +884,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 return []
             return list(tx.emit("hermes.sessions_deleted", None, {"ids": [sql_value(i) for i in ids], **flags}) or [])
 
+        engine = self._engine
         gone = list(self._write(fn, statement=statement))
         if gone:
-            # What Hermes deletes is gone from the disk, not only from the views (an erase).
-            assert self._engine is not None
-            self._engine.erase("deleted through Hermes' SessionDB")
+            _erase_deleted(engine)
         return gone
 
     def delete_session(self, session_id: str, sessions_dir: Optional[Path] = None) -> bool:
@@ -1080,7 +1079,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         engine = self._engine
         if engine is None:
             raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
-        with engine.mutex, engine.lease:
+        with engine._held(), engine.lease:
             return fn(engine._connection())
 
     def _fts_command(self, command: str, rank: int | None = None) -> int:
@@ -1157,6 +1156,19 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             log.warning("state.db auto-maintenance failed: %s", exc)
             result["error"] = str(exc)
         return result
+
+
+def _erase_deleted(engine: Optional[Engine]) -> None:
+    """What Hermes deletes is gone from the disk, not only from the views (an erase). A handle
+    closed by another thread since the delete committed leaves it to the next process's first
+    write (the delete recorded the ids as due), as a kill there would: the delete stands."""
+    assert engine is not None
+    if not engine.closed:
+        try:
+            engine.erase("deleted through Hermes' SessionDB")
+        except sqlite3.ProgrammingError:
+            if not engine.closed:
+                raise
 
 
 def _same(stored: Any, value: Any) -> bool:

@@ -26,8 +26,9 @@ import sqlite3
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
@@ -154,7 +155,8 @@ class Engine:
                 return
             if _registry.get(str(self.layout.pointer)) is self:
                 del _registry[str(self.layout.pointer)]
-            self._close()
+            self.closed = True  # an open from now on makes an engine of its own
+        self._close()  # waits for a write under way, without the registry: opens never wait for it
 
     def release_collected(self) -> None:
         """:meth:`release` for a handle the garbage collector took without a ``close``. The
@@ -219,15 +221,28 @@ class Engine:
         return None
 
     def _close(self) -> None:
+        """Close the writer, the lease and the log once no thread uses them: a handle closed by
+        one thread while another's write runs on the engine (Hermes' ``close`` waits for it too)
+        closed the writer connection under that write, and the process died in SQLite (outside
+        audit, helper-53). Whatever takes the mutex after this fails as on a closed handle."""
         self.closed = True
         if self._forked:
             return
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self.lease.close()
-        if self.log is not None:
-            self.log.close()
+        with self.mutex:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            self.lease.close()
+            if self.log is not None:
+                self.log.close()
+
+    @contextmanager
+    def _held(self) -> Iterator[None]:
+        """The engine's mutex, for work on its writer, lease or log: refused once the engine is
+        closed (its last handle was closed while this call waited)."""
+        with self.mutex:
+            _refuse_closed(self)
+            yield
 
     # ---- the projection writer ----------------------------------------------------------
 
@@ -386,7 +401,7 @@ class Engine:
         group had several writers (then nothing is written and their results are unset);
         :data:`_BEHIND` when the log held events the projection had not applied (nothing was
         appended; they are applied now, and the group must run again)."""
-        with self.mutex, self.lease:
+        with self._held(), self.lease:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             if projection.read_seq(conn) < self.log.head()[0]:
@@ -495,7 +510,7 @@ class Engine:
         if not self.mutex.acquire(blocking=False):
             return
         try:
-            if self.lease.try_enter():
+            if not self.closed and self.lease.try_enter():
                 try:
                     # The writer we saw may have committed and left just now: look again first.
                     if reader is not None and projection.read_seq(reader) >= self.log.head()[0]:
@@ -515,7 +530,7 @@ class Engine:
         that another process made again after the deletion keeps its events (they come after
         it). The AUTOINCREMENT counters are carried in the record, so a rebuild never hands out
         an id a deleted row had. Returns the record's seq (0: nothing)."""
-        with self.mutex, self.lease:
+        with self._held(), self.lease:
             self._sync(self._connection())
             conn = self._connection()  # the catch-up may have moved it to a new generation
             due = erase_due(conn)
@@ -557,7 +572,7 @@ class Engine:
         between a delete's commit and its erase). A process's first write does this, so what
         Hermes deleted does not stay in the log because a delete was interrupted. Returns the
         erase record's seq (0: nothing was due)."""
-        with self.mutex:
+        with self._held():
             if self._erases_checked:
                 return 0
             conn = self._connection()
@@ -570,7 +585,7 @@ class Engine:
         """Rebuild a projection a query found damaged (:func:`is_corrupt`); the log is the data.
         ``generation``: the one the query ran on — when this process has moved to another file
         since (another caller healed it first), nothing is rebuilt again."""
-        with self.mutex:
+        with self._held():
             if generation is not None and generation != self.generation:
                 return
             log.warning("hermes projection %s is damaged (%s); rebuilding it from the log", self.layout.pointer, error)
@@ -578,10 +593,15 @@ class Engine:
 
     def rebuild(self) -> Path:
         """Rebuild the projection from the log now (``eventlog``-side repair)."""
-        with self.mutex, self.lease:
+        with self._held(), self.lease:
             path = projection.rebuild(self.layout, self.log)
             self._sync(self._connection())
             return path
+
+
+def _refuse_closed(engine: Engine) -> None:
+    if engine.closed:
+        raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
 
 
 def is_corrupt(error: BaseException) -> bool:

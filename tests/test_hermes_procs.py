@@ -1,0 +1,68 @@
+"""The Hermes facade under several threads and processes at once: a handle closed while another
+thread writes on it, raw readers across rebuilds, a frozen or killed writer. Real processes, real
+signals (an outside audit's findings, helper-53)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from eventlog.adapters.hermes import SessionDB
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_child(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONFAULTHANDLER="1")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+_CLOSE_WHILE_WRITING = """
+    import random, sys, threading, time
+    from eventlog.adapters.hermes import SessionDB
+    path, rounds = sys.argv[1], int(sys.argv[2])
+    random.seed(5)
+    acked, errors = [], set()
+    for n in range(rounds):
+        db = SessionDB(db_path=path)
+        db.create_session(f"s{n}", "cli")
+        stop = False
+        def writer(k):
+            i = 0
+            while not stop:
+                try:
+                    acked.append((f"s{n}", db.append_message(f"s{n}", "user", f"m{n}.{k}.{i}"), f"m{n}.{k}.{i}"))
+                except Exception as e:
+                    errors.add(f"{type(e).__name__}: {e}")
+                    return
+                i += 1
+        threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(random.uniform(0.001, 0.02))
+        db.close()  # another thread's write is under way
+        stop = True
+        for t in threads:
+            t.join()
+    print(sorted(errors))
+    db = SessionDB(db_path=path)
+    for sid, mid, content in acked:
+        assert {m["id"]: m["content"] for m in db.get_messages(sid)}.get(mid) == content, (sid, mid)
+    print("OK", len(acked))
+"""
+
+
+def test_close_while_another_thread_writes_waits_for_that_write(tmp_path: Path) -> None:
+    """Hermes' close() takes the lock its writes hold; the facade's closed the shared engine's
+    writer connection under a write of another thread, and the process died in SQLite
+    (segmentation fault). Now close waits for the write under way; later calls on the closed
+    handle raise ProgrammingError, and every call that returned is in the log."""
+    done = run_child(_CLOSE_WHILE_WRITING, str(tmp_path / "state.db"), "25")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "OK" in done.stdout
+    assert "['ProgrammingError: Cannot operate on a closed database.']" in done.stdout, done.stdout
+    with SessionDB(db_path=tmp_path / "state.db") as db:
+        assert len(db.list_sessions_rich(limit=100)) == 25
