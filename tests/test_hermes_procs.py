@@ -66,3 +66,27 @@ def test_close_while_another_thread_writes_waits_for_that_write(tmp_path: Path) 
     assert "['ProgrammingError: Cannot operate on a closed database.']" in done.stdout, done.stdout
     with SessionDB(db_path=tmp_path / "state.db") as db:
         assert len(db.list_sessions_rich(limit=100)) == 25
+
+
+def test_a_raw_cursor_outlives_a_rebuild_another_handle_made(tmp_path: Path) -> None:
+    """A cursor from ``db._conn.execute`` keeps reading while the handle follows a rebuild (each
+    delete makes one): the read that followed it closed the connection under the cursor, and the
+    caller's next fetch raised ProgrammingError, where Hermes' one connection keeps reading."""
+    path = tmp_path / "state.db"
+    with SessionDB(db_path=path) as writer:
+        for n in range(3):
+            writer.create_session(f"s{n}", "cli")
+            writer.append_message(f"s{n}", "user", f"hello {n}")
+        for read_only in (True, False):
+            reader = SessionDB(db_path=path, read_only=read_only)
+            cursor = reader._conn.execute("SELECT session_id FROM messages ORDER BY id")
+            assert cursor.fetchone()[0] == "s0"
+            before = os.readlink(path)
+            writer.delete_session("s2" if read_only else "s1")
+            assert os.readlink(path) != before  # a new generation
+            assert reader.get_session("s0") is not None  # follows it
+            assert [r[0] for r in cursor.fetchall()] == (["s1", "s2"] if read_only else ["s1"])
+            assert reader.get_session("s2") is None
+            del cursor
+            assert reader._conn.execute("SELECT count(*) FROM messages").fetchone()[0] == (2 if read_only else 1)
+            reader.close()

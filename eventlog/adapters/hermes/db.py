@@ -18,6 +18,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -159,6 +160,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         self._engine: Engine | None = None
         self._finalizer: Any = None
         self._reader: Optional[sqlite3.Connection] = None
+        self._lent: list[weakref.ref[sqlite3.Cursor]] = []
+        self._retired: list[tuple[sqlite3.Connection, list[weakref.ref[sqlite3.Cursor]]]] = []
         self._conn: Optional[RawConnection] = None
         self._target: str | None = None
         self._generation = 0
@@ -212,9 +215,37 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             pass
         old, self._reader = self._reader, conn
         if old is not None:
-            old.close()
+            self._retire(old)
         if self._conn is None:
             self._conn = RawConnection(self)
+
+    def _lend(self, cursor: sqlite3.Cursor) -> sqlite3.Cursor:
+        """A cursor of a raw read (``_conn.execute``), handed to the caller unread: kept track of,
+        so that following a swap does not close the connection under it (under ``_lock``)."""
+        if len(self._lent) >= 64:
+            self._lent = [ref for ref in self._lent if ref() is not None]
+        self._lent.append(weakref.ref(cursor))
+        return cursor
+
+    def _retire(self, old: sqlite3.Connection) -> None:
+        """The read connection left for a new generation: closed, or, while a raw cursor on it
+        is still held, kept open until that cursor is gone. On Hermes' one connection such a
+        cursor reads on whatever the handle does meanwhile; here a read that followed another
+        process's rebuild (each delete makes one) closed it, and the caller's next fetch raised
+        ProgrammingError (outside audit, helper-53)."""
+        lent = [ref for ref in self._lent if ref() is not None]
+        self._lent = []
+        if lent:
+            self._retired.append((old, lent))
+        else:
+            old.close()
+        still = []
+        for conn, refs in self._retired:
+            if any(ref() is not None for ref in refs):
+                still.append((conn, refs))
+            else:
+                conn.close()
+        self._retired = still
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -259,6 +290,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+            for conn, _ in self._retired:
+                conn.close()
+            self._retired = []
             self._conn = None
             self._give_back()
             self._engine = None

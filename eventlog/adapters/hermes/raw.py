@@ -318,7 +318,7 @@ class RawConnection:
         kind = classify(sql)
         if kind == "read":
             with self._db._reading() as conn:
-                return conn.execute(sql, parameters)
+                return self._db._lend(conn.execute(sql, parameters))
         if kind == "noop":
             return Result([], -1, None, None)
         if kind == "maintenance":  # layout only (VACUUM cannot run inside a transaction)
@@ -331,7 +331,7 @@ class RawConnection:
         kind = classify(sql)
         if kind == "read":
             with self._db._reading() as conn:
-                return conn.executemany(sql, params)
+                return self._db._lend(conn.executemany(sql, params))
         return self._db._raw(lambda conn: _run_many(conn, sql, params))
 
     def executescript(self, script: str) -> Any:
