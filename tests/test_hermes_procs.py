@@ -4,6 +4,7 @@ signals (an outside audit's findings, helper-53)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -90,3 +91,28 @@ def test_a_raw_cursor_outlives_a_rebuild_another_handle_made(tmp_path: Path) -> 
             del cursor
             assert reader._conn.execute("SELECT count(*) FROM messages").fetchone()[0] == (2 if read_only else 1)
             reader.close()
+
+
+def raw_count(path: Path) -> int:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_projection_truncated_under_a_writer_is_rebuilt_at_its_next_write(tmp_path: Path) -> None:
+    """``> state.db`` truncates the generation the link names. The writer kept committing into
+    its WAL on the empty file, acknowledged, while every reader (read_only handles, raw
+    connections, Hermes' mcp_serve poller) failed on it for as long as no writing handle read."""
+    path = tmp_path / "state.db"
+    with SessionDB(db_path=path) as writer, SessionDB(db_path=path, read_only=True) as reader:
+        writer.create_session("a", "cli")
+        writer.append_message("a", "user", "hello")
+        assert len(reader.get_messages("a")) == 1
+        os.truncate(path, 0)  # through the link, like a shell redirect
+        for n in range(3):
+            writer.append_message("a", "user", f"after {n}")
+            assert [m["content"] for m in reader.get_messages("a")][-1] == f"after {n}"
+            assert raw_count(path) == n + 2
+

@@ -616,12 +616,16 @@ def is_corrupt(error: BaseException) -> bool:
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
-    """Device and inode of the file at ``path`` (links followed), or None when there is none."""
+    """Device and inode of the file at ``path`` (links followed), or None when there is none or
+    it is empty. A generation is never empty (it is built before it is linked); one truncated
+    under the writer (``> state.db`` writes through the link) kept taking its writes while every
+    reader failed on it, until a read of a writing handle met the damage (outside audit,
+    helper-53): it is rebuilt at the next write, like a file removed."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino
+    return (st.st_dev, st.st_ino) if st.st_size > 0 else None
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
