@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from eventlog.adapters.hermes import SessionDB
@@ -116,3 +117,24 @@ def test_a_projection_truncated_under_a_writer_is_rebuilt_at_its_next_write(tmp_
             assert [m["content"] for m in reader.get_messages("a")][-1] == f"after {n}"
             assert raw_count(path) == n + 2
 
+
+def test_readers_keep_reading_when_db_path_is_removed(tmp_path: Path) -> None:
+    """With the link removed, a handle's read raised 'unable to open database file' once (then
+    read the old file again); Hermes' open connection keeps reading a removed file. The next
+    write links a new generation, which every reader follows."""
+    path = tmp_path / "state.db"
+    with SessionDB(db_path=path) as writer:
+        writer.create_session("a", "cli")
+        writer.append_message("a", "user", "hello")
+        readers = [SessionDB(db_path=path, read_only=True), SessionDB(db_path=path)]
+        for reader in readers:
+            assert reader.get_session("a") is not None
+        os.unlink(path)
+        time.sleep(0.15)  # past the handles' periodic check
+        for reader in readers:
+            assert [m["content"] for m in reader.get_messages("a")] == ["hello"]
+        writer.append_message("a", "user", "again")
+        assert os.path.islink(path)
+        for reader in readers:
+            assert [m["content"] for m in reader.get_messages("a")] == ["hello", "again"]
+            reader.close()

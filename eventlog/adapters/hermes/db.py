@@ -266,7 +266,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 target: str | None = os.readlink(self._path)
             except OSError:
                 target = None
-            if target != self._target:
+            if target != self._target and (target is not None or os.path.lexists(self._path)):
+                # (db_path removed: the file this handle reads stays, as under Hermes' open
+                # connection, until a writer links a new one; reconnecting raised 'unable to open
+                # database file' once — outside audit, helper-53)
                 self._connect_reader()
             now = time.monotonic()
             if now >= self._next_check:
