@@ -176,7 +176,7 @@ def test_rebuild_from_the_log_gives_the_same_rows(path: Path) -> None:
     db.close()
 
 
-@pytest.mark.parametrize("damage", ["zeroed", "garbage", "other_log", "old_version"])
+@pytest.mark.parametrize("damage", ["zeroed", "garbage", "other_log", "old_version", "hermes_version"])
 def test_a_damaged_or_foreign_projection_is_rebuilt_on_open(path: Path, tmp_path: Path, damage: str) -> None:
     db = SessionDB(path)
     workload(db)
@@ -195,13 +195,14 @@ def test_a_damaged_or_foreign_projection_is_rebuilt_on_open(path: Path, tmp_path
         Path(f"{target}-wal").unlink(missing_ok=True)
         Path(f"{target}-shm").unlink(missing_ok=True)
         target.write_bytes((tmp_path / "other" / "state.db").resolve().read_bytes())
-    else:
+    else:  # old_version; hermes_version: Hermes' own schema_version rolled back by plain SQL
         conn = sqlite3.connect(target)
-        conn.execute("UPDATE eventlog_projection SET projection_version = 0")
+        conn.execute("UPDATE eventlog_projection SET projection_version = 0" if damage == "old_version"
+                     else "UPDATE schema_version SET version = 5")
         conn.commit()
         conn.close()
     for suffix in ("-wal", "-shm"):
-        if damage != "old_version":
+        if damage not in ("old_version", "hermes_version"):
             Path(f"{target}{suffix}").unlink(missing_ok=True)
     db = SessionDB(path)
     assert path.resolve() != target  # a new generation, swapped in

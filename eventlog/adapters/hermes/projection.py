@@ -224,6 +224,7 @@ def examine(path: Path | None, eventlog: Any) -> tuple[str | None, tuple[int, in
         version, seq, hash_seq, hash_ = read_cursor(conn)
         conn.execute("SELECT id FROM sessions LIMIT 1").fetchall()
         objects = {f"{t} {n}" for t, n in conn.execute("SELECT type, name FROM sqlite_master")}
+        hermes_versions = [v for (v,) in conn.execute("SELECT version FROM schema_version")]
     except sqlite3.Error as e:
         return f"{path.name} is unreadable: {e}", None
     finally:
@@ -231,6 +232,11 @@ def examine(path: Path | None, eventlog: Any) -> tuple[str | None, tuple[int, in
     missing = expected_objects() - objects
     if missing:
         return f"{path.name} lacks {', '.join(sorted(missing)[:3])} (changed behind the log's back)", None
+    if hermes_versions != [schema.HERMES_SCHEMA_VERSION]:
+        # Rolled back by plain SQL (a migration to be run again): raw readers and a plain Hermes
+        # would take the file for an old one (outside audit, helper-53).
+        return (f"{path.name} has Hermes schema_version {hermes_versions or 'none'} instead of "
+                f"{schema.HERMES_SCHEMA_VERSION} (changed behind the log's back)", None)
     if version != schema.PROJECTION_VERSION:
         return (f"{path.name} is of projection version {version}, this program writes {schema.PROJECTION_VERSION}",
                 None)
