@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from eventlog.adapters.hermes import SessionDB
+from tests.fixtures_hermes import CURRENT_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,3 +139,37 @@ def test_readers_keep_reading_when_db_path_is_removed(tmp_path: Path) -> None:
         for reader in readers:
             assert [m["content"] for m in reader.get_messages("a")] == ["hello", "again"]
             reader.close()
+
+
+def test_a_switch_killed_while_importing_leaves_no_copy_of_the_hermes_database(tmp_path: Path) -> None:
+    """The switch imports from a private snapshot in the profile's folder; a process SIGKILLed
+    while importing left that whole copy of the user's history there for good."""
+    hermes = tmp_path / "state.db"
+    conn = sqlite3.connect(hermes)
+    conn.executescript(CURRENT_SCHEMA)
+    conn.execute("INSERT INTO schema_version VALUES (22)")
+    for n in range(3):
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', 1.0)", (f"s{n}",))
+        conn.executemany("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, 1.0)",
+                         [(f"s{n}", f"words {n}.{k}") for k in range(400)])
+    conn.commit()
+    conn.close()
+    killed = run_child("""
+        import os, signal, sys
+        import sqlite_export.hermes
+        from eventlog.adapters.hermes import importer, SessionDB
+        real = importer.append_batch
+        def append_then_die(*args, **kwargs):
+            real(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGKILL)
+        importer.append_batch = append_then_die
+        SessionDB(db_path=sys.argv[1])
+    """, str(hermes))
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    profile = tmp_path / "state.db.eventlog" / "profiles" / "default"
+    assert list(profile.glob(".import-*"))  # what the kill left
+    assert hermes.is_file() and not hermes.is_symlink()  # the switch did not happen
+    with SessionDB(db_path=hermes) as db:
+        assert len(db.get_messages("s2")) == 400
+    assert not list(profile.glob(".import-*"))
+    assert sorted(p.name for p in profile.iterdir()) == ["hermes", "log"]

@@ -94,6 +94,10 @@ def adopt(layout: projection.Layout) -> int:
     source = Path(os.path.realpath(layout.pointer))
     staging = layout.profile / "log.importing"
     shutil.rmtree(staging, ignore_errors=True)
+    for leftover in layout.profile.glob(".import-*"):
+        # The snapshot of a switch killed while importing: a whole copy of the Hermes database,
+        # which stayed for good (outside audit, helper-53). Under the lease, so no import runs.
+        shutil.rmtree(leftover, ignore_errors=True)
     written = 0
     with tempfile.TemporaryDirectory(dir=layout.profile, prefix=".import-") as tmp:
         conn = snapshot(source, Path(tmp) / "snapshot.db")
