@@ -119,6 +119,7 @@ def test_a_projection_truncated_under_a_writer_is_rebuilt_at_its_next_write(tmp_
             assert raw_count(path) == n + 2
 
 
+
 def test_readers_keep_reading_when_db_path_is_removed(tmp_path: Path) -> None:
     """With the link removed, a handle's read raised 'unable to open database file' once (then
     read the old file again); Hermes' open connection keeps reading a removed file. The next

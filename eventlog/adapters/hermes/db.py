@@ -1200,11 +1200,11 @@ def _erase_deleted(engine: Optional[Engine]) -> None:
     closed by another thread since the delete committed leaves it to the next process's first
     write (the delete recorded the ids as due), as a kill there would: the delete stands."""
     assert engine is not None
-    if not engine.closed:
+    if not engine.closing:
         try:
             engine.erase("deleted through Hermes' SessionDB")
         except sqlite3.ProgrammingError:
-            if not engine.closed:
+            if not engine.closing:
                 raise
 
 

@@ -130,6 +130,8 @@ class Engine:
         self._turn = threading.Condition(threading.Lock())
         self._forked = False
         self.closed = False
+        self.closing = False
+        """Set when the last handle went: what waits for the mutex then is refused."""
         self._erases_checked = False
         """Whether this engine's first write has looked for erases left due (:meth:`finish_erases`)."""
 
@@ -141,7 +143,7 @@ class Engine:
         key = str(layout.pointer)
         with _registry_lock:
             engine = _registry.get(key)
-            if engine is None or engine.closed:
+            if engine is None or engine.closing:
                 engine = cls(layout)
                 engine._open()
                 _registry[key] = engine
@@ -151,11 +153,11 @@ class Engine:
     def release(self) -> None:
         with _registry_lock:
             self.refs -= 1
-            if self.refs > 0 or self.closed:
+            if self.refs > 0 or self.closing:
                 return
             if _registry.get(str(self.layout.pointer)) is self:
-                del _registry[str(self.layout.pointer)]
-            self.closed = True  # an open from now on makes an engine of its own
+                del _registry[str(self.layout.pointer)]  # an open from now on makes an engine of its own
+            self.closing = True
         self._close()  # waits for a write under way, without the registry: opens never wait for it
 
     def release_collected(self) -> None:
@@ -225,8 +227,9 @@ class Engine:
         one thread while another's write runs on the engine (Hermes' ``close`` waits for it too)
         closed the writer connection under that write, and the process died in SQLite (outside
         audit, helper-53). Whatever takes the mutex after this fails as on a closed handle."""
-        self.closed = True
+        self.closing = True
         if self._forked:
+            self.closed = True
             return
         with self.mutex:
             if self._writer is not None:
@@ -235,6 +238,7 @@ class Engine:
             self.lease.close()
             if self.log is not None:
                 self.log.close()
+            self.closed = True
 
     @contextmanager
     def _held(self) -> Iterator[None]:
@@ -510,7 +514,7 @@ class Engine:
         if not self.mutex.acquire(blocking=False):
             return
         try:
-            if not self.closed and self.lease.try_enter():
+            if not self.closing and self.lease.try_enter():
                 try:
                     # The writer we saw may have committed and left just now: look again first.
                     if reader is not None and projection.read_seq(reader) >= self.log.head()[0]:
@@ -600,7 +604,7 @@ class Engine:
 
 
 def _refuse_closed(engine: Engine) -> None:
-    if engine.closed:
+    if engine.closing:
         raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
 
 
