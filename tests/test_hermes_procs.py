@@ -10,8 +10,9 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
-from eventlog.adapters.hermes import SessionDB
+from eventlog.adapters.hermes import SessionDB, engine
 from tests.fixtures_hermes import CURRENT_SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +119,30 @@ def test_a_projection_truncated_under_a_writer_is_rebuilt_at_its_next_write(tmp_
             assert [m["content"] for m in reader.get_messages("a")][-1] == f"after {n}"
             assert raw_count(path) == n + 2
 
+
+
+def test_garbage_over_the_projection_under_a_writer_is_rebuilt(tmp_path: Path, monkeypatch: Any) -> None:
+    """Garbage over the generation's first page (a disk fault, a stray write through the link):
+    the writer, working from its WAL, kept committing while every reader failed on the file
+    ('file is not a database') for as long as no writing handle read. The writer now opens its
+    file afresh every LOOK_EVERY_S, as a reader does, and rebuilds it when a reader could not."""
+    monkeypatch.setattr(engine, "LOOK_EVERY_S", 0.0)
+    path = tmp_path / "state.db"
+    with SessionDB(db_path=path) as writer, SessionDB(db_path=path, read_only=True) as reader:
+        writer.create_session("a", "cli")
+        writer.append_message("a", "user", "hello")
+        # Another process writes the garbage: plain I/O on a live database here would drop the
+        # writer's own locks (DESIGN, known hazards).
+        damage = run_child("""
+            import os, sys
+            with open(sys.argv[1], "r+b") as f:
+                f.write(os.urandom(4096))
+        """, str(path))
+        assert damage.returncode == 0, damage.stderr
+        for n in range(2):
+            writer.append_message("a", "user", f"after {n}")
+            assert [m["content"] for m in reader.get_messages("a")][-1] == f"after {n}"
+            assert raw_count(path) == n + 2
 
 
 def test_readers_keep_reading_when_db_path_is_removed(tmp_path: Path) -> None:
