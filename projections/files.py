@@ -31,6 +31,8 @@ import fcntl
 import logging
 import os
 import re
+import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -326,8 +328,57 @@ def remove_replaced(directory: Path, schemas: dict[str, int]) -> list[str]:
         except FileNotFoundError:
             pass
         removed.append(g.name)
+    removed += sweep_scratch(directory)  # an import's copy of its source, left by a killed import
     if removed:
         fsync_dir(directory)
+    return removed
+
+
+_SCRATCH_RE = re.compile(r"\.((?:hermes-)?import)-(?:([0-9]+)-)?[a-z0-9_]+")
+SCRATCH_STALE_S = 86400.0
+"""A scratch folder whose name carries no pid (an earlier release made it) is stale this old."""
+
+
+def scratch_prefix(kind: str) -> str:
+    """The name prefix of an import's scratch folder (``kind``: ``hermes-import``, ``import``),
+    carrying the pid of its process so :func:`sweep_scratch` can tell one whose process died."""
+    return f".{kind}-{os.getpid()}-"
+
+
+def sweep_scratch(directory: Path, *, every: str | None = None) -> list[str]:
+    """Remove the scratch folders imports left in ``directory`` when their process died:
+    ``.hermes-import-<pid>-*`` (``eventlog import --format hermes``) and ``.import-<pid>-*`` (the
+    Hermes switch) each hold a whole copy of the source database while the import runs, and one
+    killed kept it under the profile for good, through every erase of its sessions (outside
+    audit, helper-52). A folder whose process is alive stays; one whose name has no pid (an
+    earlier release's) once it is a day old. ``every``: a kind (``import``) whose every maker
+    holds a lock the caller holds, so all folders of that kind are stale. Returns the names
+    removed."""
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = _SCRATCH_RE.fullmatch(name)
+        if m is None:
+            continue
+        path = directory / name
+        try:
+            if not path.is_dir() or path.is_symlink():
+                continue
+            if m.group(1) != every:
+                if m.group(2) is not None:
+                    if _alive(int(m.group(2))):
+                        continue
+                elif time.time() - path.stat().st_mtime < SCRATCH_STALE_S:
+                    continue
+        except (OSError, ValueError, OverflowError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            removed.append(name)
+            _log.warning("removed %s: the scratch copy of an import whose process stopped", path)
     return removed
 
 
@@ -368,7 +419,7 @@ def collect(directory: Path, schemas: dict[str, int]) -> list[str]:
                 removed.append(name)
             except OSError:
                 pass
-    return removed
+    return removed + sweep_scratch(directory)
 
 
 _PRIVATE_RE = re.compile(r"(state|fts)\.v([0-9]+)\.db")

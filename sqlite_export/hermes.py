@@ -582,7 +582,9 @@ def import_hermes(target: Any, source_path: str | os.PathLike[str], *, progress:
     report = ImportReport()
     where = getattr(log, "path", None)
     scratch = Path(where).parent if isinstance(where, (str, os.PathLike)) else None
-    with tempfile.TemporaryDirectory(prefix=".hermes-import-",
+    from projections.files import scratch_prefix  # (lazily: the Hermes adapter's start stays cheap)
+
+    with tempfile.TemporaryDirectory(prefix=scratch_prefix("hermes-import"),
                                      dir=scratch if scratch is not None and scratch.is_dir() else None) as tmp:
         copy = Path(tmp) / "snapshot.db"
         try:

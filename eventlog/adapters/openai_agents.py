@@ -797,7 +797,15 @@ class EventlogSession:
 
     def _erase(self, store: SessionStore) -> None:
         with self._history_lock:
-            if not self._refresh(store, 0).version:  # the incarnation the session is at now
+            now = self._refresh(store, 0)  # the incarnation the session is at now
+            # An earlier incarnation a plain deletion ended (`eventlog sessions delete`) still
+            # holds its words in the log: they go too (outside audit, helper-52).
+            for n in range(self._incarnation):
+                key = incarnation_id(self.session_id, domain="openai_agents", incarnation=n) if n else \
+                    session_key(self.session_id)
+                if any(not env.get("erased") for env in store.log.read_session(key)):
+                    store.erase_session(key, "EventlogSession.clear_session(erase=True)")
+            if not now.version:
                 return  # never written: nothing to erase, and the id stays free (as a clear of nothing)
             key = self.key
             try:

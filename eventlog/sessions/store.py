@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 import time
@@ -25,6 +27,9 @@ from eventlog.errors import (
     ClosedError,
     ConcurrencyError,
     ConflictError,
+    DiskFullError,
+    EarlierProcessError,
+    EventLogError,
     NotFoundError,
     ProjectionError,
     StorageError,
@@ -211,6 +216,44 @@ def _check_reason(reason: Any) -> str:
     return rules.clean_text(reason)
 
 
+def _check_by(by: Any) -> str:
+    """An erase's ``by`` (who, for the audit record): the OS user when None, else checked as
+    ``reason`` is. It was stored as given: a number, a list, an empty or a megabyte text in the
+    audit record, or an erase refused as too large naming an internal field (outside audit,
+    helper-52)."""
+    if by is None:
+        return _user()
+    if not isinstance(by, str) or not by.strip() or len(by) > rules.MAX_SHORT:
+        raise ValidationError("by", f"must be a non-empty text of at most {rules.MAX_SHORT} characters (or None: "
+                                    "the OS user)")
+    return rules.clean_text(by)
+
+
+def _cleanup_failed(seq: int, e: Exception, where: str) -> EventLogError:
+    """The error for an erase whose record is committed but whose cleanup of the files (the log's
+    compaction, the projections' purge) failed: what holds and what does not, and how to finish
+    it. A full disk (SQLite's "disk is full", ENOSPC, LMDB's I/O error on a full file system) is
+    a :class:`DiskFullError`; anything else a :class:`StorageError`. They were the driver's raw
+    errors (a traceback from the CLI), saying nothing of the erase (outside audit, helper-52)."""
+    text = e.message if isinstance(e, EventLogError) else f"{type(e).__name__}: {e}"
+    full = isinstance(e, DiskFullError) or getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) \
+        or str(getattr(e, "sqlite_errorname", "")).startswith("SQLITE_FULL") \
+        or any(t in str(e) for t in ("No space left", "disk is full"))
+    if not full and "Input/output error" in str(e):  # what LMDB reports when a write meets a full disk
+        try:
+            full = shutil.disk_usage(where).free < (1 << 20)
+        except OSError:
+            pass
+    if full and not isinstance(e, DiskFullError):
+        text = f"the disk is full: {text}"
+    cls = DiskFullError if full else StorageError
+    return cls(f"erase {seq} is recorded (the log holds none of the erased content), but cleaning the files after "
+               f"it failed ({text}); until that is done, the log's free pages and the projections' files keep the "
+               "erased bytes, and reads that cannot catch up may still show them",
+               hint=("free disk space, then " if full else "") + "retry the erase (or run `eventlog compact`): it "
+                    "finishes the cleanup; `eventlog doctor` reports it unfinished meanwhile")
+
+
 _SESSION_FIELDS = ("source", "model", "model_config", "cwd", "git_repo_root", "git_branch", "parent_session_id",
                    "user_id", "chat_id", "chat_type", "thread_id", "title", "title_source", "started_at")
 _FLAG_EVENTS = {
@@ -311,6 +354,24 @@ class _Shared:
 _shared: dict[tuple[str, str, str], _Shared] = {}
 _shared_lock = threading.Lock()
 _opening: dict[tuple[str, str, str], threading.Lock] = {}
+
+
+def _activity(env: dict[str, Any]) -> float | None:
+    """When an event of a session was activity, in seconds, for :meth:`SessionStore.retention`:
+    the time its data gives for the events that carry their own (a session's start, a message's
+    timestamp, an end: an import keeps the source's), else the event's own time (``ts``); None
+    for what is no activity: a deletion, an erased event, an import's echo without a time."""
+    etype, data = env.get("type"), env.get("data")
+    if etype == "session.deleted" or env.get("erased") is True or not isinstance(data, dict):
+        return None
+    field = ev.EVENT_TIME_FIELDS.get(etype) if isinstance(etype, str) else None
+    at = data.get(field) if field is not None else None
+    if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at:
+        return float(at)
+    if data.get("imported") is True:
+        return None
+    ts = env.get("ts")
+    return ts / 1e9 if isinstance(ts, int) and not isinstance(ts, bool) else None
 
 
 def _user() -> str:
@@ -722,8 +783,15 @@ class SessionStore:
                 reach = self._reads.advance(self.log.head()[0], wait=timeout)
                 if reach is not None and not getattr(reach, "done", True):
                     # The rule cannot be checked on projections short of the log (a stopped lease
-                    # holder, a full disk): refused, nothing written, the holder named.
+                    # holder, a full disk): refused, nothing written, the holder named -- or the
+                    # full disk (it read "being written by another process" with no other process
+                    # about: outside audit, helper-52).
                     holder = getattr(self._projector, "lease_holder", lambda: None)()
+                    halt = getattr(getattr(self._projector, "site", None), "halt", None)
+                    if halt and holder is None:
+                        raise (DiskFullError if "full" in halt else StorageError)(
+                            f"the projections cannot be brought up to the log ({halt}), and this write must check "
+                            "them: nothing was written", hint="free disk space (or make the profile writable), then retry")
                     raise WriterBusyError(os.path.join(self._core.key[0], "projector.lock"), holder,
                                           round(time.monotonic() - began, 1))
                 yield self._reads
@@ -1099,15 +1167,15 @@ class SessionStore:
         self._check()
         sid = ev.validate_session_id(session_id)
         reason = _check_reason(reason)
-        if isinstance(by, str):
-            by = rules.clean_text(by)
+        by = _check_by(by)
+
         def pick() -> list[str]:
             members = self._lineage_in_log(sid)
             if not members:
                 raise NotFoundError("session", sid)
             return members
 
-        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by if by is not None else _user()})
+        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by})
         return {"seq": seq, "sessions": members, "events": erased}
 
     def _erase_streams(self, pick: Callable[[], list[str]], record: dict[str, Any]) -> tuple[list[str], int, int]:
@@ -1158,14 +1226,17 @@ class SessionStore:
                 events = [env for member in members for env in self.log.read_session(member, after=seen[member])]
             else:
                 raise ConcurrencyError(members[0], 0, len(events))
-        compacted = True
-        if seq and compact is not None:
-            after_erase = getattr(self.log, "compact_after_erase", None)
-            if after_erase is not None:
-                compacted = after_erase()
-            else:
-                compact()
-        if seq:
+        if not seq:
+            self.finish_erase()  # an earlier erase of it killed before its files were clean
+            return members, seq, erased
+        try:
+            compacted = True
+            if compact is not None:
+                after_erase = getattr(self.log, "compact_after_erase", None)
+                if after_erase is not None:
+                    compacted = after_erase()
+                else:
+                    compact()
             self._core.appended(seq)
             if self._projector is not None and compacted:
                 self._purge_after_erase(seq)
@@ -1173,8 +1244,8 @@ class SessionStore:
                 self._projector.purge(after=seq)
             else:
                 self._reads.advance(seq)
-        else:
-            self.finish_erase()  # an earlier erase of it killed before its files were clean
+        except Exception as e:
+            raise _cleanup_failed(seq, e, self._core.key[0]) from e
         return members, seq, erased
 
     def finish_erase(self) -> int:
@@ -1186,8 +1257,13 @@ class SessionStore:
         seq = self._erase_pending()
         if seq:
             _log.warning("finishing the cleanup of erase %d (its process stopped before the files were clean)", seq)
-            getattr(self.log, "compact")()
-            self._purge_after_erase(seq)
+            try:
+                getattr(self.log, "compact")()
+                self._purge_after_erase(seq)
+            except EarlierProcessError:
+                raise  # nothing changed: compact once those processes have stopped (its hint)
+            except Exception as e:
+                raise _cleanup_failed(seq, e, self._core.key[0]) from e
         return seq
 
     def _erase_pending(self) -> int:
@@ -1238,20 +1314,22 @@ class SessionStore:
             frontier = nxt
         return members
 
-    def _scan_lineages(self, cutoff: float | None = None) -> tuple[dict[str, list[str]], list[str]]:
+    def _scan_lineages(self, cutoff: float | None = None) -> tuple[dict[str, list[str]], list[str], dict[str, float]]:
         """One scan of the log: every session's children as the log names them, and (with
-        ``cutoff``, seconds) the deleted sessions whose last event is older than it and whose
+        ``cutoff``, seconds) the deleted sessions whose last activity is older than it and whose
         words the log still holds — a tombstone hides a session from every read model, so
-        retention finds them here: a delete must not outlive a retention policy."""
+        retention finds them here: a delete must not outlive a retention policy — and every
+        session's last activity (:func:`_activity`, seconds; with ``cutoff`` only)."""
         children: dict[str, list[str]] = {}
-        last: dict[str, int] = {}
+        last: dict[str, float] = {}
         words: set[str] = set()
         deleted: dict[str, None] = {}  # in log order
         for env in self.log.read():
             sid = env.get("session")
             if cutoff is not None and isinstance(sid, str):
-                if env.get("type") != "session.deleted":  # the delete itself is not activity
-                    last[sid] = int(env.get("ts") or 0)
+                at = _activity(env)
+                if at is not None and at > last.get(sid, 0.0):
+                    last[sid] = at
                 if env.get("erased") is not True:
                     words.add(sid)
                 if env.get("type") == "session.deleted":
@@ -1265,8 +1343,8 @@ class SessionStore:
                 named = env["data"].get("sessions")
                 if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
                     children.setdefault(named[0], []).extend(n for n in named[1:])
-        limit = (cutoff or 0) * 1e9
-        return children, [sid for sid in deleted if sid in words and last.get(sid, 0) < limit]
+        limit = cutoff or 0.0
+        return children, [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit], last
 
     def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
                   by: str | None = None) -> dict[str, Any]:
@@ -1279,12 +1357,18 @@ class SessionStore:
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
         reason = _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
+        by = _check_by(by)
         cutoff = time.time() - older_than_s
 
         def pick() -> list[str]:
             live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
-            active = {s["id"]: s.get("last_activity_at") or s.get("started_at") or 0 for s in live}
-            children, deleted = self._scan_lineages(cutoff)
+            children, deleted, last = self._scan_lineages(cutoff)
+            # A session's last activity is its newest event's, not only its newest message's: a
+            # LangGraph thread whose checkpoints are written now (no messages mirrored), a session
+            # pinned, titled or used through an extension's events now is in use (outside audit,
+            # helper-52: retention erased threads written a moment before).
+            active = {s["id"]: max(s.get("last_activity_at") or s.get("started_at") or 0, last.get(s["id"], 0.0))
+                      for s in live}
             members: list[str] = []
             # A session whose parent is gone (deleted or erased) is the root of what is left.
             roots = [s["id"] for s in live if s.get("parent_session_id") not in active and active[s["id"]] < cutoff]
@@ -1297,7 +1381,7 @@ class SessionStore:
 
         if dry_run:
             return {"sessions": pick(), "erased_events": 0, "seq": 0, "dry_run": True}
-        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by if by is not None else _user()})
+        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by})
         if not members:
             self.finish_erase()  # an earlier erase killed before its files were clean
         return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": False}

@@ -99,7 +99,10 @@ def adopt(layout: projection.Layout) -> int:
         # which stayed for good (outside audit, helper-53). Under the lease, so no import runs.
         shutil.rmtree(leftover, ignore_errors=True)
     written = 0
-    with tempfile.TemporaryDirectory(dir=layout.profile, prefix=".import-") as tmp:
+    from projections.files import scratch_prefix, sweep_scratch
+
+    sweep_scratch(layout.profile, every="import")  # under the lease: what a killed switch left (a copy of the source)
+    with tempfile.TemporaryDirectory(dir=layout.profile, prefix=scratch_prefix("import")) as tmp:
         conn = snapshot(source, Path(tmp) / "snapshot.db")
         try:
             target = EventLog.open(staging, profile=projection.PROFILE)
