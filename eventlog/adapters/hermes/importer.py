@@ -94,14 +94,12 @@ def adopt(layout: projection.Layout) -> int:
     source = Path(os.path.realpath(layout.pointer))
     staging = layout.profile / "log.importing"
     shutil.rmtree(staging, ignore_errors=True)
-    for leftover in layout.profile.glob(".import-*"):
-        # The snapshot of a switch killed while importing: a whole copy of the Hermes database,
-        # which stayed for good (outside audit, helper-53). Under the lease, so no import runs.
-        shutil.rmtree(leftover, ignore_errors=True)
     written = 0
     from projections.files import scratch_prefix, sweep_scratch
 
-    sweep_scratch(layout.profile, every="import")  # under the lease: what a killed switch left (a copy of the source)
+    # Under the lease, so no switch runs: what a switch killed while importing left, a whole copy
+    # of the Hermes database, which stayed for good (outside audits, helper-52 and -53).
+    sweep_scratch(layout.profile, every="import")
     with tempfile.TemporaryDirectory(dir=layout.profile, prefix=scratch_prefix("import")) as tmp:
         conn = snapshot(source, Path(tmp) / "snapshot.db")
         try:
