@@ -580,10 +580,15 @@ class _Environment:
     # ---------------------------------------------------------------- writing: lock and upgrade
 
     @contextmanager
-    def _writing(self) -> Iterator[None]:
+    def _writing(self, follow: bool = True) -> Iterator[None]:
         """Hold the log's writer lock: a flock on ``writer.lock`` taken before LMDB's own write
         mutex (which cannot time out). A process stopped while writing keeps it; then this
-        waits at most ``lock_timeout`` seconds and raises :class:`WriterBusyError` naming it."""
+        waits at most ``lock_timeout`` seconds and raises :class:`WriterBusyError` naming it.
+
+        Inside, the environment is the log's current one (``follow``): another process may have
+        compacted the log since this one last read, and a write into the retired generation —
+        or a compaction copying it — would lose every event written since in the new one. The
+        append path passes False: it checks inside its own write transaction (_write_group)."""
         deadline = time.monotonic() + self.lock_timeout
         if not self._writer_mu.acquire(timeout=max(0.0, self.lock_timeout)):
             raise self._busy()
@@ -596,6 +601,8 @@ class _Environment:
                 if self._lock_table_garbage():  # LMDB's write mutex lives there: never lock garbage
                     self._recover_lock_table(flocked=True)
                 self._ensure_writable()
+                if follow:  # no compaction can start while the flock is held
+                    self._ensure_lock()
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -1269,7 +1276,7 @@ class _Environment:
 
     def _commit_group(self, group: list[_Request]) -> None:
         try:
-            with self._writing():
+            with self._writing(follow=False):
                 self._commit_group_locked(group)
         except Exception as e:  # the lock or the upgrade failed: every caller of the group hears it
             err = e if isinstance(e, EventLogError) else (

@@ -1,0 +1,53 @@
+"""Storage v2 from outside (helper-54's audit): a handle that has written keeps writing into the
+log's current generation after another process compacted it, whatever the write."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from eventlog.log.lmdb import EventLog
+
+
+def ev(i: int) -> dict[str, object]:
+    return {"type": "test.happened", "session": "s1", "data": {"i": i}}
+
+
+OTHER = textwrap.dedent("""
+    import sys
+    from eventlog.log.lmdb import EventLog
+    with EventLog.open(sys.argv[1]) as lg:
+        lg.compact()
+        lg.append([{"type": "test.happened", "session": "s1", "data": {"i": 100 + i}} for i in range(3)])
+""")
+
+
+WRITES: dict[str, Callable[[EventLog], object]] = {
+    "compact": lambda lg: lg.compact(),
+    "erase": lambda lg: lg.erase([2], {"reason": "test"}),
+    "append": lambda lg: lg.append([ev(50)]),
+}
+
+
+@pytest.mark.parametrize("write", sorted(WRITES))
+def test_a_write_after_another_process_compacted_lands_in_the_new_generation(tmp_path: Path, write: str) -> None:
+    # A handle whose environment had been made writable went on writing into the generation
+    # another process's compaction had retired: its own compaction copied that stale file and
+    # switched every process to it (the other process's three acknowledged events were gone),
+    # and its erase was acknowledged into a deleted file.
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        lg.append([ev(i) for i in range(5)])
+        subprocess.run([sys.executable, "-c", OTHER, str(p)], check=True, timeout=60)
+        WRITES[write](lg)
+    with EventLog.open(p) as lg:
+        assert lg.verify().ok
+        datas = [e.get("data", {}).get("i") for e in lg.read()]
+    assert [100, 101, 102] == [i for i in datas if i in (100, 101, 102)]
+    if write == "erase":
+        with EventLog.open(p) as lg:
+            assert lg.get(2) is not None and lg.get(2).get("erased") and lg.head()[0] == 9
