@@ -51,3 +51,33 @@ def test_a_write_after_another_process_compacted_lands_in_the_new_generation(tmp
     if write == "erase":
         with EventLog.open(p) as lg:
             assert lg.get(2) is not None and lg.get(2).get("erased") and lg.head()[0] == 9
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_an_append_prepared_on_a_first_format_log_migrated_meanwhile_is_stored_in_format_2(tmp_path: Path) -> None:
+    # A handle that had the first-format log open appended, after another process's compaction
+    # migrated it, its events as first-format values into the format-2 log: readable, but no
+    # later compaction re-encodes them (the migration is over).
+    import tarfile
+
+    import lmdb
+
+    from eventlog.log import stored
+
+    with tarfile.open(DATA / "format1-log.tgz") as tar:
+        tar.extractall(tmp_path)
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        assert lg._core.format == stored.FORMAT_1
+        lg.append([ev(1)])
+        subprocess.run([sys.executable, "-c", "import sys\nfrom eventlog.log.lmdb import EventLog\n"
+                        "with EventLog.open(sys.argv[1]) as lg: lg.compact()", str(p)], check=True, timeout=60)
+        seq = lg.append([{"type": "test.happened", "session": "s1", "data": {"text": "after the migration " * 20}}])[0]
+        assert lg._core.format == stored.FORMAT_2 and lg.verify().ok
+    env = lmdb.open(str(p / "current"), max_dbs=8, readonly=True, lock=False)
+    with env.begin() as txn:
+        value = bytes(txn.get(seq.to_bytes(8, "big"), db=env.open_db(b"events", txn=txn)))
+    env.close()
+    assert value[0] == stored.KIND_EVENT

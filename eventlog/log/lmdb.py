@@ -1357,8 +1357,10 @@ class _Environment:
                 if current is not None and int(current) != self.compression.current:
                     newer = int(current)
             for r in group:
-                if r.payloads is not None and any(d and d != self.compression.current for _, d, _ in r.payloads):
-                    # compressed before a compaction retired that dictionary (this env is the new one)
+                if (r.payloads is None and self.format == FORMAT_2) or (
+                        r.payloads is not None and any(d and d != self.compression.current for _, d, _ in r.payloads)):
+                    # prepared before a compaction migrated the log to format 2, or compressed
+                    # before one retired that dictionary (this env is the new one)
                     r.payloads = [self.compression.compress(it.data_bytes) for it in r.items]
                 fresh = self._plan(r, txn, ids_cur, stream_cur, pending, seq)
                 for i, it in fresh:
