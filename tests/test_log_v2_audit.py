@@ -81,3 +81,51 @@ def test_an_append_prepared_on_a_first_format_log_migrated_meanwhile_is_stored_i
         value = bytes(txn.get(seq.to_bytes(8, "big"), db=env.open_db(b"events", txn=txn)))
     env.close()
     assert value[0] == stored.KIND_EVENT
+
+
+KILLED_COMPACTION = textwrap.dedent("""
+    import os, signal, sys
+    import eventlog.log.lmdb as m
+    stage = sys.argv[2]
+    def die(*a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if stage == "copied":  # the copy made, not verified yet
+        m.verify_environment = die
+    elif stage == "renamed":  # g<N> in place, ``current`` not switched yet
+        m.fsync_dir = die
+    elif stage == "linking":  # ``current.tmp`` made, not renamed over ``current``
+        m.os.replace = die
+    else:  # ``current`` switched, the previous files not retired yet
+        m._Environment._retire = die
+    with m.EventLog.open(sys.argv[1]) as lg:
+        lg.compact()
+""")
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+@pytest.mark.parametrize("stage", ["copied", "renamed", "linking", "switched"])
+def test_a_first_write_removes_what_a_killed_compaction_left(tmp_path: Path, stage: str, compacted: bool) -> None:
+    # A compaction SIGKILLed part-way left a whole copy of the log behind (g<N>.tmp, a g<N> that
+    # ``current`` does not name, or the first layout's data.mdb beside ``current``) until the next
+    # compaction — which may never come; a first-layout data.mdb left there is also where a process
+    # of the first release would go on writing, acknowledged and lost.
+    import os
+
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        lg.append([ev(i) for i in range(50)])
+        if compacted:
+            lg.compact()
+    child = subprocess.run([sys.executable, "-c", KILLED_COMPACTION, str(p), stage], timeout=60)
+    assert child.returncode == -9
+    with EventLog.open(p) as lg:
+        assert lg.head()[0] == 50
+        lg.append([ev(50)])
+        assert lg.verify().ok and lg.head()[0] == 51
+        live = lg._core.env_dir.name
+    names = sorted(n for n in os.listdir(p) if n not in ("writer.lock", "dictionaries.lock"))
+    if live == "log":  # never compacted: the first layout
+        assert names == ["data.mdb", "lock.mdb"]
+    else:
+        assert names == sorted(["current", live] + (["data.mdb", "lock.mdb"] if (p / "data.mdb").is_symlink() else []))
+        assert not any((p / n).is_file() and not (p / n).is_symlink() for n in ("data.mdb", "lock.mdb"))

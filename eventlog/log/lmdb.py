@@ -646,6 +646,7 @@ class _Environment:
                 before = self.env_dir
                 self._open_current(False)
                 moved = self.env_dir != before
+        self._remove_leftovers()
         if moved:
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
@@ -855,6 +856,36 @@ class _Environment:
             if GENERATION_RE.fullmatch(name) and name != keep:
                 _remove_tree(self.path / name)
         fsync_dir(self.path)
+
+    def _remove_leftovers(self) -> None:
+        """What a compaction killed part-way left (the writer lock is held, so none is running):
+        its ``g<N>.tmp`` copy, a generation ``current`` does not name, and the first layout's
+        files once ``current`` names a generation (a process of the first release would write
+        into them, acknowledged and lost). Each a whole copy of the log: removed at a process's
+        first write instead of waiting for the next compaction, which may never come."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return
+        keep = self.env_dir.name if self.env_dir != self.path else None
+        links = {f"{CURRENT}.tmp", ".data.mdb.retired.tmp", ".lock.mdb.retired.tmp"}  # its temporary symlinks
+        stray = [n for n in names if (n.endswith(".tmp") and GENERATION_RE.fullmatch(n[:-4]))
+                 or (GENERATION_RE.fullmatch(n) and n != keep) or n in links]
+        first = keep is not None and any(
+            os.path.lexists(self.path / n) and not os.path.islink(self.path / n) for n in ("data.mdb", "lock.mdb"))
+        if not stray and not first:
+            return
+        if generation_dir(self.path) != self.env_dir:
+            return  # not this process's to judge: it moves at its next read or write
+        for name in stray:
+            if name in links:
+                _unlink(self.path / name)
+            else:
+                _remove_tree(self.path / name)
+        if keep is not None:
+            self._retire(self.env_dir)
+        else:
+            fsync_dir(self.path)
 
     def _open_current(self, readonly: bool) -> None:
         """Open and attach the environment of the log's current generation (this process's
