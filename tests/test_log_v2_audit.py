@@ -129,3 +129,47 @@ def test_a_first_write_removes_what_a_killed_compaction_left(tmp_path: Path, sta
     else:
         assert names == sorted(["current", live] + (["data.mdb", "lock.mdb"] if (p / "data.mdb").is_symlink() else []))
         assert not any((p / n).is_file() and not (p / n).is_symlink() for n in ("data.mdb", "lock.mdb"))
+
+
+GROW = textwrap.dedent("""
+    import os, sys
+    from eventlog.log.lmdb import EventLog
+    with EventLog.open(sys.argv[1], map_size=int(sys.argv[2])) as lg:
+        for i in range(60):
+            lg.append([{"type": "test.happened", "session": "w", "data": {"t": os.urandom(4000).hex()}}])
+""")
+
+
+SEALED = textwrap.dedent("""
+    import sys
+    from eventlog.log.lmdb import EventLog
+    with EventLog.open(sys.argv[1]) as source, EventLog.open(sys.argv[2], map_size=int(sys.argv[3])) as target:
+        target.append_sealed([raw for _, raw in source.read(2, 60, raw=True)])
+""")
+
+
+@pytest.mark.parametrize("write", ["erase", "compact", "import"])
+def test_a_write_after_another_process_grew_the_map_picks_up_its_size(tmp_path: Path, write: str) -> None:
+    # Another process grew the map past the size this handle opened with: an erase raised
+    # py-lmdb's own MapResizedError (untyped), an import failed with a StorageError, and a
+    # compaction that had switched every process to its copy raised one when it reopened on it.
+    p = tmp_path / "log"
+    small = 128 * 1024
+    with EventLog.open(p, map_size=small) as lg:
+        seq = lg.append([ev(1)])[0]
+        if write == "import":
+            with EventLog.open(tmp_path / "copy", map_size=small) as copy:
+                copy.append_sealed([raw for _, raw in lg.read(1, 1, raw=True)])
+                subprocess.run([sys.executable, "-c", GROW, str(p), str(small)], check=True, timeout=60)
+                subprocess.run([sys.executable, "-c", SEALED, str(p), str(tmp_path / "copy"), str(small)],
+                               check=True, timeout=60)
+                assert copy.append_sealed([raw for _, raw in lg.read(61, 61, raw=True)]) == 1
+                assert copy.verify().ok and copy.head() == lg.head()
+            return
+        subprocess.run([sys.executable, "-c", GROW, str(p), str(small)], check=True, timeout=60)
+        if write == "erase":
+            assert lg.erase([seq], {"reason": "test"}, compact=False) == 62
+        else:
+            lg.compact()
+            assert lg.head()[0] == 61
+        assert lg.verify().ok

@@ -482,10 +482,19 @@ class _Environment:
     def _attach(self, env: lmdb.Environment) -> None:
         create = not self._env_readonly
         self._env = env
-        self._events = env.open_db(b"events", create=create)
-        self._ids = env.open_db(b"ids", create=create)
-        self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True, create=create)
-        self._meta = env.open_db(b"meta", create=create)
+        for attempt in range(3):
+            try:
+                self._events = env.open_db(b"events", create=create)
+                self._ids = env.open_db(b"ids", create=create)
+                self._streams = env.open_db(b"streams", dupsort=True, dupfixed=True, create=create)
+                self._meta = env.open_db(b"meta", create=create)
+                break
+            except lmdb.MapResizedError:
+                # Another process grew the map past the size this one opened with: adopt it (this
+                # environment is new, no transaction of it is open).
+                if attempt == 2:
+                    raise
+                env.set_mapsize(0)
         self._lock_path = str(self.env_dir / "lock.mdb")
         # What ``current`` must read for this environment to still be the log's (None: no link).
         self._current_link = str(self.path / CURRENT)
@@ -650,6 +659,21 @@ class _Environment:
         if moved:
             self._init_meta(self.profile)  # a compaction may have migrated the format
 
+    def _begin_write(self) -> lmdb.Transaction:
+        """LMDB's write transaction (the writer lock is held), picking up a map another process
+        grew past this one's size first (:class:`StorageError` when LMDB refuses)."""
+        for attempt in range(3):
+            try:
+                return self._env.begin(write=True)
+            except lmdb.MapResizedError as e:
+                if attempt == 2:
+                    raise storage_error(e, "cannot write the log") from e
+                with self._exclusive():
+                    self._env.set_mapsize(0)
+            except lmdb.Error as e:
+                raise storage_error(e, "cannot write the log", self.path) from e
+        raise AssertionError("unreachable")
+
     # ---------------------------------------------------------------- open / close
 
     @property
@@ -687,7 +711,7 @@ class _Environment:
                                "program) have the log open, and a compaction would lose what they write",
                         hint="stop them (or let them finish), then run `eventlog compact`; nothing was changed")
             before = _file_size(old_dir / "data.mdb")
-            txn = self._env.begin(write=True)  # LMDB's mutex as well: no writer of any version meanwhile
+            txn = self._begin_write()  # LMDB's mutex as well: no writer of any version meanwhile
             try:
                 head = txn.get(b"head", db=self._meta)
                 names = os.listdir(self.path)
@@ -912,15 +936,16 @@ class _Environment:
     def _open_env(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
                   create: bool = True) -> lmdb.Environment:
         # py-lmdb begins a read transaction while opening: with the reader table full of slots
-        # of dead processes, wait for a live process's sweep (READER_SWEEP_S) before giving up.
+        # of dead processes, wait for a live process's sweep (READER_SWEEP_S) before giving up;
+        # when another process grew the log past the map size just read from it, open again.
         deadline = time.monotonic() + 3 * READER_SWEEP_S
         while True:
             try:
                 return _Environment._open_env_once(p, map_size, max_readers, durability, readonly, create)
-            except lmdb.ReadersFullError as e:
+            except (lmdb.ReadersFullError, lmdb.MapResizedError) as e:
                 if time.monotonic() > deadline:
                     raise storage_error(e, f"cannot open log at {p}") from e
-                time.sleep(0.05)
+                time.sleep(0.05 if isinstance(e, lmdb.ReadersFullError) else 0)
 
     @staticmethod
     def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
@@ -940,7 +965,7 @@ class _Environment:
                 readahead=False,
                 lock=True,
             )
-        except lmdb.ReadersFullError:
+        except (lmdb.ReadersFullError, lmdb.MapResizedError):
             raise
         except lmdb.Error as e:
             err = storage_error(e, f"cannot open log at {p}")
@@ -954,10 +979,9 @@ class _Environment:
             raise err from e
 
     def _init_meta(self, profile: str | None) -> None:
-        with self._env.begin(write=False) as txn:
-            fmt = txn.get(b"format", db=self._meta)
-            stored_profile = txn.get(b"profile", db=self._meta)
-            current = txn.get(b"zdict", db=self._meta)
+        with self._read() as txn:  # a map another process grew is picked up there
+            fmt, stored_profile, current = (None if v is None else bytes(v) for v in
+                                            (txn.get(k, db=self._meta) for k in (b"format", b"profile", b"zdict")))
         if fmt is not None and fmt not in FORMATS:
             raise StorageError(f"log format {fmt!r} is not supported by this version (reads {FORMATS})",
                                hint="upgrade eventlog")
@@ -1043,7 +1067,7 @@ class _Environment:
         """Store a dictionary trained on events ``first``..``head`` read while the erase mark
         was ``mark``; 0 (nothing stored) when an erase committed since: its samples may hold what
         that erase took out, and the erase, not knowing the dictionary, could not mark it."""
-        with self._writing(), self._env.begin(write=True) as txn:
+        with self._writing(), self._begin_write() as txn:
             now = txn.get(b"erased", db=self._meta)
             if (int(now) if now else 0) != mark:
                 return 0
@@ -1602,7 +1626,7 @@ class _Environment:
         self._check()
         wanted = check_erase_seqs(seqs)
         with self._writing():
-            txn = self._env.begin(write=True)
+            txn = self._begin_write()
             try:
                 if streams:  # read here, under the write lock: nothing appended since is left out
                     more, cur = set(wanted), txn.cursor(db=self._streams)
@@ -1714,42 +1738,54 @@ class _Environment:
         log_damage.refuse_if_damaged(self, "import refused")
         # LMDB's write lock serializes this transaction with group-commit leaders.
         try:
-            with self._writing(), self._env.begin(write=True) as txn:
-                head = txn.get(b"head", db=self._meta)
-                seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
-                ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
-                claim = 0  # the highest seq not yet written that an imported id of the derived form names
-                for raw in raws:
-                    env, reason = codec.check_stored(raw, seq + 1, prev)
-                    if reason is not None or env is None:
-                        raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
-                    if (problem := codec.sealed_problem(env)) is not None:
-                        raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
-                    seq += 1
-                    key = seq_key(seq)
-                    if self.format != FORMAT_2:
-                        value = bytes(raw)
-                    else:
-                        value = stored.pack_sealed(seq, env, raw, self.compression)
-                    if not evs.put(key, value, append=True):
-                        raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
-                    eid = env["id"]
-                    if not self._sealed_id(txn, ids, eid, seq):
-                        raise IntegrityError(f"imported event {seq} has an already used id {eid!r}")
-                    claim = max(claim, codec.derived_seq(eid))
-                    if (session := env.get("session")) is not None:
-                        streams.put(session.encode(), key)
-                    prev = env["hash"]
-                if claim > seq:
-                    found_claim = txn.get(b"idclaim", db=self._meta)
-                    if claim > (int(found_claim) if found_claim else 0):
-                        txn.put(b"idclaim", b"%d" % claim, db=self._meta)
-                txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
+            with self._writing():
+                for attempt in range(8):
+                    try:
+                        with self._begin_write() as txn:
+                            self._put_sealed(txn, raws)
+                        break
+                    except lmdb.MapFullError:
+                        if attempt == 7:
+                            raise
+                        self._grow_map()  # as an append does: no transaction of this process is open
         except lmdb.Error as e:
             raise storage_error(e, "import failed") from e
         with self._appended:
             self._appended.notify_all()
         return len(raws)
+
+    def _put_sealed(self, txn: lmdb.Transaction, raws: Sequence[bytes]) -> None:
+        """Write ``raws`` (see :meth:`append_sealed`) in the write transaction ``txn``."""
+        head = txn.get(b"head", db=self._meta)
+        seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
+        ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
+        claim = 0  # the highest seq not yet written that an imported id of the derived form names
+        for raw in raws:
+            env, reason = codec.check_stored(raw, seq + 1, prev)
+            if reason is not None or env is None:
+                raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
+            if (problem := codec.sealed_problem(env)) is not None:
+                raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
+            seq += 1
+            key = seq_key(seq)
+            if self.format != FORMAT_2:
+                value = bytes(raw)
+            else:
+                value = stored.pack_sealed(seq, env, raw, self.compression)
+            if not evs.put(key, value, append=True):
+                raise IntegrityError(f"seq {seq} could not be appended (key out of order)")
+            eid = env["id"]
+            if not self._sealed_id(txn, ids, eid, seq):
+                raise IntegrityError(f"imported event {seq} has an already used id {eid!r}")
+            claim = max(claim, codec.derived_seq(eid))
+            if (session := env.get("session")) is not None:
+                streams.put(session.encode(), key)
+            prev = env["hash"]
+        if claim > seq:
+            found_claim = txn.get(b"idclaim", db=self._meta)
+            if claim > (int(found_claim) if found_claim else 0):
+                txn.put(b"idclaim", b"%d" % claim, db=self._meta)
+        txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
 
     def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int) -> bool:
         """Index the id ``eid`` of imported event ``seq``; False when another event has it."""
@@ -1816,7 +1852,7 @@ class _Environment:
                 if self._lock_table_garbage():
                     return
                 self._ensure_writable()
-                self._env.begin(write=True).abort()
+                self._begin_write().abort()
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -1920,7 +1956,7 @@ class _Environment:
 
     def erase_finished(self, seq: int) -> None:
         """Forget the pending erase ``seq`` (a later erase's stays pending)."""
-        with self._writing(), self._env.begin(write=True) as txn:
+        with self._writing(), self._begin_write() as txn:
             if txn.get(ERASE_PENDING, db=self._meta) == b"%d" % seq:
                 txn.delete(ERASE_PENDING, db=self._meta)
 
