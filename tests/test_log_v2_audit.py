@@ -173,3 +173,29 @@ def test_a_write_after_another_process_grew_the_map_picks_up_its_size(tmp_path: 
             lg.compact()
             assert lg.head()[0] == 61
         assert lg.verify().ok
+
+
+def test_a_compaction_on_a_full_disk_is_a_disk_full_error_that_leaves_nothing_behind(tmp_path: Path) -> None:
+    # It raised py-lmdb's own "mdb_txn_commit: Input/output error" (untyped; the CLI printed it
+    # without a hint) and left its partial copy in log/g1.tmp, holding what room was left.
+    import os
+
+    from eventlog.errors import DiskFullError
+    from tests.fixtures_fs import tmpfs
+
+    with tmpfs(tmp_path / "fs", "8m") as fs:
+        p = fs / "log"
+        with EventLog.open(p) as lg:
+            for b in range(20):
+                lg.append([{"type": "test.happened", "session": "s1", "data": {"t": os.urandom(1500).hex()}}
+                           for _ in range(50)])
+            free = os.statvfs(fs).f_bavail * os.statvfs(fs).f_frsize
+            with open(fs / "filler", "wb") as f:
+                f.write(b"\0" * max(0, free - 300 * 1024))
+            head = lg.head()
+            with pytest.raises(DiskFullError):
+                lg.compact()
+            assert sorted(os.listdir(p)) == ["data.mdb", "dictionaries.lock", "lock.mdb", "writer.lock"]
+            assert lg.head() == head and lg.verify().ok
+            os.unlink(fs / "filler")
+            assert lg.compact()["generation"] == "g1" and lg.head() == head

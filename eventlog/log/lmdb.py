@@ -712,6 +712,7 @@ class _Environment:
                         hint="stop them (or let them finish), then run `eventlog compact`; nothing was changed")
             before = _file_size(old_dir / "data.mdb")
             txn = self._begin_write()  # LMDB's mutex as well: no writer of any version meanwhile
+            made: list[Path] = []  # what this compaction made, removed unless ``current`` names it
             try:
                 head = txn.get(b"head", db=self._meta)
                 names = os.listdir(self.path)
@@ -721,6 +722,7 @@ class _Environment:
                 numbers = [int(n[1:]) for n in names if GENERATION_RE.fullmatch(n)]
                 gen = f"g{max(numbers, default=0) + 1}"
                 tmp = self.path / f"{gen}.tmp"
+                made += [tmp, self.path / gen, self.path / f"{CURRENT}.tmp"]
                 make_dir(tmp)
                 self._copy_into(tmp, txn)
                 restrict_file(tmp / "data.mdb")
@@ -728,7 +730,6 @@ class _Environment:
                 result = verify_environment(tmp)
                 expect = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
                 if not result.ok or (result.head_seq, result.head_hash) != expect:
-                    _remove_tree(tmp)
                     raise IntegrityError(f"the compacted copy of the log does not verify ({result.reason}); "
                                          "the log was left as it was",
                                          hint="run `eventlog log verify` on the log itself")
@@ -738,9 +739,19 @@ class _Environment:
                 _unlink(link)
                 os.symlink(gen, link)
                 os.replace(link, self.path / CURRENT)
+                made = []  # in force
                 fsync_dir(self.path)
+            except (lmdb.Error, OSError) as e:
+                # A full disk most of all (the copy needs as much room as the live log): the log
+                # stays as it was, and the partial copy goes rather than keeping what room is left.
+                raise _compaction_error(e, self.path) from e
             finally:
                 txn.abort()
+                for leftover in made:
+                    if leftover.is_symlink():
+                        _unlink(leftover)
+                    else:
+                        _remove_tree(leftover)
             self._retire(old_dir)
         self._ensure_lock()  # this process moves to the new generation now
         return {"bytes_before": before, "bytes_after": _file_size(self.env_dir / "data.mdb"),
@@ -2015,6 +2026,17 @@ class _Environment:
 
     def __repr__(self) -> str:
         return f"_Environment({str(self.path)!r}, durability={self.durability!r}, refs={self.refs})"
+
+
+def _compaction_error(e: lmdb.Error | OSError, path: Path) -> StorageError:
+    """The error of a compaction that failed before ``current`` moved (nothing was changed)."""
+    if isinstance(e, lmdb.Error):
+        return storage_error(e, "compacting the log failed, nothing was changed", path)
+    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        return DiskFullError(f"compacting the log failed, nothing was changed: {e.strerror}",
+                             hint="free disk space (a compaction needs room for a copy of the live log), then retry")
+    return StorageError(f"compacting the log failed, nothing was changed: {e}",
+                        hint="check the owner and permissions of the profile's log/ directory")
 
 
 def _lookup_key(text: str) -> bytes | None:
