@@ -397,16 +397,32 @@ def _alive(pid: int) -> bool:
 
 def collect(directory: Path, schemas: dict[str, int]) -> list[str]:
     """Sweep: delete every generation of this program's schemas (``schemas[kind]``) that no
-    pointer names and nobody holds, what a deletion killed halfway left, and the temporary
+    pointer names and nobody holds, every such generation of an older schema once no process of
+    that version is left (a rebuild after a hot update replaced it: gone as soon as the swap,
+    not at the next process's open), what a deletion killed halfway left, and the temporary
     pointers and generation counters of processes that died writing them (older versions'
-    files: :func:`collect_superseded`). Returns the names deleted."""
+    private pointers: :func:`collect_superseded`). Returns the names deleted."""
+    from projections.lease import schema_lock_path, try_exclusive
+
     removed = []
     for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
-        if schemas.get(kind) != schema:
+        if kind not in schemas or schema > schemas[kind]:
             continue
         g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
-        if collect_generation(g):
-            removed.append(g.name)
+        if schema == schemas[kind]:
+            if collect_generation(g):
+                removed.append(g.name)
+            continue
+        # An older version may not hold generation locks: its own schema lock says whether a
+        # process of it is left.
+        fd = try_exclusive(schema_lock_path(directory, kind, schema))
+        if fd is None:
+            continue
+        try:
+            if collect_generation(g):
+                removed.append(g.name)
+        finally:
+            os.close(fd)
     try:
         names = os.listdir(directory)
     except OSError:
@@ -442,9 +458,9 @@ def superseded_pointers(directory: Path, schemas: dict[str, int]) -> list[tuple[
 
 def collect_superseded(directory: Path, schemas: dict[str, int]) -> list[str]:
     """Remove the private pointer of every older schema version that no live process uses any
-    more (see :class:`projections.lease.SchemaUse`), and every generation file of such a version
-    that no pointer names; then sweep this version's own unreferenced, unheld generations
-    (:func:`collect`). ``schemas``: this program's schema per kind. Returns the names removed."""
+    more (see :class:`projections.lease.SchemaUse`); then sweep (:func:`collect`: every
+    generation file no pointer names and nobody holds, of such a version too). ``schemas``: this
+    program's schema per kind. Returns the names removed."""
     from projections.lease import schema_lock_path, try_exclusive
 
     removed: list[str] = []
@@ -458,20 +474,6 @@ def collect_superseded(directory: Path, schemas: dict[str, int]) -> list[str]:
             fsync_dir(directory)
         except FileNotFoundError:
             pass
-        finally:
-            os.close(fd)
-    # Generation files of older versions that no pointer names, once no process of that
-    # version is left (an older version may not hold generation locks).
-    for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
-        if kind not in schemas or schema >= schemas[kind]:
-            continue
-        fd = try_exclusive(schema_lock_path(directory, kind, schema))
-        if fd is None:
-            continue
-        try:
-            g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
-            if collect_generation(g):
-                removed.append(g.name)
         finally:
             os.close(fd)
     return removed + collect(directory, schemas)

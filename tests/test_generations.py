@@ -291,3 +291,45 @@ def test_closing_a_writer_leaves_no_wal_behind(tmp_path: Path, made: EventLog) -
         assert wal_bytes(directory) == 0
     finally:
         kill(other)
+
+
+HOLD_SCHEMA = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_generation_of_an_older_schema_goes_with_the_rebuild_that_replaced_it(tmp_path: Path, made: EventLog) -> None:
+    # After a hot update, the rebuild of a projection of an older program's schema left that
+    # program's file (and its WAL) behind until another process opened the profile: a
+    # long-lived store kept it for its whole life, whatever its size (outside audit, helper-54).
+    directory = tmp_path / "p"
+    with Projector(directory, made, "p") as p:
+        p.heal()
+        cur = files.read_pointer(directory / "state.db")
+        assert cur is not None
+    older = directory / f"state.{cur.gen + 1}.v{cur.schema - 1}.db"
+    checkpoint(cur.path)
+    shutil.copy(cur.path, older)
+    db = sqlite3.connect(older)
+    db.execute(f"PRAGMA user_version = {cur.schema - 1}")
+    db.commit()
+    db.close()
+    files.swap_pointer(directory / "state.db", files.parse(older))  # type: ignore[arg-type]
+    holder = spawn(HOLD_SCHEMA, directory / f"state.v{cur.schema - 1}.lock")  # a process of that version
+    try:
+        ready(holder)
+        with Projector(directory, made, "p") as p:
+            p.heal()
+            assert older.exists()  # it may be reading it
+    finally:
+        kill(holder)
+    files.swap_pointer(directory / "state.db", files.parse(older))  # type: ignore[arg-type]
+    with Projector(directory, made, "p") as p:
+        p.heal()  # the one open: its sweep came before the rebuild
+        assert files.read_pointer(directory / "state.db").schema == SCHEMAS["state"]  # type: ignore[union-attr]
+        assert not [n for n in os.listdir(directory) if n.startswith(older.name)]
+    check(made, directory)
