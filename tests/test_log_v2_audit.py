@@ -199,3 +199,34 @@ def test_a_compaction_on_a_full_disk_is_a_disk_full_error_that_leaves_nothing_be
             assert lg.head() == head and lg.verify().ok
             os.unlink(fs / "filler")
             assert lg.compact()["generation"] == "g1" and lg.head() == head
+
+
+def test_pages_are_never_released_from_a_mapping_a_close_is_removing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long scan hands its pages back (madvise) between read transactions, outside the count of
+    # readers a close waits for: a close of the last handle in another thread could unmap the
+    # file between the scan finding its address range and the madvise, and a range reused
+    # meanwhile (a malloc arena) would have been zeroed.
+    import threading
+
+    from eventlog.log import residency
+
+    p = tmp_path / "log"
+    lg = EventLog.open(p)
+    lg.append([ev(i) for i in range(10)])
+    core = lg._core
+    seen: list[list[tuple[int, int]]] = []
+    real = residency.mappings
+
+    closer = threading.Thread(target=lg.close)
+
+    def mappings_then_close(path: str) -> list[tuple[int, int]]:
+        found = real(path)
+        closer.start()
+        closer.join(0.3)
+        seen.append(real(path))  # the mapping must still be there for the madvise that follows
+        return found
+
+    monkeypatch.setattr(residency, "mappings", mappings_then_close)
+    core.release_pages()
+    closer.join(10)
+    assert len(seen) == 1 and seen[0] and core._closed and not real(str(core.env_dir / "data.mdb"))

@@ -1944,9 +1944,12 @@ class _Environment:
     def release_pages(self) -> int:
         """Drop this process's mapping of the log pages it has touched (they stay in the page
         cache). Long scans call it every :data:`RELEASE_EVERY_BYTES`; returns bytes advised."""
-        if self._closed or self._forked:
-            return 0
-        return residency.release(str(self.env_dir / "data.mdb"))
+        # Under the lock a close or reopen unmaps the file under: between reading where the file
+        # is mapped and the madvise, the range could be unmapped and reused for other memory.
+        with self._sweep_lock:
+            if self._closed or self._forked:
+                return 0
+            return residency.release(str(self.env_dir / "data.mdb"))
 
     def _get_raw(self, txn: lmdb.Transaction, key: bytes) -> bytes | None:
         raw = txn.get(key, db=self._events)
