@@ -230,3 +230,32 @@ def test_pages_are_never_released_from_a_mapping_a_close_is_removing(tmp_path: P
     core.release_pages()
     closer.join(10)
     assert len(seen) == 1 and seen[0] and core._closed and not real(str(core.env_dir / "data.mdb"))
+
+
+LIMITED = textwrap.dedent("""
+    import os, resource, sys
+    from eventlog.errors import DiskFullError
+    from eventlog.log.lmdb import EventLog
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))
+    with EventLog.open(sys.argv[1]) as lg:
+        big = {"type": "test.happened", "session": "s1", "data": {"t": os.urandom(200_000).hex()}}
+        for write in (lambda: lg.append([big]), lg.compact):
+            try:
+                write()
+            except DiskFullError as e:
+                print("DiskFullError", "ulimit -f" in e.hint)
+""")
+
+
+def test_a_file_size_limit_is_room_for_the_log_too(tmp_path: Path) -> None:
+    # An append or a compaction past `ulimit -f` failed with "mdb_txn_commit: File too large" (or
+    # "Input/output error") and the generic hint to check the disk and permissions.
+    import os
+
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        for _ in range(30):
+            lg.append([{"type": "test.happened", "session": "s1", "data": {"t": os.urandom(20_000).hex()}}])
+    out = subprocess.run([sys.executable, "-c", LIMITED, str(p)], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:2] == ["DiskFullError True", "DiskFullError True"], out.stdout + out.stderr
+    assert sorted(os.listdir(p)) == ["data.mdb", "dictionaries.lock", "lock.mdb", "writer.lock"]

@@ -298,6 +298,27 @@ def data_intact(env_dir: Path) -> tuple[int, str] | None:
         env.close()
 
 
+def _size_limited(path: Path | None) -> bool:
+    """Whether this process's file-size limit (RLIMIT_FSIZE) is what a write of the log at
+    ``path`` met (a data file within 4 MB of it): a write past it fails with EFBIG, which LMDB
+    reports as "File too large" or an I/O error."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return False
+    if limit == resource.RLIM_INFINITY:
+        return False
+    if path is None:
+        return True
+    try:
+        names = [path / "data.mdb", *(path / n / "data.mdb" for n in os.listdir(path))]
+    except OSError:
+        return True
+    return limit - max(map(_file_size, names), default=0) < 4 * 1024 * 1024
+
+
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -311,6 +332,9 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     if "No space left" in text or getattr(e, "errno", None) == errno.ENOSPC or (
             "Input/output error" in text and path is not None and _nearly_full(path)):
         return DiskFullError(f"{action}: no space left on device", hint="free disk space, then retry: nothing was written")
+    if ("File too large" in text or "Input/output error" in text) and _size_limited(path):
+        return DiskFullError(f"{action}: the log file reached this process's file-size limit (ulimit -f)",
+                             hint="raise the limit (ulimit -f), then retry: nothing was written")
     if isinstance(e, (lmdb.ReadonlyError,)) or "Permission denied" in text or "Read-only" in text:
         return StorageError(
             f"{action}: the log directory or its lock file is not writable ({text})",
