@@ -717,7 +717,7 @@ class _Environment:
         at its next read or write, and the previous files are removed (a process still reading
         them keeps its open copy until then). Writers wait meanwhile (the writer lock and LMDB's
         own mutex are held); readers do not. Crash-safe: until ``current`` moves, the log is the
-        old files; a leftover folder is removed by the next compaction. (LMDB's own compacting
+        old files; a leftover folder is removed by the next write (or compaction). (LMDB's own compacting
         copy is not used: in LMDB 0.9.36 it crashes on a DUPFIXED database with more than one
         page of duplicates, which the ``streams`` table has.) Returns bytes before and after.
         """
