@@ -108,6 +108,15 @@ class Writer:
         conn.execute(f"PRAGMA f.journal_size_limit = {WAL_LIMIT}")
         return g
 
+    def replaced(self) -> bool:
+        """Whether the connection is open on a generation its pointer no longer names (another
+        process rebuilt it): it holds that file, which goes once it lets go (:meth:`close`)."""
+        if self._conn is None:
+            return False
+        if files.read_pointer(self.site.state_pointer()) != self.state_gen:
+            return True
+        return self._fts_gen is not None and files.read_pointer(self.site.fts_pointer()) != self._fts_gen
+
     def truncate_wal(self) -> bool:
         """Checkpoint both files' WALs into the databases and truncate them to zero bytes
         (``wal_checkpoint(TRUNCATE)``), never waiting: a reader inside a read transaction

@@ -89,6 +89,8 @@ class Projector:
         self._busy_at = 0.0  # when the follower last saw the projections move
         self._behind_since: float | None = None  # since when the follower's polls fall short of the log
         self._wal_dirty = True  # WALs may hold pages (ours or another writer's) since the last truncation
+        self._pointed: tuple[files.Generation | None, files.Generation | None] = (None, None)
+        """The generations the follower saw the pointers name at its last idle poll."""
         self.visibility = Visibility(self)
         self._schema_use = SchemaUse(directory, SCHEMAS)
         self._probe: Reader | None = None
@@ -382,6 +384,24 @@ class Projector:
         elif self._wal_dirty and now - self._busy_at >= IDLE_S:
             self._busy_at = now
             self._wal_dirty = not self.truncate_wal()
+        else:
+            pointed = (files.read_pointer(self.state_pointer()), files.read_pointer(self.fts_pointer()))
+            if pointed != self._pointed:
+                self._pointed = pointed
+                self._let_go_replaced()
+
+    def _let_go_replaced(self) -> None:
+        """After another process's rebuild swapped a pointer: move this process's connections to
+        the new generations, so that the replaced files go now rather than at its next read,
+        write or close (an idle gateway kept a whole state.db and its WAL). Never waits for the
+        lease."""
+        self.cursor()  # the probe reader (the store's reads) reopens on what the pointers name
+        if self._writer.replaced() and not self._closed and self.lease.acquire(0):
+            try:
+                if self._writer.replaced():
+                    self._writer.close()
+            finally:
+                self.lease.release()
 
     def truncate_wal(self) -> bool:
         """Checkpoint the projections' WALs and cut them to zero bytes, if the lease is free

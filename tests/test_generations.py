@@ -333,3 +333,29 @@ def test_a_generation_of_an_older_schema_goes_with_the_rebuild_that_replaced_it(
         assert files.read_pointer(directory / "state.db").schema == SCHEMAS["state"]  # type: ignore[union-attr]
         assert not [n for n in os.listdir(directory) if n.startswith(older.name)]
     check(made, directory)
+
+
+OTHER_REBUILD = """
+import sys
+from eventlog.log import EventLog
+from projections import Projector
+with EventLog.open(sys.argv[1], durability="nosync", profile="p") as log, Projector(sys.argv[2], log, "p") as p:
+    p.rebuild("all")
+"""
+
+
+def test_an_idle_follower_lets_go_of_the_generations_another_process_replaced(tmp_path: Path, made: EventLog) -> None:
+    # A follower's write connection stayed on the generations another process's rebuild had
+    # replaced until this process next wrote or closed: an idle gateway kept the old state.db,
+    # fts.db and their WALs (outside audit, helper-54).
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()
+        old = [files.read_pointer(directory / f"{k}.db") for k in ("state", "fts")]
+        p.start_follower()
+        proc = spawn(OTHER_REBUILD, tmp_path / "log", directory)
+        assert proc.wait(60) == 0
+        assert all(g is not None and files.read_pointer(directory / f"{g.kind}.db") != g for g in old)
+        assert until(lambda: not any(g is not None and g.path.exists() for g in old), 5)
+        assert p.reader().search("needle")["results"]
+    check(log, directory)
