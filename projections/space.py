@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import stat
 from pathlib import Path
 
 LOW_SPACE_BYTES = 4 * 1024 * 1024
@@ -42,12 +43,34 @@ def cannot_write(path: str | os.PathLike[str]) -> str | None:
     if read_only(path):
         return "read-only file system"
     limit = file_size_limit()
-    if limit is not None:  # writes past it fail with EFBIG, which SQLite reports as an I/O error
+    # Writes past it fail with EFBIG, which SQLite reports as an I/O error; a limit far above
+    # every file here is room (a rebuild writes a file about the size of the current one).
+    if limit is not None and limit - largest_file(path) < LOW_SPACE_BYTES:
         return f"a file-size limit of {limit:,} bytes (ulimit -f)"
     free = free_bytes(path)
     if free is not None and free < LOW_SPACE_BYTES:
         return f"the disk is full ({free:,} bytes free)"
     return None
+
+
+def largest_file(path: str | os.PathLike[str]) -> int:
+    """The size of the largest file in directory ``path`` or its log (``log/data.mdb``, or the
+    generation ``log/current`` names): stat only, never an open."""
+    d = Path(path)
+    candidates = [d / "log" / "data.mdb", d / "log" / "current" / "data.mdb"]
+    try:
+        candidates += [d / n for n in os.listdir(d)]
+    except OSError:
+        pass
+    largest = 0
+    for p in candidates:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            largest = max(largest, st.st_size)
+    return largest
 
 
 def file_size_limit() -> int | None:

@@ -359,3 +359,29 @@ def test_an_idle_follower_lets_go_of_the_generations_another_process_replaced(tm
         assert until(lambda: not any(g is not None and g.path.exists() for g in old), 5)
         assert p.reader().search("needle")["results"]
     check(log, directory)
+
+
+def test_a_file_size_limit_far_above_every_file_does_not_stop_a_rebuild(tmp_path: Path, made: EventLog) -> None:
+    # Any finite `ulimit -f` read as "no room": with a limit of gigabytes, a missing state.db was
+    # never rebuilt (every read failed "state.db is unusable: missing") and doctor said the disk
+    # was broken (outside audit, helper-54). A limit close to the files' sizes still is no room.
+    code = (
+        "import resource, sys\n"
+        "from eventlog.log import EventLog\n"
+        "from projections import Projector, space\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), resource.RLIM_INFINITY))\n"
+        "print(space.cannot_write(sys.argv[2]))\n"
+        "with EventLog.open(sys.argv[1], profile='p') as log, Projector(sys.argv[2], log, 'p') as p:\n"
+        "    p.heal()\n"
+        "    print(p.health()['state']['status'])\n")
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.heal()
+    made.close()
+    os.unlink(directory / "state.db")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    run = [sys.executable, "-c", code, str(tmp_path / "log"), str(directory)]
+    near = subprocess.run(run + [str(64 << 10)], capture_output=True, text=True, env=env, timeout=60)
+    assert near.stdout.split("\n")[0].startswith("a file-size limit") and "Traceback" not in near.stderr
+    far = subprocess.run(run + [str(8 << 30)], capture_output=True, text=True, env=env, timeout=60)
+    assert far.stdout.split("\n")[:2] == ["None", "ok"], far.stdout + far.stderr
