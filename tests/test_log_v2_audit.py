@@ -259,3 +259,46 @@ def test_a_file_size_limit_is_room_for_the_log_too(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", LIMITED, str(p)], capture_output=True, text=True, timeout=60)
     assert out.stdout.split("\n")[:2] == ["DiskFullError True", "DiskFullError True"], out.stdout + out.stderr
     assert sorted(os.listdir(p)) == ["data.mdb", "dictionaries.lock", "lock.mdb", "writer.lock"]
+
+
+HALF_MADE = textwrap.dedent("""
+    import fcntl, os, struct, sys, time
+    # What a first opener SIGKILLed while making LMDB's lock table leaves for the processes that
+    # were opening at that moment: a table of zeros, and their shared locks on it (LMDB's own
+    # open-time lock, byte 0) -- those opens fail, and let go.
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    os.pwrite(fd, b"\\0" * 8192, 0)
+    fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 1, 0))
+    print("ready", flush=True)
+    time.sleep(float(sys.argv[2]))
+""")
+
+
+@pytest.mark.parametrize("where", ["open", "reopen"])
+def test_a_lock_table_whose_maker_was_killed_is_made_again(tmp_path: Path, where: str) -> None:
+    # An open meeting that state failed once, as LMDB's MDB_INVALID: a fresh open said another
+    # process had the lock table open and it was damaged, and a handle following a compaction
+    # to the new generation (whose first opener had been killed) failed its read or append with
+    # "not a valid LMDB environment ... restore the profile's log/ from a backup" (outside audit,
+    # helper-54, in a SIGKILL campaign). Such a table is made again by the next open that has it
+    # alone: the open retries.
+    p = tmp_path / "log"
+    with EventLog.open(p) as lg:
+        lg.append([ev(1)])
+        lg.compact()
+    lg = EventLog.open(p) if where == "reopen" else None
+    try:
+        if lg is not None:
+            assert lg.head()[0] == 1
+            subprocess.run([sys.executable, "-c", OTHER, str(p)], check=True, timeout=60)  # compact, append 3
+        holder = subprocess.Popen([sys.executable, "-c", HALF_MADE, str(p / "current" / "lock.mdb"), "0.3"],
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        if lg is None:
+            lg = EventLog.open(p)
+        assert lg.head()[0] == (4 if where == "reopen" else 1)
+        assert lg.append([ev(2)]) and lg.verify().ok
+        holder.wait(10)
+    finally:
+        if lg is not None:
+            lg.close()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import random
 import struct
 import sys
 import threading
@@ -152,6 +153,14 @@ VERSIONS_KEPT = 100_000
 
 def key_seq(key: bytes | memoryview) -> int:
     return int.from_bytes(bytes(key), "big")
+
+
+class _HalfMadeLock(Exception):
+    """An open met a lock table its first opener never finished making (all zeros)."""
+
+
+HALF_MADE_WAIT_S = 1.0
+"""How long an open retries a lock table of zeros (see _HalfMadeLock) before calling it damaged."""
 
 
 class _LockReplaced(Exception):
@@ -973,18 +982,25 @@ class _Environment:
         # py-lmdb begins a read transaction while opening: with the reader table full of slots
         # of dead processes, wait for a live process's sweep (READER_SWEEP_S) before giving up;
         # when another process grew the log past the map size just read from it, open again.
+        # A lock table that is not one yet (its first opener was killed while making it: the
+        # others opening meanwhile read zeros) is made again by the next opener that has it alone.
         deadline = time.monotonic() + 3 * READER_SWEEP_S
+        half_made_until = time.monotonic() + HALF_MADE_WAIT_S
         while True:
             try:
-                return _Environment._open_env_once(p, map_size, max_readers, durability, readonly, create)
-            except (lmdb.ReadersFullError, lmdb.MapResizedError) as e:
-                if time.monotonic() > deadline:
+                return _Environment._open_env_once(p, map_size, max_readers, durability, readonly, create,
+                                                   time.monotonic() < half_made_until)
+            except (lmdb.ReadersFullError, lmdb.MapResizedError, _HalfMadeLock) as e:
+                if isinstance(e, _HalfMadeLock):
+                    time.sleep(random.uniform(0.001, 0.01))  # apart from the others retrying
+                elif time.monotonic() > deadline:
                     raise storage_error(e, f"cannot open log at {p}") from e
-                time.sleep(0.05 if isinstance(e, lmdb.ReadersFullError) else 0)
+                else:
+                    time.sleep(0.05 if isinstance(e, lmdb.ReadersFullError) else 0)
 
     @staticmethod
     def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
-                       create: bool = True) -> lmdb.Environment:
+                       create: bool = True, retry_half_made: bool = False) -> lmdb.Environment:
         try:
             return lmdb.open(
                 str(p),
@@ -1003,6 +1019,8 @@ class _Environment:
         except (lmdb.ReadersFullError, lmdb.MapResizedError):
             raise
         except lmdb.Error as e:
+            if retry_half_made and isinstance(e, lmdb.InvalidError) and lock_file_magic(p / "lock.mdb") == 0:
+                raise _HalfMadeLock() from e  # the failed open left no environment of ours on it
             err = storage_error(e, f"cannot open log at {p}")
             try:
                 size = os.path.getsize(p / "data.mdb")
