@@ -302,3 +302,36 @@ def test_a_lock_table_whose_maker_was_killed_is_made_again(tmp_path: Path, where
     finally:
         if lg is not None:
             lg.close()
+
+
+def test_a_reopen_racing_the_removal_of_the_generation_it_read_never_serves_an_empty_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A handle whose environment is writable reopens at a read when the log moved; when another
+    # process's compaction removed the folder ``current`` had named between the handle reading
+    # the link and LMDB opening it (the folder emptied, not yet gone), LMDB made a new, empty
+    # data file there, the reopen created the tables in it, and the read answered from an empty
+    # log: head() said 0 (found by reading the reopen path, helper-54).
+    import eventlog.log.lmdb as lmdb_log
+
+    p = tmp_path / "log"
+    with EventLog.open(p) as first:
+        first.append([ev(0)])
+        first.compact()
+    lg = EventLog.open(p)
+    try:
+        lg.append([ev(1)])  # writable now, on g1
+        subprocess.run([sys.executable, "-c", OTHER, str(p)], check=True, timeout=60)  # g2, +3 events
+        (p / "g1").mkdir()  # the retired folder, emptied but not removed yet
+        real, armed = lmdb_log.generation_dir, {"left": 1}
+
+        def stale_once(log_dir: Path) -> Path:
+            if armed["left"] and sys._getframe(1).f_code.co_name == "_open_current":
+                armed["left"] -= 1
+                return log_dir / "g1"
+            return real(log_dir)
+
+        monkeypatch.setattr(lmdb_log, "generation_dir", stale_once)
+        assert lg.head()[0] == 5
+        assert lg.verify().ok
+    finally:
+        lg.close()

@@ -512,8 +512,10 @@ class _Environment:
             env.close()
             raise
 
-    def _attach(self, env: lmdb.Environment) -> None:
-        create = not self._env_readonly
+    def _attach(self, env: lmdb.Environment, create: bool | None = None) -> None:
+        """Open the named databases of ``env`` (creating them when it is writable, unless
+        ``create`` is False: a reopen never makes a log, see :meth:`_open_current`)."""
+        create = not self._env_readonly if create is None else create
         self._env = env
         for attempt in range(3):
             try:
@@ -965,8 +967,10 @@ class _Environment:
             env = None
             try:
                 # never create: a folder retired meanwhile must not come back as an empty log
+                # (LMDB makes a new data file in a folder emptied but not yet removed: its
+                # tables are missing, and the link, read again, names the newer generation)
                 env = self._open_env(self.env_dir, *self._open_args, readonly, create=False)
-                self._attach(env)
+                self._attach(env, create=False)
                 return
             except (StorageError, OSError, lmdb.Error) as e:
                 if env is not None:
