@@ -244,7 +244,7 @@ def _cleanup_failed(seq: int, e: Exception, where: str) -> EventLogError:
             full = shutil.disk_usage(where).free < (1 << 20)
         except OSError:
             pass
-    if full and not isinstance(e, DiskFullError):
+    if full and "disk is full" not in text:  # (the log's own DiskFullError names the errno's words)
         text = f"the disk is full: {text}"
     cls = DiskFullError if full else StorageError
     return cls(f"erase {seq} is recorded (the log holds none of the erased content), but cleaning the files after "
