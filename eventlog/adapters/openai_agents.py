@@ -629,6 +629,10 @@ class EventlogSession:
             if fresh is not h and store.erase_mark() != mark:
                 continue  # an erase landed during the read: what was read may mix before and after
             if fresh.gone:
+                # kept too: a new object of the process (a server makes one per request) passes
+                # the gone incarnation with one version lookup instead of folding its whole
+                # stream again (outside audit, helper-56: 0.4 s a request for 20,000 items)
+                self._keep(store, fresh)
                 self._next_incarnation()
                 continue
             self._keep(store, fresh)
