@@ -89,3 +89,18 @@ def test_a_kept_gone_incarnation_still_yields_to_an_erase(tmp_path: Path, folded
     fresh = EventlogSession("chat", home=tmp_path)
     assert contents(run(fresh.get_items())) == ["two"]
     fresh.close()
+
+
+def test_the_shared_histories_count_every_entry_against_their_budget(tmp_path: Path) -> None:
+    """An empty history (a cleared session, a gone incarnation) held no bytes by the budget's
+    count, so the process kept one entry for every such session it ever saw: without bound."""
+    shared = openai_agents._Histories(budget=64 * 1024)
+    keeper = EventlogSession("keeper", home=tmp_path)
+    try:
+        profile = openai_agents._shared.profile_of(keeper._open())
+        for i in range(5000):
+            shared.put(profile, f"s{i}", openai_agents._fold_stream(None, [], 0))
+        assert len(shared._entries) <= 200  # 64 KiB of histories, whatever they hold
+        assert shared._bytes <= shared.budget
+    finally:
+        keeper.close()

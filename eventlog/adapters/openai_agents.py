@@ -423,6 +423,11 @@ def _encoded(message: dict[str, Any]) -> bytes | None:
 SHARED_HISTORY_BYTES = 64 * 1024 * 1024
 """How many bytes of histories this process keeps between :class:`EventlogSession` objects."""
 
+ENTRY_BYTES = 512
+"""What one kept history costs beside its items (the entry, its key, the history object): an
+empty history (a cleared session, a gone incarnation) costs that much of the budget too, so the
+number of entries stays bounded (it counted 0: one entry for every such session ever seen)."""
+
 
 class _Histories:
     """The latest history read or written in this process for each (open profile, session), so
@@ -455,10 +460,10 @@ class _Histories:
             if old is not None and old[0]() is profile and old[1].mark == h.mark and not h.better_than(old[1]):
                 return
             self._pop(k)
-            if h.size > self.budget or (h.mark or 0) < self._mark_of(profile):
+            if h.size + ENTRY_BYTES > self.budget or (h.mark or 0) < self._mark_of(profile):
                 return
             self._entries[k] = (weakref.ref(profile), h)
-            self._bytes += h.size
+            self._bytes += h.size + ENTRY_BYTES
             while self._bytes > self.budget:
                 self._pop(next(iter(self._entries)))
 
@@ -483,7 +488,7 @@ class _Histories:
     def _pop(self, k: tuple[int, str]) -> None:
         old = self._entries.pop(k, None)
         if old is not None:
-            self._bytes -= old[1].size
+            self._bytes -= old[1].size + ENTRY_BYTES
 
 
 _HISTORIES = _Histories()
