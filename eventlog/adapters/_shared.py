@@ -73,6 +73,28 @@ def append_counted(store: SessionStore, events: list[dict[str, Any]], expected_v
     return seqs
 
 
+@contextlib.contextmanager
+def ruled(store: SessionStore) -> Iterator[None]:
+    """The profile's rules lock across the processes of the host (``SessionStore._ruled``, the
+    read model brought up to the log inside it): every deletion and erase commits under it, so
+    none lands between a check made inside and an append made inside."""
+    with store._ruled():
+        yield
+
+
+def erased(store: SessionStore, session_id: str) -> bool:
+    """Whether stream ``session_id`` was erased, from the log (the store erases whole streams:
+    its first event is then an erased one). False for an empty stream."""
+    events = store.log.read_session(session_id)
+    try:
+        first = next(iter(events), None)
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+    return first is not None and first.get("erased") is True
+
+
 def append_events(store: SessionStore, events: list[dict[str, Any]], expected_version: int | None = None) -> list[int]:
     """``store.append_events`` (extension events into the profile's log)."""
     return store.append_events(events, expected_version=expected_version)

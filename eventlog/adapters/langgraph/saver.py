@@ -558,6 +558,21 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         raise ConcurrencyError(sid, version, store.version(sid))
 
+    def _append_unless_erased(self, store: SessionStore, events: builtins.list[dict[str, Any]]) -> None:
+        """Append ``events`` (one per thread, several threads' streams: no stream version can
+        check them) as one batch, leaving out the threads whose stream was erased since the read
+        model showed them: checked from the log under the profile's rules lock, which every
+        erase holds while it commits, so none lands between the check and the append. An
+        unchecked batch racing an erase went into the erased stream, and the thread id it names
+        outlived the erase (outside audit, helper-56: 3 of 20 threads, prune in a loop)."""
+        if not events:
+            return
+        with _shared.ruled(store):
+            keep = [e for e in events if not _shared.erased(store, e["session"])]
+            if keep:
+                self._append(store, keep)
+        self._forget(*(e["session"] for e in events))
+
     def _forget(self, *sids: str) -> None:
         """Drop the copies of threads an operation on whole threads changed."""
         for sid in sids:
@@ -986,9 +1001,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         events: builtins.list[dict[str, Any]] = [
             {"type": "langgraph.runs_deleted", "session": model.thread_session(t), "data": {"thread_id": t, "run_ids": runs}}
             for t in sorted(threads)]
-        if events:
-            self._append(store, events)
-            self._forget(*(e["session"] for e in events))
+        self._append_unless_erased(store, events)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint, blob and write of one thread to another, and the mirrored
@@ -1054,9 +1067,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         events: builtins.list[dict[str, Any]] = [
             {"type": "langgraph.thread_pruned", "session": model.thread_session(t),
              "data": {"thread_id": t, "strategy": strategy}} for t in sorted(known)]
-        if events:
-            self._append(store, events)
-            self._forget(*(e["session"] for e in events))
+        self._append_unless_erased(store, events)
 
     # ------------------------------------------------------------------ async forms (a worker thread each)
 
