@@ -104,3 +104,22 @@ def test_the_shared_histories_count_every_entry_against_their_budget(tmp_path: P
         assert shared._bytes <= shared.budget
     finally:
         keeper.close()
+
+
+def test_objects_inside_tuples_keep_their_key_order_in_every_process(tmp_path: Path) -> None:
+    """A tuple is stored as a JSON list; the key order of the objects in it was not recorded, so
+    another process (or a new one) read them back sorted while this one served them as given."""
+    item = {"role": "user", "content": "x", "calls": ({"name": "f", "args": {"z": 1, "a": 2}},)}
+    s = EventlogSession("tuples", home=tmp_path)
+    run(s.add_items([item]))
+    s.close()
+    saved = openai_agents._HISTORIES
+    openai_agents._HISTORIES = openai_agents._Histories()  # as another process reads it
+    try:
+        fresh = EventlogSession("tuples", home=tmp_path)
+        (got,) = run(fresh.get_items())
+        fresh.close()
+    finally:
+        openai_agents._HISTORIES = saved
+    assert list(got["calls"][0]) == ["name", "args"] and list(got["calls"][0]["args"]) == ["z", "a"]
+    assert list(got) == ["role", "content", "calls"]

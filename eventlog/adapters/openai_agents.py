@@ -121,12 +121,12 @@ def _key_orders(value: Any, path: list[Any], out: list[list[Any]]) -> list[list[
             place = {k: i for i, k in enumerate(ordered)}
             out.append([list(path), [place[k] for k in keys]])
         children: Any = value.items()
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):  # a tuple is stored as a JSON list
         children = enumerate(value)
     else:
         return out
     for k, v in children:
-        if isinstance(v, (dict, list)):
+        if isinstance(v, (dict, list, tuple)):
             path.append(k)
             _key_orders(v, path, out)
             path.pop()
