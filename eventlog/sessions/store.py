@@ -65,10 +65,14 @@ _log = logging.getLogger("eventlog.sessions")
 RULES_LOCK = "rules.lock"
 """The profile's lock file for check-then-append of the domain rules (see SessionStore._ruled)."""
 RULES_LOCK_TIMEOUT = 10.0
+"""How long a rule check waits for another process's, when the log has no lock timeout of its own."""
+ERASE_LOCK = "erase.lock"
+"""The profile's lock file held while an erase cleans the files after its record (compaction,
+purge): a second erase, or its retry, that finds the record unfinished waits for it instead of
+taking it for the work of a killed process (see SessionStore._erase_cleanup)."""
 OPEN_READ_MODEL_WAIT = 1.0
 """Seconds an open waits for an extension's read model to reach the log behind another process's
 catch-up (then it opens, and a read of the model waits as reads do)."""
-"""How long a rule check waits for another process's, when the log has no lock timeout of its own."""
 
 
 ERASE_ROUNDS = 50
@@ -1230,23 +1234,47 @@ class SessionStore:
             self.finish_erase()  # an earlier erase of it killed before its files were clean
             return members, seq, erased
         try:
-            compacted = True
-            if compact is not None:
-                after_erase = getattr(self.log, "compact_after_erase", None)
-                if after_erase is not None:
-                    compacted = after_erase()
-                else:
-                    compact()
-            self._core.appended(seq)
-            if self._projector is not None and compacted:
-                self._purge_after_erase(seq)
-            elif self._projector is not None:  # the erase stays pending: the next compaction finishes it
-                self._projector.purge(after=seq)
-            else:
-                self._reads.advance(seq)
+            with self._erase_cleanup():  # (not held after its wait: cleaned anyway, safe twice)
+                self._clean_after_erase(seq, compact)
         except Exception as e:
             raise _cleanup_failed(seq, e, self._core.key[0]) from e
         return members, seq, erased
+
+    @contextmanager
+    def _erase_cleanup(self) -> Iterator[bool]:
+        """Hold the profile's :data:`ERASE_LOCK` while cleaning the files after an erase; yields
+        whether it is held. False: another process or thread held it for the log's lock timeout
+        (a stopped holder), or the lock file cannot be made -- a cleanup is safe without it, only
+        done twice."""
+        path = os.path.join(self._core.key[0], ERASE_LOCK)
+        try:
+            fd = open_private(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        except OSError:
+            yield False
+            return
+        try:
+            timeout = float(getattr(self.log, "lock_timeout", RULES_LOCK_TIMEOUT))
+            yield flock_until(fd, time.monotonic() + timeout)
+        finally:
+            os.close(fd)  # drops the lock
+
+    def _clean_after_erase(self, seq: int, compact: Callable[[], Any] | None) -> None:
+        """Compact the log after erase ``seq`` and purge the projections (a log that defers the
+        compaction leaves the erase pending for its next one)."""
+        compacted = True
+        if compact is not None:
+            after_erase = getattr(self.log, "compact_after_erase", None)
+            if after_erase is not None:
+                compacted = after_erase()
+            else:
+                compact()
+        self._core.appended(seq)
+        if self._projector is not None and compacted:
+            self._purge_after_erase(seq)
+        elif self._projector is not None:  # the erase stays pending: the next compaction finishes it
+            self._projector.purge(after=seq)
+        else:
+            self._reads.advance(seq)
 
     def finish_erase(self) -> int:
         """Finish an erase whose process was killed after the erase was committed but before
@@ -1254,8 +1282,15 @@ class SessionStore:
         compact, purge, and record it done. Returns its seq, 0 when none was pending. A retried
         :meth:`erase_session` or :meth:`retention` calls it; :meth:`compact` does its part."""
         self._check()
-        seq = self._erase_pending()
-        if seq:
+        if not self._erase_pending():
+            return 0
+        # An erase whose cleanup is still running (another thread or process, which holds the
+        # lock) is not a killed one: wait for it, then look again (outside audit, helper-56: two
+        # concurrent erases of one session warned of a stopped process and compacted twice).
+        with self._erase_cleanup() as held:
+            seq = self._erase_pending()
+            if not seq or not held:
+                return 0  # finished meanwhile, or still being finished by its holder
             _log.warning("finishing the cleanup of erase %d (its process stopped before the files were clean)", seq)
             try:
                 getattr(self.log, "compact")()
