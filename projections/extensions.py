@@ -14,6 +14,10 @@ version differs from the one its tables were built by — or whose tables are mi
 file built without it was swapped in — has its tables dropped and rebuilt from the start of the
 log. Processes that do not register it never touch its tables.
 
+Like the core tables, a read model is built only from the verified prefix of the log: its own
+catch-up checks each event against the chain and stops before a damaged one
+(:mod:`projections.verified`), and a reader waits for it no further than that.
+
 A read model whose ``apply`` raises stops where it is (the core projections are not affected)
 and is reported as broken; its readers get a :class:`ProjectionError` until it is fixed.
 """
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from eventlog.errors import ProjectionError
+from eventlog.log.damage import Verified
 from projections import db as sql
 from projections.health import read_meta
 from projections.site import Site
@@ -110,20 +115,28 @@ class ExtensionTables:
             seq = 0
         seq = int(seq)
         while seq < core_seq:
-            batch = list(self.site.log.read(seq + 1, min(core_seq, seq + BATCH)))
+            # Checked against the chain as the core's catch-up reads it: built now, a read model
+            # takes only what verifies now, and stops before a damaged event (the core rows past
+            # it were applied when it checked out; these would hold what it says now).
+            events = Verified(self.site.log, seq + 1, min(core_seq, seq + BATCH), raw=False)
+            batch = [env for _, _, env in events]
+            if batch:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for env in batch:
+                        rm.apply(conn, self.upcast(env))
+                    seq = batch[-1]["seq"]
+                    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (f"ext:{rm.name}:seq", seq))
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            if events.damage is not None:
+                self.site.damage = events.damage
+                return
             if not batch:
                 return
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for env in batch:
-                    rm.apply(conn, self.upcast(env))
-                seq = batch[-1]["seq"]
-                conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (f"ext:{rm.name}:seq", seq))
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
 
     def _tables_present(self, conn: sqlite3.Connection, meta: dict[str, Any], rm: ReadModel) -> bool:
         recorded = json.loads(meta.get(f"ext:{rm.name}:tables") or "[]")

@@ -327,7 +327,7 @@ class Projector:
                 raise ProjectionError(f"read model {name!r} is broken: {self.extensions.broken[name]}",
                                       hint="fix the extension, then open a new store (its tables are rebuilt)")
             reached = self.probe_reader()._run(lambda db: extension_cursor(db, name, rm.version))
-            if reached >= to_seq:
+            if reached >= self.site.reachable(to_seq):  # never past a damaged event (projections.verified)
                 return
             if not self._closed and self.lease.acquire(0):
                 try:

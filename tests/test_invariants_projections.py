@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
-from eventlog.log.lmdb import EventLog
+from eventlog.log import codec
+from eventlog.log.lmdb import EventLog, generation_dir, seq_key
 from eventlog.sessions.events import make_event
 from eventlog.sessions.extensions import EventType, Extension, ReadModel
 from eventlog.sessions.store import SessionStore
@@ -141,3 +144,30 @@ def test_an_extension_cursor_that_cannot_be_written_takes_its_rows_with_it(tmp_p
         conn.close()
     assert cursor == 0
     assert rows == [], "rows of a batch whose cursor was not written stayed in state.db"
+
+
+def test_an_extension_read_model_built_on_its_own_stops_before_a_tampered_event(tmp_path: Path) -> None:
+    """The projections are built only from the verified prefix of the log (docs/RELIABILITY.md),
+    extension read models included: one rebuilt on its own (a new version of it, here) after an
+    event was tampered with stops before that event, says so, and does not wait for the rest."""
+    with SessionStore.open(tmp_path, "p", extensions=[_notes(1)], follower=False) as store:
+        store.append_events([_note("genuine"), _note("also genuine")])
+        with store.read_model("notes") as conn:
+            assert conn.execute("SELECT text FROM notes_items ORDER BY seq").fetchall() == [("genuine",), ("also genuine",)]
+    log_dir = tmp_path / "profiles" / "p" / "log"
+    with EventLog.open(log_dir) as lg:
+        forged = lg.get(2)
+    assert forged is not None
+    forged["data"]["text"] = "forged"
+    env = lmdb.open(str(generation_dir(log_dir)), max_dbs=8)
+    events = env.open_db(b"events")
+    with env.begin(write=True) as txn:  # the canonical JSON with the old hash: a first-format value any reader takes
+        txn.put(seq_key(2), codec.canonical(forged), db=events)
+    env.close()
+    started = time.monotonic()
+    with SessionStore.open(tmp_path, "p", extensions=[_notes(2)], follower=False) as store:
+        with store.read_model("notes", wait=10) as conn:
+            texts = [r[0] for r in conn.execute("SELECT text FROM notes_items ORDER BY seq")]
+        assert store.health(full=False)["damage"]["seq"] == 2
+    assert texts == ["genuine"], "a tampered event reached an extension read model"
+    assert time.monotonic() - started < 5
