@@ -4,11 +4,14 @@ events, whoever appended them (an earlier program, another host), rebuilt or cau
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from test_adapter_langgraph import cfg, checkpoint
+from test_adapter_openai_agents import contents, run, user
 
 from eventlog import SessionStore
 from eventlog.adapters.langgraph import EventlogSaver
+from eventlog.adapters.openai_agents import EventlogSession
 
 
 def _late_rows(s: EventlogSaver) -> int:
@@ -34,3 +37,31 @@ def test_a_checkpoint_appended_after_its_threads_deletion_is_not_in_the_read_mod
         s._open().rebuild()
         assert _late_rows(s) == 0
         assert s.get_tuple(cfg("t")) is None
+
+
+def test_a_pop_raced_by_an_add_takes_the_added_item_not_the_one_it_read(tmp_path: Path) -> None:
+    """docs/ADAPTERS.md: EventlogSession's pops append at the version read. An item added by
+    another writer after the pop read the history, and before it wrote its rewind, makes the
+    rewind refused (nothing written) and the pop looks again: it takes the new latest item, and
+    the item it had read stays. Appended at the version of the moment instead, the rewind of
+    the item read would hide the added one with it, a write nobody took back."""
+    popper, adder = EventlogSession("chat", home=tmp_path), EventlogSession("chat", home=tmp_path)
+    try:
+        run(adder.add_items([user("a"), user("b")]))
+        refresh = popper._refresh
+        raced = []
+
+        def refresh_then_add(store: Any, need: Any = None) -> Any:
+            h = refresh(store, need)
+            if not raced:
+                raced.append(True)
+                run(adder.add_items([user("c")]))  # lands between the pop's read and its rewind
+            return h
+
+        popper._refresh = refresh_then_add  # type: ignore[method-assign]
+        popped = run(popper.pop_item())
+        assert raced and popped is not None and popped["content"] == "c"
+        assert contents(run(adder.get_items())) == ["a", "b"]
+    finally:
+        popper.close()
+        adder.close()

@@ -4,10 +4,14 @@ caught (docs/RELIABILITY.md, "Mutation audit"): the recorded head's hash is part
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import lmdb
+import orjson
 import psycopg
 import pytest
 
@@ -16,6 +20,7 @@ from eventlog.log.damage import Verified
 from eventlog.log.lmdb import EventLog, generation_dir, seq_key
 from eventlog.log.memory import MemoryLog
 from eventlog.log.postgres import PostgresLog
+from eventlog.sessions.store import SessionStore
 
 
 def ev(i: int) -> dict[str, Any]:
@@ -122,3 +127,68 @@ def test_a_chain_check_names_a_deleted_event_by_its_own_seq(tmp_path: Path, raw:
             seqs = [seq for seq, _, _ in checked]
             assert seqs == list(range(start, 6))
             assert checked.damage is not None and checked.damage.seq == 6, (start, checked.damage)
+
+
+def _log_files(log_dir: Path) -> dict[str, bytes]:
+    """Every file of the log directory (LMDB's reader table, lock.mdb, aside: every open of the
+    log registers in it), and where each symlink points."""
+    out = {}
+    for p in sorted(log_dir.rglob("*")):
+        if p.is_symlink():
+            out[str(p.relative_to(log_dir))] = os.readlink(p).encode()
+        elif p.is_file() and p.name != "lock.mdb":
+            out[str(p.relative_to(log_dir))] = p.read_bytes()
+    return out
+
+
+def test_repair_rebuild_and_doctor_never_write_the_log(tmp_path: Path) -> None:
+    """Invariant 2: "Repair, rebuild and doctor never write the log" — byte for byte, with
+    projections broken enough that every command has something to do."""
+    home = tmp_path / "home"
+    with SessionStore.open(home, "p", follower=False) as store:
+        for s in range(3):
+            sid = store.create_session(f"s{s}", title=f"session {s}")
+            for i in range(5):
+                store.append_message(sid, "user", f"message {i} of session {s}")
+        store.sync()
+    profile = home / "profiles" / "p"
+    before = _log_files(profile / "log")
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    for command in (["doctor", "--fix"], ["rebuild"], ["doctor", "--deep", "--fix"], ["doctor", "--deep"]):
+        for kind in ("state", "fts"):
+            (profile / os.readlink(profile / f"{kind}.db")).write_bytes(os.urandom(8192))
+        done = subprocess.run([exe, "--home", str(home), "--profile", "p", *command], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (command, done.stderr)
+        assert _log_files(profile / "log") == before, command
+    with SessionStore.open(home, "p", follower=False) as store:
+        assert store.log.verify().ok and len(store.get_messages("s2")) == 5
+
+
+@pytest.mark.postgres
+def test_the_default_durability_commits_synchronously_on_postgres(pg_url: str, pg_profile: str) -> None:
+    """The same promise on PostgreSQL: the writer's commits wait for the WAL flush unless the
+    handle was opened with `nosync`."""
+    for durability, expected in (("sync", "on"), ("nosync", "off")):
+        with PostgresLog.open(pg_url, profile=pg_profile, durability=durability) as lg:
+            lg.append([ev(0)])
+            assert lg._writer_conn().execute("SHOW synchronous_commit").fetchone()[0] == expected
+
+
+def test_appends_and_reads_keep_lmdbs_own_lock_on_its_lock_file(tmp_path: Path) -> None:
+    """Invariant 4, "no code path opens, reads or closes a live database file with plain file
+    I/O": LMDB holds a POSIX (fcntl) lock on lock.mdb for as long as a process has the log open —
+    how another process knows it is not alone, and how eventlog itself finds the processes that
+    have the log open (posix_lock_holders) — and closing any descriptor of that file in this
+    process would cancel it. Seen from another process, it is still held after appends and reads."""
+    path = tmp_path / "log"
+    probe = ("import sys; from pathlib import Path; from eventlog.log.lmdb import posix_lock_holders; "
+             "print(posix_lock_holders(Path(sys.argv[1])))")
+    with EventLog.open(path, durability="nosync") as lg:
+        lock = generation_dir(path) / "lock.mdb"
+        lg.append([ev(0)])
+        lg.append([ev(1)], expected_version=1)
+        assert [e["seq"] for e in lg.read()] == [1, 2] and lg.verify().ok
+        seen = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True, timeout=60)
+        assert seen.returncode == 0, seen.stderr
+        assert os.getpid() in orjson.loads(seen.stdout), seen.stdout
