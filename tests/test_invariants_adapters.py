@@ -65,3 +65,22 @@ def test_a_pop_raced_by_an_add_takes_the_added_item_not_the_one_it_read(tmp_path
     finally:
         popper.close()
         adder.close()
+
+
+def test_two_profiles_with_the_same_session_id_read_their_own_items(tmp_path: Path) -> None:
+    """Invariant 9 in the OpenAI adapter's history cache, which is shared by the objects of a
+    process: a session id used in two profiles of one process is two histories."""
+    one = EventlogSession("chat", home=tmp_path, profile="one")
+    two = EventlogSession("chat", home=tmp_path, profile="two")
+    try:
+        run(one.add_items([user("only in one")]))
+        run(two.add_items([user("only in two")]))
+        for profile, expected in (("one", ["only in one"]), ("two", ["only in two"])):
+            fresh = EventlogSession("chat", home=tmp_path, profile=profile)
+            try:
+                assert contents(run(fresh.get_items())) == expected
+            finally:
+                fresh.close()
+    finally:
+        one.close()
+        two.close()

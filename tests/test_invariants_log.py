@@ -15,7 +15,7 @@ import orjson
 import psycopg
 import pytest
 
-from eventlog.errors import StorageError
+from eventlog.errors import StorageError, WriterBusyError
 from eventlog.log.damage import Verified
 from eventlog.log.lmdb import EventLog, generation_dir, seq_key
 from eventlog.log.memory import MemoryLog
@@ -192,3 +192,16 @@ def test_appends_and_reads_keep_lmdbs_own_lock_on_its_lock_file(tmp_path: Path) 
         seen = subprocess.run([sys.executable, "-c", probe, str(lock)], capture_output=True, text=True, timeout=60)
         assert seen.returncode == 0, seen.stderr
         assert os.getpid() in orjson.loads(seen.stdout), seen.stdout
+
+
+@pytest.mark.postgres
+def test_the_postgres_rules_lock_lets_one_host_at_a_time_in(pg_url: str, pg_profile: str) -> None:
+    """What SessionStore._ruled takes so that hosts sharing a log check a domain rule and append
+    as one step: held by one handle (one host), another waits and is refused in time."""
+    with PostgresLog.open(pg_url, profile=pg_profile) as a, PostgresLog.open(pg_url, profile=pg_profile) as b:
+        with a.rules_lock(5.0):
+            with pytest.raises(WriterBusyError):
+                with b.rules_lock(0.3):
+                    pass
+        with b.rules_lock(5.0):  # free again once the holder let go
+            pass
