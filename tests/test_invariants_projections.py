@@ -171,3 +171,29 @@ def test_an_extension_read_model_built_on_its_own_stops_before_a_tampered_event(
         assert store.health(full=False)["damage"]["seq"] == 2
     assert texts == ["genuine"], "a tampered event reached an extension read model"
     assert time.monotonic() - started < 5
+
+
+def test_a_read_model_read_over_damage_not_applied_yet_answers_as_of_the_last_good_seq(tmp_path: Path) -> None:
+    """The same over events state.db has not applied yet: the catch-up stops before the damage,
+    and a read model read waits for nothing past it (it spun on the lease, never reaching its
+    deadline, until the reads learnt that nothing past a damaged seq can come)."""
+    with SessionStore.open(tmp_path, "p", extensions=[_notes(1)], follower=False) as store:
+        store.append_events([_note("one")])
+        with store.read_model("notes") as conn:
+            conn.execute("SELECT 1").fetchall()
+    log_dir = tmp_path / "profiles" / "p" / "log"
+    with EventLog.open(log_dir) as lg:
+        lg.append([_note("two"), _note("three")])
+        forged = lg.get(2)
+    assert forged is not None
+    forged["data"]["text"] = "forged"
+    env = lmdb.open(str(generation_dir(log_dir)), max_dbs=8)
+    events = env.open_db(b"events")
+    with env.begin(write=True) as txn:
+        txn.put(seq_key(2), codec.canonical(forged), db=events)
+    env.close()
+    started = time.monotonic()
+    with SessionStore.open(tmp_path, "p", extensions=[_notes(1)], follower=False) as store:
+        with store.read_model("notes", wait=3) as conn:
+            assert conn.execute("SELECT seq, text FROM notes_items").fetchall() == [(1, "one")]
+    assert time.monotonic() - started < 2.5
