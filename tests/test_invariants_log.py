@@ -1,6 +1,9 @@
-"""Invariants 1-3 of DESIGN.md at the log, each test written against a mutation no other test
-caught (docs/RELIABILITY.md, "Mutation audit"): the recorded head's hash is part of what
-`verify` checks, an append never overwrites a stored event, and the default durability syncs."""
+"""Invariants 1-4 of DESIGN.md at the logs, each test written against a mutation no other test
+caught, or caught only incidentally (docs/RELIABILITY.md, "Mutation audit"): the recorded head's
+hash is part of what `verify` checks, an append never overwrites a stored event, the default
+durability syncs (LMDB and PostgreSQL), a deleted event is named by its own seq, doctor and
+rebuild leave the log's bytes alone, LMDB's own lock on lock.mdb survives our appends, and
+PostgreSQL's rules lock lets one host in at a time."""
 from __future__ import annotations
 
 import hashlib

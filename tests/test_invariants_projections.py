@@ -1,6 +1,8 @@
 """Invariants 5-7 of DESIGN.md at the projections, each test written against a mutation no other
-test caught (the mutation audit): a cursor is committed in the transaction of the rows it
-covers — state.db's and an extension read model's alike."""
+test caught (docs/RELIABILITY.md, "Mutation audit"): a cursor is committed in the transaction
+of the rows it covers (state.db's and an extension read model's alike), a projection of another
+log or another application is rebuilt, and an extension read model, like the core tables, is
+built only from the verified prefix of the log."""
 from __future__ import annotations
 
 import shutil
