@@ -299,15 +299,34 @@ def _shows_erased(conn: sqlite3.Connection, env: dict[str, Any]) -> bool:
     return any(isinstance(s, str) and s in shown for s in named)
 
 
+_DAMAGE_SAID: set[tuple[str, int]] = set()
+
+
 def catch_up(conn: sqlite3.Connection, eventlog: Any, cursor: int, head: int, *, purge: bool = True) -> int:
     """Apply the log's events after ``cursor`` up to ``head`` in transactions of :data:`BATCH`
     events, each with its cursor; returns the seq reached. A batch is applied straight first;
     if one of its events is refused, the batch is applied again with each event in a savepoint
     (that event skipped, see :func:`apply_events`). ``purge``: raise :class:`ErasedHere` (the
-    batch not applied) at an erase record naming sessions the projection shows."""
+    batch not applied) at an erase record naming sessions the projection shows.
+
+    Only the verified prefix of the log is applied, as eventlog's own projections do
+    (docs/RELIABILITY.md): each event is checked against the chain as it is read, and at the
+    first that fails the catch-up stops short of ``head`` with the damage recorded (appends are
+    refused from then on). It read the log unchecked, and served an event tampered with after it
+    was written (outside audit, helper-55)."""
+    from eventlog.log.damage import Verified
+
     while cursor < head:
         upto = min(head, cursor + BATCH)
-        envelopes = list(eventlog.read(cursor + 1, upto))
+        checked = Verified(eventlog, cursor + 1, upto, raw=False)
+        envelopes = [env for _, _, env in checked]
+        if checked.damage is not None:
+            said = (str(getattr(eventlog, "path", "")), checked.damage.seq)
+            if said not in _DAMAGE_SAID:  # once per damage and process: every write meets it
+                _DAMAGE_SAID.add(said)
+                log.warning("hermes projection: the log is damaged at seq %d (%s); serving what verifies before it",
+                            checked.damage.seq, checked.damage.reason)
+            head = cursor + len(envelopes)  # apply what verified, then stop
         if not envelopes:
             break
         if purge and any(_shows_erased(conn, env) for env in envelopes if env.get("type") == "log.erased"):
