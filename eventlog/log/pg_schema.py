@@ -203,12 +203,21 @@ def upgrade(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
     if not complete:
         try:
             with conn.transaction():
+                _upgrade_lock(conn)
                 for ddl in zdicts_ddl(info.schema, info.role):
                     conn.execute(ddl)
             complete = True
         except (pgerr.InsufficientPrivilege, pgerr.InvalidSchemaName):
             pass
     return ensure_erase_function(conn, info) and complete
+
+
+def _upgrade_lock(conn: psycopg.Connection[Any]) -> None:
+    """Serialize the upgrades of administrators opening profiles at once (the registry's lock,
+    until the transaction ends): two concurrent ``CREATE OR REPLACE FUNCTION`` of one function
+    (or ``CREATE TABLE IF NOT EXISTS`` of one table) fail one of them ("tuple concurrently
+    updated", a duplicate key in the catalog), and with it that host's open."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s, 0)", (LOCK_NAMESPACE,))
 
 
 ERASE_FUNCTION = "erase_events(bigint[], bytea[])"
@@ -291,12 +300,16 @@ $fn$""").format(s=s)
 def ensure_erase_function(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
     """Add :func:`erase_function_ddl` to a profile provisioned before it existed, when this
     connection may (the schema's owner or a superuser); True when the function is there."""
-    found = conn.execute("SELECT to_regprocedure(%s) IS NOT NULL, obj_description(to_regprocedure(%s), 'pg_proc')",
-                         (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
+    check = "SELECT to_regprocedure(%s) IS NOT NULL, obj_description(to_regprocedure(%s), 'pg_proc')"
+    found = conn.execute(check, (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
     if found and found[0] and found[1] == ERASE_VERSION:
         return True
     try:
         with conn.transaction():
+            _upgrade_lock(conn)
+            found = conn.execute(check, (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
+            if found and found[0] and found[1] == ERASE_VERSION:
+                return True  # another administrator's open upgraded it meanwhile
             for ddl in erase_function_ddl(info.schema, info.role):
                 conn.execute(ddl)
     except (pgerr.InsufficientPrivilege, pgerr.InvalidSchemaName):
