@@ -420,6 +420,10 @@ class Statements:
         self.identity = f"SELECT id, schema_name, role_name FROM {REGISTRY}.profile(%s)"
         self.lock = "SELECT pg_advisory_xact_lock(%s, %s)"
         self.lock_args = (LOCK_NAMESPACE, info.id)
+        # The rules lock (PostgresLog.rules_lock): which of these server pids still hold it.
+        self.rules_args = (LOCK_NAMESPACE + 1, info.id)
+        self.rules_held = ("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                           "AND objid = %s AND objsubid = 2 AND granted AND pid = ANY(%s::integer[])")
         self.head = q("SELECT seq, hash FROM {s}.head")
         # Format 1 (the first release's profiles, which may have no zdicts table) never compresses.
         self.head_and_dict = q("SELECT seq, hash, (SELECT max(id) FROM {s}.zdicts) FROM {s}.head" if info.format != 1

@@ -177,13 +177,14 @@ def _lost(e: BaseException) -> bool:
 
 
 class _Request:
-    __slots__ = ("items", "payloads", "expected", "size", "done", "seqs", "error")
+    __slots__ = ("items", "payloads", "expected", "fence", "size", "done", "seqs", "error")
 
     def __init__(self, items: list[codec.Prepared], payloads: list[tuple[int, int, bytes]] | None,
-                 expected: int | None) -> None:
+                 expected: int | None, fence: int | None = None) -> None:
         self.items = items
         self.payloads = payloads  # format 2: each event's (codec, dictionary, data), made outside the transaction
         self.expected = expected
+        self.fence = fence  # made inside this handle's rules lock: the server pid that must still hold it
         self.size = sum(len(it.data_bytes) for it in items)
         self.done = False
         self.seqs: list[int] = []
@@ -271,6 +272,7 @@ class PostgresLog(LogBase):
         self._writer: psycopg.Connection[Any] | None = None
         self._phase = _BEFORE  # of the write attempt in flight (under _write_mutex)
         self._pool = _Pool(self._connect_reader)
+        self._rules = threading.local()  # .pid: the backend holding this thread's rules lock
         self._wakeups = Wakeups(lambda: connect(url, connect_timeout=connect_timeout), self._sql.listen)
 
     @property
@@ -462,7 +464,7 @@ class PostgresLog(LogBase):
         if not items:
             return []
         payloads = [self._compression.compress(it.data_bytes) for it in items] if self._format == 2 else None
-        req = _Request(items, payloads, expected_version)
+        req = _Request(items, payloads, expected_version, getattr(self._rules, "pid", None))
         with self._cv:
             self._queue.append(req)
             while not req.done and self._leader:
@@ -596,7 +598,8 @@ class PostgresLog(LogBase):
         """
         conn = self._writer_conn()
         small = sum(r.size for r in group) <= WRITE_CHUNK_BYTES  # a larger group is written in several statements
-        if self._cached_head is not None and self._fast_backoff == 0 and small:
+        fenced = any(r.fence is not None for r in group)  # the rules lock is checked with the reads
+        if self._cached_head is not None and self._fast_backoff == 0 and small and not fenced:
             try:
                 top = self._write_fast(conn, group, *self._cached_head)
             except (pgerr.DivisionByZero, pgerr.UniqueViolation):
@@ -626,7 +629,7 @@ class PostgresLog(LogBase):
 
     def _seal(self, group: list[_Request], start: int, prev: str, found: dict[str, tuple[int, Any]],
               versions: dict[str, int] | None, guards: list[tuple[str, int]],
-              erased: set[str] | None = None) -> tuple[int, str, list[Any]]:
+              erased: set[str] | None = None, fences: set[int] | None = None) -> tuple[int, str, list[Any]]:
         """Plan and seal ``group`` on head ``(start, prev)``: returns the new head and the rows of
         the ``write`` statement (empty when nothing is to be written). ``erased``: the guarded
         streams whose first and last events are erased (refused at any expected version)."""
@@ -638,7 +641,7 @@ class PostgresLog(LogBase):
         sessions: list[str | None] = []
         bodies: list[bytes] = []
         for r in group:
-            for i, it in self._plan(r, found, pending, versions, new, guards, erased or set()):
+            for i, it in self._plan(r, found, pending, versions, new, guards, erased or set(), fences):
                 seq += 1
                 ts = time.time_ns()
                 raw, digest = codec.seal(it, seq, ts, prev)
@@ -701,6 +704,8 @@ class PostgresLog(LogBase):
                 head_cur = conn.execute(st.head_and_dict)
                 ids_cur = conn.execute(st.find_ids, (ids,), binary=True)
                 ver_cur = conn.execute(st.versions, (guarded,)) if guarded else None
+                pids = sorted({r.fence for r in group if r.fence is not None})
+                fence_cur = conn.execute(st.rules_held, (*st.rules_args, pids)) if pids else None
                 pipe.sync()
                 head = head_cur.fetchone()
                 self._phase = _LOOKED_UP
@@ -710,8 +715,9 @@ class PostgresLog(LogBase):
                 counted = ver_cur.fetchall() if ver_cur else []
                 versions: dict[str, int] = {str(k): int(v) for k, v, _ in counted}
                 erased = {str(k) for k, _, gone in counted if gone}
+                fences = {int(p) for (p,) in fence_cur.fetchall()} if fence_cur else set()
                 start, newest_dict = int(head[0]), int(head[2] or 0)
-                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased)
+                seq, prev, rows = self._seal(group, start, str(head[1]), found, versions, [], erased, fences)
                 if rows:
                     self._write_rows(conn, rows, seq, prev)
                     self._phase = _SENT
@@ -754,11 +760,14 @@ class PostgresLog(LogBase):
 
     def _plan(self, r: _Request, found: dict[str, tuple[int, Any]], pending: dict[str, tuple[int, bytes]],
               versions: dict[str, int] | None, new: Counter[str],
-              guards: list[tuple[str, int]], erased: set[str]) -> list[tuple[int, codec.Prepared]]:
+              guards: list[tuple[str, int]], erased: set[str],
+              fences: set[int] | None = None) -> list[tuple[int, codec.Prepared]]:
         """What of request ``r`` to write, as ``(input index, event)``; sets ``r.seqs`` (stored
         seqs filled in for ids already in the log, or written earlier in this group) or ``r.error``.
         ``versions`` None (the fast path): an ``expected_version`` is taken as right and becomes
-        a guard ``(stream, version it must have before this group)`` the transaction checks."""
+        a guard ``(stream, version it must have before this group)`` the transaction checks.
+        ``fences``: the server pids found holding the rules lock (a request made inside it whose
+        holder is not among them is refused: its rule was checked under a lock since lost)."""
         r.seqs = [0] * len(r.items)
         fresh: list[tuple[int, codec.Prepared]] = []
         for i, it in enumerate(r.items):
@@ -773,6 +782,12 @@ class PostgresLog(LogBase):
                 r.seqs, r.error = [], DuplicateEventError(it.id, hit[0])
                 return []
             r.seqs[i] = hit[0]
+        if fresh and r.fence is not None and fences is not None and r.fence not in fences:
+            r.seqs, r.error = [], StorageError(
+                f"append to {self._where} refused: the rules lock this write was checked under was lost (its "
+                "connection ended) before the write, so another host may have written meanwhile; nothing was "
+                "written", hint="retry the call: it checks its rule again")
+            return []
         if fresh and r.expected is not None:
             stream = str(r.items[0].session)
             if versions is None:
@@ -1078,9 +1093,17 @@ class PostgresLog(LogBase):
         its own: a holder that stops (SIGSTOP, a debugger) or vanishes from the network is ended
         by the server after ``idle_in_transaction_session_timeout`` (60 s), which frees the lock,
         whatever still answers for the host's TCP stack (its kernel, a proxy, a NAT). A session
-        lock on an idle connection stayed held until TCP keepalives gave up (about 2 h by default)."""
+        lock on an idle connection stayed held until TCP keepalives gave up (about 2 h by default).
+
+        A lock that is lost while held (its connection cut, or ended by that timeout) must not let
+        two hosts act on one rule: this thread's appends inside it are checked, in their write
+        transaction, to come from a holder that still has it (else refused, nothing written);
+        and a new holder first waits for the appends in flight (the profile's append lock, shared
+        for an instant), so it sees every write checked under an earlier holder."""
         self._check_open()
         try_lock = "SELECT pg_try_advisory_xact_lock(%d, %d)" % (LOCK_NAMESPACE + 1, self.info.id)
+        in_flight = ("SELECT CASE WHEN pg_try_advisory_lock_shared(%d, %d) THEN pg_advisory_unlock_shared(%d, %d) "
+                     "ELSE false END" % ((LOCK_NAMESPACE, self.info.id) * 2))
         deadline = time.monotonic() + timeout
         lost_until: float | None = None
         delay = 0.002
@@ -1092,15 +1115,18 @@ class PostgresLog(LogBase):
                 c = self._pool.take()
                 cur = c.execute("BEGIN; " + try_lock)  # one round trip
                 cur.nextset()
-                while not (row := cur.fetchone()) or not row[0]:  # held elsewhere: try again in this transaction
-                    if time.monotonic() >= deadline:
-                        c.execute("ROLLBACK")
-                        self._pool.give(c, True)
-                        c = None
-                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
-                    cur = c.execute(try_lock)
+                for step in (try_lock, in_flight):
+                    if step is in_flight:
+                        cur = c.execute(in_flight)
+                    while not (row := cur.fetchone()) or not row[0]:  # held elsewhere: try again in this transaction
+                        if time.monotonic() >= deadline:
+                            c.execute("ROLLBACK")
+                            self._pool.give(c, True)
+                            c = None
+                            raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                        time.sleep(delay)
+                        delay = min(delay * 2, 0.05)
+                        cur = c.execute(step)
                 conn = c
             except psycopg.Error as e:
                 if c is not None:
@@ -1114,10 +1140,13 @@ class PostgresLog(LogBase):
                 time.sleep(min(delay, 0.05))
                 delay = min(delay * 2, 1.0)
         ok = False
+        outer = getattr(self._rules, "pid", None)
+        self._rules.pid = conn.info.backend_pid
         try:
             yield
             ok = True
         finally:
+            self._rules.pid = outer
             try:
                 conn.execute("COMMIT" if ok else "ROLLBACK")  # either frees the lock
                 self._pool.give(conn, True)
