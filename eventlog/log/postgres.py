@@ -1048,7 +1048,8 @@ class PostgresLog(LogBase):
 
         Woken by this process's commits and by NOTIFY from other hosts; while the LISTEN
         connection is down, re-reads every ``poll`` seconds. Rides out server restarts (reads
-        reconnect). Stops after ``timeout`` seconds without a new event, or when the log closes.
+        reconnect). Stops after ``timeout`` seconds without a new event, or when the log closes;
+        raises :class:`ProfileGoneError` when the profile was removed from the server.
         """
         nxt = max(1, seq_arg(from_seq, "from_seq"))
         wk = self._wakeups
@@ -1064,6 +1065,8 @@ class PostgresLog(LogBase):
                     yield env
             except ClosedError:
                 return
+            except ProfileGoneError:  # for good: it was warned about every second, and followed forever
+                raise
             except StorageError as e:  # the server is away for longer than reconnect_timeout
                 if self._closed:
                     return
