@@ -1105,8 +1105,9 @@ class PostgresLog(LogBase):
         for an instant), so it sees every write checked under an earlier holder."""
         self._check_open()
         try_lock = "SELECT pg_try_advisory_xact_lock(%d, %d)" % (LOCK_NAMESPACE + 1, self.info.id)
-        in_flight = ("SELECT CASE WHEN pg_try_advisory_lock_shared(%d, %d) THEN pg_advisory_unlock_shared(%d, %d) "
-                     "ELSE false END" % ((LOCK_NAMESPACE, self.info.id) * 2))
+        # Waits in the lock's queue (a try, polled, could starve behind back-to-back appends).
+        in_flight = ("SELECT pg_advisory_lock_shared(%d, %d); SELECT pg_advisory_unlock_shared(%d, %d)"
+                     % ((LOCK_NAMESPACE, self.info.id) * 2))
         deadline = time.monotonic() + timeout
         lost_until: float | None = None
         delay = 0.002
@@ -1118,22 +1119,23 @@ class PostgresLog(LogBase):
                 c = self._pool.take()
                 cur = c.execute("BEGIN; " + try_lock)  # one round trip
                 cur.nextset()
-                for step in (try_lock, in_flight):
-                    if step is in_flight:
-                        cur = c.execute(in_flight)
-                    while not (row := cur.fetchone()) or not row[0]:  # held elsewhere: try again in this transaction
-                        if time.monotonic() >= deadline:
-                            c.execute("ROLLBACK")
-                            self._pool.give(c, True)
-                            c = None
-                            raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
-                        time.sleep(delay)
-                        delay = min(delay * 2, 0.05)
-                        cur = c.execute(step)
+                while not (row := cur.fetchone()) or not row[0]:  # held elsewhere: try again in this transaction
+                    if time.monotonic() >= deadline:
+                        c.execute("ROLLBACK")
+                        self._pool.give(c, True)
+                        c = None
+                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+                    cur = c.execute(try_lock)
+                wait_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                c.execute(f"SET LOCAL lock_timeout = {wait_ms}; {in_flight}; SET LOCAL lock_timeout = 0")
                 conn = c
             except psycopg.Error as e:
                 if c is not None:
                     self._pool.give(c, False)
+                if isinstance(e, pgerr.LockNotAvailable):  # appends in flight past the timeout
+                    raise WriterBusyError(f"{self._where} (rules lock)", None, timeout) from e
                 if not _lost(e):
                     raise self._converted(e, "the rules lock failed") from e
                 now = time.monotonic()
