@@ -48,3 +48,18 @@ def test_a_new_rules_holder_first_waits_for_the_appends_in_flight(pg_url: str, p
         with b.rules_lock(5):
             assert b.append([{"type": "x.y", "session": "s", "data": {}}]) == [1]
         assert not rules_holders(admin, b)
+
+
+def test_an_erase_under_a_rules_lock_lost_meanwhile_is_refused_and_erases_nothing(pg_url: str,
+                                                                                   pg_profile: str) -> None:
+    with PostgresLog.open(pg_url, profile=pg_profile) as a, psycopg.connect(pg_url, autocommit=True) as admin:
+        a.append([{"type": "x.y", "session": "s", "data": {"word": "secret"}}])
+        with a.rules_lock(5):
+            (holder,) = rules_holders(admin, a)
+            admin.execute("SELECT pg_terminate_backend(%s)", (holder,))
+            with pytest.raises(StorageError, match="rules lock .* was lost"):  # was: erased, the lineage unchecked
+                a.erase([1], {"reason": "test"}, streams=["s"])
+        assert a.head()[0] == 1 and a.get(1)["data"] == {"word": "secret"}
+        with a.rules_lock(5):
+            assert a.erase([1], {"reason": "test"}, streams=["s"]) == 2
+        assert a.verify().ok

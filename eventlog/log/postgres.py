@@ -569,6 +569,11 @@ class PostgresLog(LogBase):
         err.__cause__ = e
         return err
 
+    def _rules_lost(self, what: str) -> StorageError:
+        return StorageError(f"{what} on {self._where} refused: the rules lock this write was checked under was lost "
+                            "(its connection ended) before the write, so another host may have written meanwhile; "
+                            "nothing was written", hint="retry the call: it checks its rule again")
+
     def _planted(self, e: psycopg.IntegrityError) -> IntegrityError:
         """A unique or check constraint failed inside the profile's lock, where eventlog's own
         writers cannot collide (ids were looked up, the head read): a row was written around
@@ -783,10 +788,7 @@ class PostgresLog(LogBase):
                 return []
             r.seqs[i] = hit[0]
         if fresh and r.fence is not None and fences is not None and r.fence not in fences:
-            r.seqs, r.error = [], StorageError(
-                f"append to {self._where} refused: the rules lock this write was checked under was lost (its "
-                "connection ended) before the write, so another host may have written meanwhile; nothing was "
-                "written", hint="retry the call: it checks its rule again")
+            r.seqs, r.error = [], self._rules_lost("append")
             return []
         if fresh and r.expected is not None:
             stream = str(r.items[0].session)
@@ -874,6 +876,10 @@ class PostgresLog(LogBase):
                 stubs = [stored.pack_stub(codec.stub(env)) for env in envs]
                 if not listed:
                     raise psycopg.Rollback()
+                fence = getattr(self._rules, "pid", None)  # an erase_session, inside the rules lock
+                if fence is not None and not conn.execute(self._sql.rules_held, (*self._sql.rules_args,
+                                                                                  [fence])).fetchone():
+                    raise self._rules_lost("erase")
                 p = codec.prepare(erase_event(listed, data), log_type=True)
                 seq, ts = start + 1, time.time_ns()
                 _raw, digest = codec.seal(p, seq, ts, prev)
