@@ -346,14 +346,28 @@ class PostgresLog(LogBase):
             row = conn.execute(self._sql.identity, (self.profile,)).fetchone()
             if row is None or (int(row[0]), str(row[1]), str(row[2])) != (self.info.id, self.info.schema,
                                                                          self.info.role):
-                raise self._gone(row is not None)
+                raise self._gone(row is not None, conn)
         settings = [self._sql.set_role, f"SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_S}s'",
                     *SERVER_KEEPALIVES]
         if writer:
             settings.append("SET synchronous_commit = " + ("on" if self.durability == "sync" else "off"))
         conn.execute("; ".join(settings))  # one round trip
 
-    def _gone(self, replaced: bool) -> ProfileGoneError:
+    def _gone(self, replaced: bool, conn: psycopg.Connection[Any] | None = None) -> StorageError:
+        """:class:`ProfileGoneError`, or, when the registry hides the profile from this login only
+        because its role was revoked from it (the profile is intact), a StorageError saying so."""
+        if not replaced and conn is not None:
+            try:
+                row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = %s) "
+                                   "AND NOT pg_has_role(session_user, %s, 'MEMBER')",
+                                   (self.info.role, self.info.role)).fetchone()
+            except psycopg.Error:
+                row = None  # cannot tell
+            if row is not None and row[0]:
+                return StorageError(f"this login may no longer use profile {self.profile!r} on {redact(self.url)}: "
+                                    f"its role {self.info.role} was revoked from it while this log was open; "
+                                    "nothing was read or written", hint="an administrator grants the profile to this "
+                                    "login again (eventlog.log.pg_schema.grant_login), then open it again")
         what = "was removed and created anew" if replaced else "was removed"
         return ProfileGoneError(f"profile {self.profile!r} {what} on {redact(self.url)} while this log was open "
                                 f"(it had schema {self.info.schema}); nothing was read or written")
@@ -367,11 +381,11 @@ class PostgresLog(LogBase):
             try:
                 with connect(self.url, connect_timeout=self._connect_timeout) as conn:
                     found = lookup(conn, self.profile)
+                    if found is None or (found.id, found.schema, found.role) != (self.info.id, self.info.schema,
+                                                                                 self.info.role):
+                        return self._gone(found is not None, conn)
             except psycopg.Error:
-                found = self.info  # cannot tell: report e
-            if found is None or (found.id, found.schema, found.role) != (self.info.id, self.info.schema,
-                                                                         self.info.role):
-                return self._gone(found is not None)
+                pass  # cannot tell: report e
         return storage_error(e, action, self._where)
 
     def _connect_reader(self) -> psycopg.Connection[Any]:
