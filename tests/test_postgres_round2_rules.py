@@ -3,10 +3,13 @@ or ended by the server's idle_in_transaction_session_timeout) must not let two h
 one rule — of two hosts setting one title, both were acknowledged."""
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
 from eventlog.errors import StorageError, WriterBusyError
+from eventlog.log import postgres
 from eventlog.log.pg_schema import LOCK_NAMESPACE
 from eventlog.log.postgres import PostgresLog
 
@@ -63,3 +66,17 @@ def test_an_erase_under_a_rules_lock_lost_meanwhile_is_refused_and_erases_nothin
         with a.rules_lock(5):
             assert a.erase([1], {"reason": "test"}, streams=["s"]) == 2
         assert a.verify().ok
+
+
+def test_a_rules_lock_held_past_the_servers_idle_timeout_is_kept(pg_url: str, pg_profile: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock's transaction is ended by the server after idle_in_transaction_session_timeout (60 s;
+    2 s here): a holder that simply took that long (an erase of a large lineage) lost it, and with
+    the check above its writes would then always be refused."""
+    monkeypatch.setattr(postgres, "IDLE_IN_TRANSACTION_S", 2)
+    with PostgresLog.open(pg_url, profile=pg_profile) as a, psycopg.connect(pg_url, autocommit=True) as admin:
+        with a.rules_lock(5):
+            time.sleep(4)
+            assert rules_holders(admin, a)
+            assert a.append([{"type": "x.y", "session": "s", "data": {}}]) == [1]
+        assert not rules_holders(admin, a)

@@ -1167,11 +1167,28 @@ class PostgresLog(LogBase):
         ok = False
         outer = getattr(self._rules, "pid", None)
         self._rules.pid = conn.info.backend_pid
+        done = threading.Event()
+        held = conn
+
+        def beat() -> None:
+            # A holder that runs longer than the server's idle timeout (an erase of a large lineage)
+            # keeps its lock: its writes would be refused once the server ended the session. A
+            # stopped or vanished holder's beats stop too, and the server frees the lock as before.
+            while not done.wait(IDLE_IN_TRANSACTION_S / 3):
+                try:
+                    held.execute("SELECT 1")
+                except psycopg.Error:
+                    return  # the session is gone: the holder's writes are refused
+
+        beater = threading.Thread(target=beat, name="eventlog-pg-rules-beat", daemon=True)
+        beater.start()
         try:
             yield
             ok = True
         finally:
             self._rules.pid = outer
+            done.set()
+            beater.join()
             try:
                 conn.execute("COMMIT" if ok else "ROLLBACK")  # either frees the lock
                 self._pool.give(conn, True)
