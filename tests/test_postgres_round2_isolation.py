@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from eventlog.errors import ProfileGoneError, StorageError
+from eventlog.errors import ProfileGoneError, StorageError, ValidationError
 from eventlog.log.pg_schema import grant_login
 from eventlog.log.postgres import PostgresLog
 
@@ -34,3 +34,19 @@ def test_a_revoked_login_is_told_so_and_the_profile_is_not_called_removed(pg_ser
         assert "revoked" in str(info.value) and "grant_login" in str(info.value.hint)
     with PostgresLog.open(pg_url, profile=pg_profile) as a:
         assert a.head()[0] == 1 and a.verify().ok
+
+
+@pytest.mark.parametrize("options", [{"reconnect_timeout": "5"}, {"reconnect_timeout": float("nan")},
+                                     {"reconnect_timeout": -1}, {"connect_timeout": float("nan")},
+                                     {"connect_timeout": "10"}, {"connect_timeout": True}])
+def test_timeouts_that_are_not_seconds_are_refused_at_open(pg_url: str, pg_profile: str, options: Any) -> None:
+    """Were taken: NaN failed the open with a raw ValueError, and a string failed the first append
+    that met a lost connection with a raw TypeError, out of the group commit's except clause."""
+    with pytest.raises(ValidationError) as info:
+        PostgresLog.open(pg_url, profile=pg_profile, **options)
+    assert info.value.field == next(iter(options))
+
+
+def test_a_reconnect_timeout_without_end_is_taken(pg_url: str, pg_profile: str) -> None:
+    with PostgresLog.open(pg_url, profile=pg_profile, reconnect_timeout=float("inf"), connect_timeout=0) as lg:
+        assert lg.append([{"type": "x.y", "session": "s", "data": {}}]) == [1]

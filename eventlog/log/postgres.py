@@ -298,6 +298,12 @@ class PostgresLog(LogBase):
         check_url_userinfo(url, "url")
         if durability not in DURABILITIES:
             raise ValidationError("durability", f"must be one of {DURABILITIES}")
+        for name, value, most in (("connect_timeout", connect_timeout, 1e9), ("reconnect_timeout", reconnect_timeout,
+                                                                                float("inf"))):
+            # A string or NaN was taken, and failed later: int(nan) at open, and "now + '5'" in the
+            # except clause of a lost connection (a raw TypeError out of the group commit's leader).
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+                raise ValidationError(name, "must be a number of seconds, 0 or more")
         where = f"{redact(url)} profile {profile!r}"
         try:
             conn = connect(url, connect_timeout=connect_timeout)
