@@ -521,7 +521,17 @@ class PostgresLog(LogBase):
         self._last_group = len(group)
         try:
             with self._write_mutex:
-                self._commit_group(group)
+                try:
+                    self._commit_group(group)
+                except BaseException as e:
+                    # KeyboardInterrupt or SystemExit (a signal handler) in the thread leading the group:
+                    # its other callers took the seqs their events were sealed at as committed.
+                    self._cached_head = None
+                    for r in group:
+                        r.seqs, r.error = [], OutcomeUnknownError(
+                            f"append to {self._where} was interrupted ({type(e).__name__}) in the thread committing "
+                            "it, so whether the events were stored is unknown", [it.id for it in r.items])
+                    raise
         finally:
             with self._cv:
                 for r in group:
