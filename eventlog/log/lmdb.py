@@ -52,6 +52,7 @@ from eventlog.errors import (
     ForkedEnvironmentError,
     HeadMovedError,
     IntegrityError,
+    OutcomeUnknownError,
     StorageError,
     ValidationError,
     WriterBusyError,
@@ -1360,7 +1361,21 @@ class _Environment:
                 for r in group:
                     r.seqs, r.error = [], ClosedError("the event log was closed before this append was committed")
             else:
-                self._commit_group(group)
+                try:
+                    self._commit_group(group)
+                except BaseException as e:
+                    # KeyboardInterrupt or SystemExit (a signal handler) in the thread leading the
+                    # group: its other callers would have returned the seqs their events were
+                    # given before the commit, as if stored (second-round audit, helper-57, found
+                    # on the PostgreSQL log's group commit of the same shape).
+                    for r in group:
+                        r.seqs, r.error = [], OutcomeUnknownError(
+                            f"append to {self.path} was interrupted ({type(e).__name__}) in the thread committing it, "
+                            "so whether the events were stored is unknown", [it.id for it in r.items],
+                            hint="append the same events again with these ids (event_ids): ids are idempotency "
+                                 "keys, so a retry returns the original seqs if they were stored and appends them "
+                                 "once if not")
+                    raise
         finally:
             me = threading.get_ident()
             for r in group:
