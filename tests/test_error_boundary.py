@@ -293,3 +293,21 @@ def test_compact_on_a_log_that_does_not_compact_is_not_called_invalid_input(tmp_
         with pytest.raises(ConflictError) as e:
             store.compact()
     assert str(e.value).startswith("log: this log backend does not compact") and "VACUUM" in str(e.value.hint)
+
+
+def test_an_unknown_outcome_on_the_command_line_names_its_event_ids(capsys: pytest.CaptureFixture[str]) -> None:
+    """OutcomeUnknownError asks for the events to be appended again under their ids; on the
+    command line the ids (generated ones too) were printed nowhere, and running the command
+    again appended them anew under new ids (second-round audit, helper-57)."""
+    from eventlog.cli.common import handled
+    from eventlog.errors import OutcomeUnknownError
+
+    @handled
+    def command() -> None:
+        raise OutcomeUnknownError("append was cut off", ["01JA", "01JB"])
+
+    with pytest.raises(SystemExit) as exit_:
+        command()
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "event ids, in order: 01JA 01JB" in err and "eventlog append" in err

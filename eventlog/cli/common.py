@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from eventlog import profiles
-from eventlog.errors import EventLogError, NotFoundError, ValidationError, printable
+from eventlog.errors import EventLogError, NotFoundError, OutcomeUnknownError, ValidationError, printable
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -138,6 +138,14 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
         except NotFoundError as e:
             if e.kind in NOT_FOUND_HINTS and e.hint == NotFoundError.HINTS.get(e.kind):
                 e.hint = NOT_FOUND_HINTS[e.kind]  # the command-line words for it
+            fail(str(e))
+        except OutcomeUnknownError as e:
+            # The library's advice (append them again under these ids) needs the ids, which a
+            # command-line user never saw: generated ones were printed nowhere, and running the
+            # command again appends the events anew under new ids (second-round audit, helper-57).
+            e.hint = (f"look the ids up before writing again (`eventlog log tail --json` shows each event's id); "
+                      f"with `eventlog append`, give the events these ids and run it again: a retry then stores them "
+                      f"once; event ids, in order: {' '.join(e.event_ids) or '(none)'}")
             fail(str(e))
         except EventLogError as e:
             fail(str(e))
