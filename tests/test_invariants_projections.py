@@ -138,6 +138,11 @@ def test_an_extension_cursor_that_cannot_be_written_takes_its_rows_with_it(tmp_p
         with SessionStore.open(tmp_path, "p", extensions=[_notes(1)], follower=False) as store:
             with store.read_model("notes", wait=2) as conn:
                 conn.execute("SELECT 1").fetchall()
+    from eventlog.log import lmdb as lmdb_module
+    from eventlog.sessions import store as store_module
+
+    # The open that failed left nothing open behind it (its core stayed registered, its log open).
+    assert store_module._shared == {} and not lmdb_module._open_envs
     conn = sqlite3.connect(f"file:{state}?mode=ro", uri=True)
     try:
         rows = conn.execute("SELECT seq, text FROM notes_items").fetchall()

@@ -524,7 +524,18 @@ class SessionStore:
                     _shared[key] = core
             else:
                 cls._check_options(core, options)
-            core.add_extensions(extensions)
+            try:
+                core.add_extensions(extensions)
+            except BaseException:
+                # A read model that failed to build at this open: a core this open made, which no
+                # handle holds, goes with it; it stayed registered with its log open, and every
+                # later open of the profile in the process was served by that orphan.
+                if core.refs == 0:
+                    with _shared_lock:
+                        if _shared.get(key) is core:
+                            del _shared[key]
+                    core.close()
+                raise
             core.refs += 1
             if follower:
                 core.want_follower()
