@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-from eventlog.errors import ClosedError, ValidationError
+from eventlog.errors import ClosedError, IntegrityError, ValidationError
 from eventlog.log import codec
 
 FOLLOW_POLL_S = 0.02
@@ -163,6 +163,18 @@ def str_arg(value: Any, field: str) -> str:
                 raise ValidationError(field, "contains a lone surrogate (no stored id holds one)") from None
         return value
     raise ValidationError(field, f"must be a string, got {type(value).__name__}")
+
+
+def check_sealed(raw: bytes | memoryview, seq: int, prev: str) -> dict[str, Any]:
+    """The envelope of the imported event ``raw`` (``append_sealed``), which must be stored as
+    event ``seq`` chained after ``prev`` and be an event an append could write; IntegrityError
+    (nothing of the batch is stored) otherwise. Shared by every log's append_sealed."""
+    env, reason = codec.check_stored(bytes(raw), seq, prev)
+    if reason is not None or env is None:
+        raise IntegrityError(f"imported event {seq} does not continue the chain: {reason}")
+    if (problem := codec.sealed_problem(env)) is not None:
+        raise IntegrityError(f"imported event {seq} cannot be stored: {problem}")
+    return env
 
 
 def prepare_batch(events: Iterable[Any], expected_version: int | None) -> list[codec.Prepared]:

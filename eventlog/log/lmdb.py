@@ -63,6 +63,7 @@ from eventlog.log.base import (
     LogBase,
     VerifyResult,
     check_erase_seqs,
+    check_sealed,
     erasable,
     erase_event,
     prepare_batch,
@@ -1833,11 +1834,7 @@ class _Environment:
         ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
         claim = 0  # the highest seq not yet written that an imported id of the derived form names
         for raw in raws:
-            env, reason = codec.check_stored(raw, seq + 1, prev)
-            if reason is not None or env is None:
-                raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
-            if (problem := codec.sealed_problem(env)) is not None:
-                raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
+            env = check_sealed(raw, seq + 1, prev)
             seq += 1
             key = seq_key(seq)
             if self.format != FORMAT_2:

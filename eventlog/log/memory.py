@@ -14,7 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from eventlog.log import codec
-from eventlog.log.base import LogBase, check_erase_seqs, erasable, erase_event, prepare_batch, seq_arg, str_arg
+from eventlog.log.base import LogBase, check_erase_seqs, check_sealed, erasable, erase_event, prepare_batch, seq_arg, str_arg
 
 
 class MemoryStorage:
@@ -103,11 +103,7 @@ class MemoryLog(LogBase):
             seq, prev = s.head_seq, s.head
             staged: list[dict[str, Any]] = []
             for raw in raws:
-                env, reason = codec.check_stored(raw, seq + 1, prev)
-                if reason is not None or env is None:
-                    raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
-                if (problem := codec.sealed_problem(env)) is not None:
-                    raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
+                env = check_sealed(raw, seq + 1, prev)
                 if env["id"] in s.ids or any(e["id"] == env["id"] for e in staged):
                     raise IntegrityError(f"imported event {seq + 1} has an already used id {env['id']!r}")
                 staged.append(env)

@@ -57,6 +57,7 @@ from eventlog.log.base import (
     LogBase,
     VerifyResult,
     check_erase_seqs,
+    check_sealed,
     erasable,
     erase_event,
     prepare_batch,
@@ -985,11 +986,7 @@ class PostgresLog(LogBase):
         new: Counter[str] = Counter()
         envs: list[dict[str, Any]] = []
         for raw in batch:
-            env, reason = codec.check_stored(raw, seq + 1, prev)
-            if reason is not None or env is None:
-                raise IntegrityError(f"imported event {seq + 1} does not continue the chain: {reason}")
-            if (problem := codec.sealed_problem(env)) is not None:
-                raise IntegrityError(f"imported event {seq + 1} cannot be stored: {problem}")
+            env = check_sealed(raw, seq + 1, prev)
             seq += 1
             eid, session = env["id"], env.get("session")
             if eid in eids:
