@@ -659,7 +659,14 @@ class PostgresLog(LogBase):
             self.commits += 1
         if self._format == 2:
             if newest_dict > self._compression.current:  # another host trained one: use it next time
-                self._adopt_dict(newest_dict)
+                try:
+                    self._adopt_dict(newest_dict)
+                except EventLogError as e:
+                    # The group is committed: its callers must hear success (told otherwise, they
+                    # would append it again under new ids). A later commit adopts the dictionary
+                    # (second-round audit, helper-57).
+                    _log.warning("%s: the compression dictionary %d another host trained is not in use yet: %s",
+                                 self._where, newest_dict, e)
             elif top:
                 self._maybe_train(top)
 
