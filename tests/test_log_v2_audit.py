@@ -335,3 +335,28 @@ def test_a_reopen_racing_the_removal_of_the_generation_it_read_never_serves_an_e
         assert lg.verify().ok
     finally:
         lg.close()
+
+
+def test_a_log_whose_directory_was_removed_says_so_at_every_call(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The whole log directory removed under an open handle: every call is a StorageError saying
+    the log is gone. Each call warned 'lock.mdb was deleted or replaced; reopening', failed to
+    open, and the calls after it met a closed environment ('Attempt to operate on closed/deleted/
+    dropped object') (outside audit, helper-54)."""
+    import shutil
+
+    from eventlog.errors import StorageError
+
+    lg = EventLog.open(tmp_path / "p" / "log")
+    try:
+        lg.append([{"type": "test.happened", "data": {"n": 1}}])
+        shutil.rmtree(tmp_path / "p")
+        with caplog.at_level("WARNING", logger="eventlog.log"):
+            for _ in range(2):
+                with pytest.raises(StorageError, match="is gone: its directory was removed"):
+                    lg.append([{"type": "test.happened", "data": {"n": 2}}])
+                with pytest.raises(StorageError, match="is gone: its directory was removed"):
+                    lg.head()
+        assert "reopening" not in caplog.text
+    finally:
+        lg.close()

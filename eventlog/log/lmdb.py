@@ -1561,6 +1561,13 @@ class _Environment:
         """
         if not self._lock_replaced():
             return
+        if not os.path.isdir(self.path):
+            # The whole log is gone, not its lock file: no reopen can find it. Each call said
+            # "lock.mdb was deleted or replaced; reopening" and failed to open, and the calls
+            # after it met a closed environment (outside audit, helper-54).
+            raise StorageError(f"the log at {self.path} is gone: its directory was removed while it was open",
+                               hint="the profile's files were deleted: restore its log/ from a backup; this handle "
+                                    "can neither read nor write it")
         # The reopen holds the writer mutex: py-lmdb's close() waits for a write transaction
         # open in another thread, and a compaction moves ``current`` while it still holds its
         # own (a reader closing then hung). Threads that see the change together reopen one
