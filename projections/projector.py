@@ -283,13 +283,16 @@ class Projector:
         :meth:`Healer._purge`), only the other generations are removed."""
         started = time.perf_counter()
         with self._locked(timeout):
-            built_at = self._built_at()
-            if after is not None and built_at is not None and built_at >= after:
-                built = {"events": 0, "files": []}
-            else:
-                built = self._builder.rebuild_state(with_fts=True)
-                self.extensions.catch_up()
-            removed = files.remove_replaced(self.dir, SCHEMAS)
+            try:
+                built_at = self._built_at()
+                if after is not None and built_at is not None and built_at >= after:
+                    built = {"events": 0, "files": []}
+                else:
+                    built = self._builder.rebuild_state(with_fts=True)
+                    self.extensions.catch_up()
+                removed = files.remove_replaced(self.dir, SCHEMAS)
+            except (sqlite3.Error, OSError) as e:  # a full disk above all: typed, as every projection error
+                raise sql.converted(e, "purging the projections after an erase") from e
         return {"events": built["events"], "files": built["files"], "removed": removed,
                 "seconds": time.perf_counter() - started}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_adapter_langgraph import cfg, checkpoint
+from test_adapter_langgraph import _chat_graph, cfg, checkpoint
 
 from eventlog import SessionStore
 from eventlog.adapters.langgraph import EventlogSaver
@@ -20,19 +20,6 @@ from eventlog.adapters.langgraph import model as lg_model
 from eventlog.errors import NotFoundError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _chat_graph(saver: EventlogSaver) -> Any:
-    from langchain_core.messages import AIMessage
-    from langgraph.graph import START, MessagesState, StateGraph
-
-    def bot(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("bot", bot)
-    builder.add_edge(START, "bot")
-    return builder.compile(checkpointer=saver)
 
 
 def _populate(s: EventlogSaver, thread: str) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,20 +20,9 @@ from test_erase import MARKER, traces  # noqa: E402
 OLD = 1_000_000_000.0
 
 
-def _chat_graph(saver: Any) -> Any:
-    from langchain_core.messages import AIMessage
-    from langgraph.graph import START, MessagesState, StateGraph
-
-    def bot(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [AIMessage(content=f"echo: {state['messages'][-1].content}")]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("bot", bot)
-    builder.add_edge(START, "bot")
-    return builder.compile(checkpointer=saver)
-
-
 def test_a_langgraph_thread_written_to_now_is_not_old(tmp_path: Path) -> None:
+    from test_adapter_langgraph import _chat_graph  # (langgraph is imported only by this test)
+
     from eventlog.adapters.langgraph import EventlogSaver
 
     config = {"configurable": {"thread_id": "busy"}}

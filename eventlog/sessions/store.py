@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -233,22 +231,15 @@ def _check_by(by: Any) -> str:
     return rules.clean_text(by)
 
 
-def _cleanup_failed(seq: int, e: Exception, where: str) -> EventLogError:
+def _cleanup_failed(seq: int, e: Exception) -> EventLogError:
     """The error for an erase whose record is committed but whose cleanup of the files (the log's
     compaction, the projections' purge) failed: what holds and what does not, and how to finish
-    it. A full disk (SQLite's "disk is full", ENOSPC, LMDB's I/O error on a full file system) is
-    a :class:`DiskFullError`; anything else a :class:`StorageError`. They were the driver's raw
-    errors (a traceback from the CLI), saying nothing of the erase (outside audit, helper-52)."""
+    it -- a :class:`DiskFullError` when the log or the projections said the disk is full (each
+    types its own errors), else a :class:`StorageError`. They were the driver's raw errors (a
+    traceback from the CLI), saying nothing of the erase (outside audit, helper-52)."""
     text = e.message if isinstance(e, EventLogError) else f"{type(e).__name__}: {e}"
-    full = isinstance(e, DiskFullError) or getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) \
-        or str(getattr(e, "sqlite_errorname", "")).startswith("SQLITE_FULL") \
-        or any(t in str(e) for t in ("No space left", "disk is full"))
-    if not full and "Input/output error" in str(e):  # what LMDB reports when a write meets a full disk
-        try:
-            full = shutil.disk_usage(where).free < (1 << 20)
-        except OSError:
-            pass
-    if full and "disk is full" not in text:  # (the log's own DiskFullError names the errno's words)
+    full = isinstance(e, DiskFullError)
+    if full and "disk is full" not in text:
         text = f"the disk is full: {text}"
     cls = DiskFullError if full else StorageError
     return cls(f"erase {seq} is recorded (the log holds none of the erased content), but cleaning the files after "
@@ -1248,7 +1239,7 @@ class SessionStore:
             with self._erase_cleanup():  # (not held after its wait: cleaned anyway, safe twice)
                 self._clean_after_erase(seq, compact)
         except Exception as e:
-            raise _cleanup_failed(seq, e, self._core.key[0]) from e
+            raise _cleanup_failed(seq, e) from e
         return members, seq, erased
 
     @contextmanager
@@ -1309,7 +1300,7 @@ class SessionStore:
             except EarlierProcessError:
                 raise  # nothing changed: compact once those processes have stopped (its hint)
             except Exception as e:
-                raise _cleanup_failed(seq, e, self._core.key[0]) from e
+                raise _cleanup_failed(seq, e) from e
         return seq
 
     def _erase_pending(self) -> int:
