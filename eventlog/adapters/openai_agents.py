@@ -587,8 +587,13 @@ class EventlogSession:
 
     def _next_incarnation(self) -> None:
         self._incarnation += 1
-        self.key = incarnation_id(self.session_id, domain="openai_agents", incarnation=self._incarnation)
+        self.key = self._incarnation_key(self._incarnation)
         self._history = None
+
+    def _incarnation_key(self, n: int) -> str:
+        """The eventlog session id of this session's incarnation ``n`` (0: the first)."""
+        return incarnation_id(self.session_id, domain="openai_agents", incarnation=n) if n else \
+            session_key(self.session_id)
 
     def _keep(self, store: SessionStore, h: _History) -> None:
         self._history = h
@@ -809,9 +814,7 @@ class EventlogSession:
             now = self._refresh(store, 0)  # the incarnation the session is at now
             # An earlier incarnation a plain deletion ended (`eventlog sessions delete`) still
             # holds its words in the log: they go too (outside audit, helper-52).
-            for n in range(self._incarnation):
-                key = incarnation_id(self.session_id, domain="openai_agents", incarnation=n) if n else \
-                    session_key(self.session_id)
+            for key in map(self._incarnation_key, range(self._incarnation)):
                 if any(not env.get("erased") for env in store.log.read_session(key)):
                     store.erase_session(key, "EventlogSession.clear_session(erase=True)")
             if not now.version:
