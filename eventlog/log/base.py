@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-from eventlog.errors import ClosedError, IntegrityError, ValidationError
+from eventlog.errors import ClosedError, IntegrityError, OutcomeUnknownError, ValidationError
 from eventlog.log import codec
 
 FOLLOW_POLL_S = 0.02
@@ -163,6 +163,18 @@ def str_arg(value: Any, field: str) -> str:
                 raise ValidationError(field, "contains a lone surrogate (no stored id holds one)") from None
         return value
     raise ValidationError(field, f"must be a string, got {type(value).__name__}")
+
+
+def interrupted(where: str, e: BaseException, items: Sequence[codec.Prepared]) -> OutcomeUnknownError:
+    """What each caller of a group commit hears when a KeyboardInterrupt or SystemExit (a signal
+    handler) stopped the thread committing it: the outcome is unknown, and its ``items``' ids let
+    it append them again once (they were given seqs before the commit; returned, those read as
+    stored)."""
+    return OutcomeUnknownError(
+        f"append to {where} was interrupted ({type(e).__name__}) in the thread committing it, so whether the "
+        "events were stored is unknown", [it.id for it in items],
+        hint="append the same events again with these ids (event_ids): ids are idempotency keys, so a retry "
+             "returns the original seqs if they were stored and appends them once if not")
 
 
 def check_sealed(raw: bytes | memoryview, seq: int, prev: str) -> dict[str, Any]:

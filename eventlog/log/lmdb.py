@@ -52,7 +52,6 @@ from eventlog.errors import (
     ForkedEnvironmentError,
     HeadMovedError,
     IntegrityError,
-    OutcomeUnknownError,
     StorageError,
     ValidationError,
     WriterBusyError,
@@ -66,6 +65,7 @@ from eventlog.log.base import (
     check_sealed,
     erasable,
     erase_event,
+    interrupted,
     prepare_batch,
     seq_arg,
     str_arg,
@@ -1370,12 +1370,7 @@ class _Environment:
                     # given before the commit, as if stored (second-round audit, helper-57, found
                     # on the PostgreSQL log's group commit of the same shape).
                     for r in group:
-                        r.seqs, r.error = [], OutcomeUnknownError(
-                            f"append to {self.path} was interrupted ({type(e).__name__}) in the thread committing it, "
-                            "so whether the events were stored is unknown", [it.id for it in r.items],
-                            hint="append the same events again with these ids (event_ids): ids are idempotency "
-                                 "keys, so a retry returns the original seqs if they were stored and appends them "
-                                 "once if not")
+                        r.seqs, r.error = [], interrupted(str(self.path), e, r.items)
                     raise
         finally:
             me = threading.get_ident()

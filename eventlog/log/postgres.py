@@ -60,6 +60,7 @@ from eventlog.log.base import (
     check_sealed,
     erasable,
     erase_event,
+    interrupted,
     prepare_batch,
     seq_arg,
     str_arg,
@@ -529,9 +530,7 @@ class PostgresLog(LogBase):
                     # its other callers took the seqs their events were sealed at as committed.
                     self._cached_head = None
                     for r in group:
-                        r.seqs, r.error = [], OutcomeUnknownError(
-                            f"append to {self._where} was interrupted ({type(e).__name__}) in the thread committing "
-                            "it, so whether the events were stored is unknown", [it.id for it in r.items])
+                        r.seqs, r.error = [], interrupted(self._where, e, r.items)
                     raise
         finally:
             with self._cv:
