@@ -539,28 +539,39 @@ class SessionStore:
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValidationError(unknown[0], "unknown SessionStore.open option")
+        # The same values are refused whether or not the profile is open already: a second open
+        # took lock_timeout="x", batch_size="x", check=1 or durability="bogus" without a word.
+        SessionStore._check_values(options)
         wanted = options.get("durability", "sync")
+        if wanted not in ("sync", "nosync"):
+            raise ValidationError("durability", "must be one of ('sync', 'nosync')")
         if wanted == "sync" and getattr(core.log, "durability", "sync") not in ("sync", "memory"):
             raise ValidationError("durability", "this profile is already open in this process with durability "
                                   f"{core.log.durability!r}; close those stores to open it with 'sync'")
+
+    @staticmethod
+    def _check_values(options: dict[str, Any]) -> None:
+        """Refuse an open option's value of the wrong kind (ValidationError naming it)."""
+        timeout = options.get("lock_timeout")
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
+                raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
+        for name in ("map_size", "batch_size"):
+            value = options.get(name)
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValidationError(name, "must be a positive integer")
+        if "check" in options and type(options["check"]) is not bool:
+            raise ValidationError("check", "must be True or False")
 
     @classmethod
     def _open_core(cls, key: tuple[str, str, str], d: Path, profile: str, log: Log | str | os.PathLike[str] | None,
                    options: dict[str, Any], catch_up: bool = True, registry: Registry | None = None) -> _Shared:
         owns_log = not isinstance(log, Log)
+        cls._check_values(options)
         durability = options.pop("durability", "sync")
         map_size = {k: options.pop(k) for k in ("map_size",) if k in options}
         timeout = options.pop("lock_timeout", None)
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 <= timeout < 1e9:
-                raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
         options.pop("follower", None)  # the core starts no follower: handles ask for one
-        for name in ("map_size", "batch_size"):
-            value = options.get(name, map_size.get(name))
-            if value is not None and (type(value) is not int or value < 1):
-                raise ValidationError(name, "must be a positive integer")
-        if "check" in options and type(options["check"]) is not bool:
-            raise ValidationError("check", "must be True or False")
         if log is None:
             from eventlog.log.lmdb import EventLog
 
@@ -1151,6 +1162,8 @@ class SessionStore:
         every event in the log as of the call — waiting at most ``wait`` seconds for another
         process's catch-up. Close it (``with``) before the next write."""
         self._check()
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < 1e9:
+            raise ValidationError("wait", "must be a number of seconds, 0 or more")
         if name not in self._core.registry.read_models:
             raise ValidationError("name", f"no read model {name!r} is registered on this store",
                                   hint="pass its extension to SessionStore.open(extensions=[...])")
@@ -1442,6 +1455,7 @@ class SessionStore:
         """The log's erase mark (:meth:`eventlog.log.lmdb.EventLog.erase_mark`), or None when the
         log's backend does not keep one. It changes with every erase, which changes no stream
         version: a cache keyed on :meth:`version` compares it too."""
+        self._check()
         mark = getattr(self.log, "erase_mark", None)
         return None if mark is None else int(mark())
 
