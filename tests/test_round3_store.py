@@ -61,3 +61,17 @@ def test_read_model_refuses_a_wait_that_is_not_seconds(tmp_path: Path, wait: Any
             with store.read_model("tally", wait=wait):
                 pass
         assert info.value.field == "wait"
+
+
+@pytest.mark.parametrize("data", [{}, {"n": "many"}, {"n": [1]}])
+def test_a_validator_failing_in_its_own_way_is_a_validation_error_naming_the_event(
+        tmp_path: Path, data: dict[str, Any]) -> None:
+    with SessionStore.open(tmp_path, "p", extensions=[TALLY], follower=False) as store:
+        good = {"type": "tally.counted", "session": "t1", "data": {"n": 1}}
+        head = store.log.head()
+        for call in (store.check_events, store.append_events):
+            with pytest.raises(ValidationError) as info:
+                call([good, {"type": "tally.counted", "session": "t1", "data": data}])
+            assert info.value.field == "events[1].data"
+            assert "tally.counted" in info.value.problem
+        assert store.log.head() == head

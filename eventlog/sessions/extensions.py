@@ -195,6 +195,13 @@ class Registry:
             field_name = e.field[5:] if e.field.startswith("data.") else e.field
             raise ValidationError(f"{where}.data" + ("" if field_name == "data" else f".{field_name}"), e.problem,
                                   hint=e.hint) from None
+        except Exception as e:
+            # An extension's validator that fails on the data in its own way (a KeyError for a
+            # missing key) refuses it: the caller hears which event, not a bare KeyError.
+            raise ValidationError(f"{where}.data", f"refused by the validator of {name}: {type(e).__name__}: "
+                                                   f"{str(e)[:200]}",
+                                  hint="the validator raised instead of ValidationError; see the chained "
+                                       "exception") from e
         out: dict[str, Any] = {"type": name, "session": session, "data": data, "v": t.version}
         if raw.get("id") is not None:
             out["id"] = ev.validate_session_id(raw["id"], f"{where}.id")
