@@ -75,3 +75,145 @@ def test_a_validator_failing_in_its_own_way_is_a_validation_error_naming_the_eve
             assert info.value.field == "events[1].data"
             assert "tally.counted" in info.value.problem
         assert store.log.head() == head
+
+
+# ---- a state machine over what tests/test_store_stateful.py leaves out --------------------------
+# Paged reads (limit / before / after / newest_first, with rewinds), an extension's event type and
+# read model beside the catalogue's events (mixed batches, bad events), the store closed and opened
+# again (with and without a follower, and once without the extension, which then appends and
+# rebuilds state.db without its tables), and rebuilds of either file.
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+def _page(ids: list[int], *, limit: int | None, before: int | None, after: int | None,
+          newest_first: bool) -> list[int]:
+    """docs: after < id < before, chronological; with limit the latest ``limit`` -- or, paging
+    forward (after given, before not), the first ``limit`` after ``after``."""
+    picked = [m for m in ids if (after is None or m > after) and (before is None or m < before)]
+    if limit is not None:
+        picked = picked[:limit] if after is not None and before is None else picked[max(0, len(picked) - limit):]
+    return picked[::-1] if newest_first else picked
+
+
+class PagedStoreMachine(RuleBasedStateMachine):
+    sessions = Bundle("sessions")
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        self.home = tempfile.mkdtemp(prefix="eventlog-round3-")
+        self.store = SessionStore.open(self.home, "p", extensions=[TALLY], follower=False, durability="nosync")
+        self.messages: dict[str, list[int]] = {}  # live session -> every message id, in order
+        self.inactive: dict[str, set[int]] = {}
+        self.gone: set[str] = set()
+        self.tally: list[tuple[int, str, int]] = []  # (seq, stream, n): the read model's rows
+
+    def teardown(self) -> None:
+        import shutil
+
+        self.store.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def _head(self) -> int:
+        return self.store.log.head()[0]
+
+    @rule(target=sessions)
+    def create(self) -> str:
+        sid = self.store.create_session(source="cli")
+        self.messages[sid], self.inactive[sid] = [], set()
+        return sid
+
+    @rule(sid=sessions, n=st.integers(1, 4))
+    def append(self, sid: str, n: int) -> None:
+        if sid not in self.messages:
+            return
+        self.messages[sid] += self.store.append_messages(sid, [{"role": "user", "content": f"m{i}"} for i in range(n)])
+
+    @rule(sid=sessions, counts=st.lists(st.integers(-5, 5), min_size=1, max_size=3), with_message=st.booleans())
+    def append_tally(self, sid: str, counts: list[int], with_message: bool) -> None:
+        events: list[dict[str, Any]] = [{"type": "tally.counted", "session": sid, "data": {"n": n}} for n in counts]
+        if with_message and sid in self.messages:
+            events.append({"type": "message.appended", "session": sid, "data": {"role": "assistant", "content": "x"}})
+        seqs = self.store.append_events(events)
+        self.tally += [(seq, sid, n) for seq, n in zip(seqs, counts)]
+        if with_message and sid in self.messages:
+            self.messages[sid].append(seqs[-1])
+
+    @rule(sid=sessions, bad=st.sampled_from([{}, {"n": "x"}, None]))
+    def append_a_bad_tally(self, sid: str, bad: Any) -> None:
+        head = self._head()
+        with pytest.raises(ValidationError) as info:
+            self.store.append_events([{"type": "tally.counted", "session": sid, "data": {"n": 1}},
+                                      {"type": "tally.counted", "session": sid, "data": bad}])
+        assert info.value.field == "events[1].data"
+        assert self._head() == head
+
+    @rule(sid=sessions, pick=st.integers(0, 50))
+    def rewind(self, sid: str, pick: int) -> None:
+        active = [m for m in self.messages.get(sid, []) if m not in self.inactive[sid]]
+        if not active:
+            return
+        mid = active[pick % len(active)]
+        self.store.rewind(sid, mid)
+        self.inactive[sid].update(m for m in self.messages[sid] if m >= mid)
+
+    @rule(sid=sessions)
+    def delete(self, sid: str) -> None:
+        if sid not in self.messages:
+            return
+        self.store.delete_session(sid)
+        del self.messages[sid], self.inactive[sid]
+        self.gone.add(sid)
+
+    @rule(follower=st.booleans())
+    def reopen(self, follower: bool) -> None:
+        self.store.close()
+        self.store = SessionStore.open(self.home, "p", extensions=[TALLY], follower=follower, durability="nosync")
+
+    @rule(sid=sessions, rebuild=st.booleans())
+    def reopen_without_the_extension(self, sid: str, rebuild: bool) -> None:
+        """A program that does not know the extension appends (and rebuilds state.db without
+        its tables); the next open with the extension finds its read model whole."""
+        self.store.close()
+        with SessionStore.open(self.home, "p", follower=False, durability="nosync") as plain:
+            if sid in self.messages:
+                self.messages[sid].append(plain.append_message(sid, "user", "from a plain open"))
+            if rebuild:
+                plain.rebuild("state")
+        self.store = SessionStore.open(self.home, "p", extensions=[TALLY], follower=False, durability="nosync")
+
+    @rule(which=st.sampled_from(["all", "state", "fts"]))
+    def rebuild(self, which: str) -> None:
+        self.store.rebuild(which)
+
+    @rule(sid=sessions, limit=st.none() | st.integers(0, 6), before=st.none() | st.integers(0, 80),
+          after=st.none() | st.integers(0, 80), newest_first=st.booleans(), include_inactive=st.booleans())
+    def read_a_page(self, sid: str, limit: int | None, before: int | None, after: int | None,
+                    newest_first: bool, include_inactive: bool) -> None:
+        got = [m["id"] for m in self.store.get_messages(sid, limit=limit, before=before, after=after,
+                                                        newest_first=newest_first, include_inactive=include_inactive)]
+        ids = self.messages.get(sid, [])
+        if not include_inactive:
+            ids = [m for m in ids if m not in self.inactive[sid]]
+        assert got == _page(ids, limit=limit, before=before, after=after, newest_first=newest_first)
+
+    @invariant()
+    def reads_match_the_model(self) -> None:
+        store = self.store
+        for sid, ids in self.messages.items():
+            assert [m["id"] for m in store.get_messages(sid)] == [m for m in ids if m not in self.inactive[sid]]
+            assert [(m["id"], m["active"]) for m in store.get_messages(sid, include_inactive=True)] == [
+                (m, m not in self.inactive[sid]) for m in ids]
+        for sid in self.gone:
+            assert store.get_session(sid) is None and store.get_messages(sid, include_inactive=True) == []
+        with store.read_model("tally") as conn:
+            assert conn.execute("SELECT seq, stream, n FROM tally_counts ORDER BY seq").fetchall() == self.tally
+
+
+TestPagedStore = PagedStoreMachine.TestCase
+TestPagedStore.settings = settings(max_examples=25, stateful_step_count=25, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
