@@ -275,3 +275,19 @@ def test_two_processes_with_two_versions_of_a_read_model_each_read_their_own_ver
             seq, widths, last = line.split("|")
             assert widths == f"[{version + 1}]", (version, line)  # seq plus the version's columns, every row
             assert int(last) >= int(seq), (version, line)  # its own append included
+
+
+def test_an_open_refused_for_one_of_its_extensions_registers_none_of_them(tmp_path: Path) -> None:
+    first = Extension("bb", event_types=[EventType("bb.x")])
+    fine, clash = Extension("aa", event_types=[EventType("aa.x")]), Extension("bb", event_types=[EventType("bb.x")])
+    with SessionStore.open(tmp_path, "p", extensions=[first], follower=False) as store:
+        for refused in ([fine, clash], [fine, "not an extension"]):
+            with pytest.raises(ValidationError) as info:
+                SessionStore.open(tmp_path, "p", extensions=refused, follower=False)
+            assert info.value.field == "extensions"
+        head = store.log.head()
+        with pytest.raises(ValidationError) as unknown:
+            store.append_events([{"type": "aa.x", "data": {}}])
+        assert unknown.value.field == "events[0].type"
+        assert store.log.head() == head
+        assert store.append_events([{"type": "bb.x", "data": {}}]) == [head[0] + 1]

@@ -267,6 +267,13 @@ def registry_of(extensions: Any, registry: Registry | None = None) -> Registry:
     if isinstance(extensions, Extension) or not isinstance(extensions, (list, tuple)):
         raise ValidationError("extensions", "must be a list of eventlog.sessions.extensions.Extension")
     out = Registry() if registry is None else registry
+    if registry is not None:
+        # All or nothing: tried on a copy first, so that an open refused for its third
+        # extension leaves the first two unregistered (they were accepted by every other
+        # handle of the profile after the open had failed).
+        trial = Registry(registry.extensions.values())
+        for ext in extensions:
+            trial.add(ext)
     for ext in extensions:
         out.add(ext)
     return out
