@@ -291,3 +291,42 @@ def test_an_open_refused_for_one_of_its_extensions_registers_none_of_them(tmp_pa
         assert unknown.value.field == "events[0].type"
         assert store.log.head() == head
         assert store.append_events([{"type": "bb.x", "data": {}}]) == [head[0] + 1]
+
+
+def test_an_open_racing_the_close_of_the_last_other_handle_gets_a_working_store(tmp_path: Path) -> None:
+    """Library B opens the profile in one thread while library A closes its store, the only one
+    open, in another: B's store works (it was handed the core A's close had just closed)."""
+    import threading
+
+    inside, closed = threading.Event(), threading.Event()
+
+    class HeldOpen(list):  # type: ignore[type-arg]
+        """No extensions; iterating them holds this open at the point A's close must hit."""
+
+        def __iter__(self) -> Any:
+            inside.set()
+            closed.wait(30)
+            return super().__iter__()
+
+    a = SessionStore.open(tmp_path, "p", follower=False)
+    sid = a.create_session(source="cli")
+    got: dict[str, Any] = {}
+
+    def open_b() -> None:
+        try:
+            got["store"] = SessionStore.open(tmp_path, "p", follower=False, extensions=HeldOpen())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            got["error"] = e
+
+    thread = threading.Thread(target=open_b)
+    thread.start()
+    assert inside.wait(30)
+    a.close()
+    closed.set()
+    thread.join()
+    assert "error" not in got, got
+    with got["store"] as b:
+        mid = b.append_message(sid, "user", "after A closed")
+        assert [m["id"] for m in b.get_messages(sid)] == [mid]
+    with SessionStore.open(tmp_path, "p", follower=False) as c:  # B's close closed it: a new core, the message kept
+        assert [m["content"] for m in c.get_messages(sid)] == ["after A closed"]

@@ -510,6 +510,13 @@ class SessionStore:
         with opening:  # one open per profile at a time; other profiles open in parallel
             with _shared_lock:
                 core = _shared.get(key)
+                if core is not None:
+                    # Held from the lookup on: the last other handle's close() in another thread
+                    # meanwhile leaves the core open for this one. The reference was taken after
+                    # the extensions were added, and such a close had closed the log and the
+                    # projector under it: a store fresh from open() raised ClosedError.
+                    core.refs += 1
+            shared = core is not None
             if core is None:
                 # Extension read models are registered with the projector before it heals, so
                 # that a state.db rebuilt at open (missing, damaged, of an older schema) is built
@@ -520,21 +527,24 @@ class SessionStore:
                                       registry=registry)
                 with _shared_lock:
                     _shared[key] = core
-            else:
-                cls._check_options(core, options)
+                    core.refs += 1
             try:
+                if shared:
+                    cls._check_options(core, options)
                 core.add_extensions(extensions)
             except BaseException:
-                # A read model that failed to build at this open: a core this open made, which no
-                # handle holds, goes with it; it stayed registered with its log open, and every
-                # later open of the profile in the process was served by that orphan.
-                if core.refs == 0:
-                    with _shared_lock:
-                        if _shared.get(key) is core:
-                            del _shared[key]
+                # Refused (an option, an extension, a read model that failed to build): the
+                # reference goes; a core no handle holds any more goes with it (a core this open
+                # made stayed registered with its log open, and every later open of the profile
+                # in the process was served by that orphan).
+                with _shared_lock:
+                    core.refs -= 1
+                    last = core.refs == 0
+                    if last and _shared.get(key) is core:
+                        del _shared[key]
+                if last:
                     core.close()
                 raise
-            core.refs += 1
             if follower:
                 core.want_follower()
         return cls(core, home=h, profile=profile, follower=follower)
