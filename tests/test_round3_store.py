@@ -330,3 +330,21 @@ def test_an_open_racing_the_close_of_the_last_other_handle_gets_a_working_store(
         assert [m["id"] for m in b.get_messages(sid)] == [mid]
     with SessionStore.open(tmp_path, "p", follower=False) as c:  # B's close closed it: a new core, the message kept
         assert [m["content"] for m in c.get_messages(sid)] == ["after A closed"]
+
+
+def _tally_extension(version: int = 1) -> Extension:
+    """TALLY built anew at each call, as a library that makes its extension at each open."""
+    return Extension("tally", event_types=[EventType("tally.counted", version, validate=_check_count)],
+                     read_models=[ReadModel("tally", version, ["CREATE TABLE tally_counts (seq INTEGER PRIMARY KEY, "
+                                                               "stream TEXT, n INTEGER)"], _apply_tally)])
+
+
+def test_a_second_open_in_the_process_with_the_same_extension_built_again_is_served(tmp_path: Path) -> None:
+    with SessionStore.open(tmp_path, "p", extensions=[_tally_extension()], follower=False) as first:
+        with SessionStore.open(tmp_path, "p", extensions=[_tally_extension()], follower=False) as second:
+            seq = second.append_events([{"type": "tally.counted", "session": "t", "data": {"n": 3}}])[0]
+            with first.read_model("tally") as conn:
+                assert conn.execute("SELECT seq, n FROM tally_counts").fetchall() == [(seq, 3)]
+        with pytest.raises(ValidationError) as other:  # another definition of the namespace still is refused
+            SessionStore.open(tmp_path, "p", extensions=[_tally_extension(2)], follower=False)
+        assert other.value.field == "extensions"

@@ -146,11 +146,15 @@ class Registry:
             self.add(ext)
 
     def add(self, ext: Extension) -> None:
-        """Register ``ext`` (again: a no-op; another extension of the same namespace: refused)."""
+        """Register ``ext`` (again, or an equal definition of it: a no-op; another extension of the
+        same namespace: refused)."""
         if not isinstance(ext, Extension):
             raise ValidationError("extensions", f"must be Extension objects, got {type(ext).__name__}")
         known = self.extensions.get(ext.namespace)
-        if known is ext:
+        if known is ext or known == ext:
+            # The same definition built again (a library that makes its Extension at each open:
+            # the same types, versions, functions and read models) is the same extension; it was
+            # refused as another one taking the namespace, from a second open in one process only.
             return
         if known is not None:
             raise ValidationError("extensions", f"another extension already uses the namespace {ext.namespace!r}")
