@@ -18,8 +18,11 @@ Like the core tables, a read model is built only from the verified prefix of the
 catch-up checks each event against the chain and stops before a damaged one
 (:mod:`projections.verified`), and a reader waits for it no further than that.
 
-A read model whose ``apply`` raises stops where it is (the core projections are not affected)
-and is reported as broken; its readers get a :class:`ProjectionError` until it is fixed.
+A read model whose ``apply`` (or ``ddl``) raises stops where it is (the core projections are not
+affected) and is reported as broken; its readers get a :class:`ProjectionError` until it is
+fixed, and an open that registers it is refused with that error. An SQL error of its own (no such
+column, a constraint) is its fault like any other exception; a full disk or a damaged file is
+the file's, for the healer.
 """
 from __future__ import annotations
 
@@ -41,6 +44,30 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventlog.projections")
 BATCH = 1000
+
+_SQL_OF_ITS_OWN = frozenset({1, 19, 20, 25})
+"""SQLite's primary result codes that judge the SQL a read model wrote, not the file it runs on:
+SQLITE_ERROR (no such table or column, a syntax error), CONSTRAINT, MISMATCH, RANGE."""
+
+
+class ExtensionFault(Exception):
+    """A read model's own code or SQL failed (its ``apply``, its upcasters, its ``ddl``): that
+    read model alone stops and is reported broken."""
+
+
+def _its_own(e: BaseException) -> bool:
+    """Whether ``e``, raised running a read model's code, is that code's failure (else the file's:
+    a full disk, a lock, damage -- the healer's business)."""
+    if isinstance(e, ProjectionError):
+        return False
+    if isinstance(e, sqlite3.Error):
+        code = getattr(e, "sqlite_errorcode", None)
+        return code is None or (code & 0xFF) in _SQL_OF_ITS_OWN
+    return isinstance(e, Exception)
+
+
+def _fault(rm: ReadModel, what: str, e: BaseException) -> ExtensionFault:
+    return ExtensionFault(f"read model {rm.name!r}: {what} raised {type(e).__name__}: {e}")
 
 
 class ExtensionTables:
@@ -67,6 +94,10 @@ class ExtensionTables:
                 continue
             try:
                 self._catch_up(conn, rm)
+            except ExtensionFault as e:  # its own SQL or code failed (an SQL error in its apply
+                # reached every core read as a raw sqlite3 error: outside audit, helper-61)
+                self.broken[name] = str(e)
+                log.warning("read model %r stopped: %s", name, self.broken[name])
             except (sqlite3.Error, ProjectionError):
                 raise  # the file itself: the healer's business
             except Exception as e:  # the extension's own code failed: it alone stops
@@ -124,7 +155,12 @@ class ExtensionTables:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     for env in batch:
-                        rm.apply(conn, self.upcast(env))
+                        try:
+                            rm.apply(conn, self.upcast(env))
+                        except BaseException as e:
+                            if _its_own(e):
+                                raise _fault(rm, f"apply of seq {env.get('seq')}", e) from e
+                            raise
                     seq = batch[-1]["seq"]
                     conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (f"ext:{rm.name}:seq", seq))
                     conn.execute("COMMIT")
@@ -162,13 +198,18 @@ class ExtensionTables:
             conn.execute(f'DROP TABLE IF EXISTS "{table}"')
         before = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         for statement in rm.ddl:
-            conn.execute(statement)
+            try:
+                conn.execute(statement)
+            except BaseException as e:
+                if _its_own(e):
+                    raise _fault(rm, f"its ddl {str(statement)[:80]!r}", e) from e
+                raise
         created = sorted({r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                          - before)
         bad = [t for t in created if not t.startswith(f"{rm.name}_")]
         if bad:
-            raise ProjectionError(f"read model {rm.name!r} creates tables outside its prefix: {bad}",
-                                  hint=f"name its tables {rm.name}_...")
+            raise ExtensionFault(f"read model {rm.name!r} creates tables outside its prefix: {bad} "
+                                 f"(name its tables {rm.name}_...)")
         conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [
             (f"ext:{rm.name}:version", rm.version), (f"ext:{rm.name}:seq", 0),
             (f"ext:{rm.name}:tables", json.dumps(created))])
@@ -186,7 +227,7 @@ class ExtensionTables:
                 continue
             try:
                 self._create(conn, {}, rm)
-            except (sqlite3.Error, ProjectionError) as e:
+            except (sqlite3.Error, ProjectionError, ExtensionFault) as e:
                 log.warning("read model %r is left to its own catch-up: %s", name, e)
                 self.unseed(conn, name)
                 continue

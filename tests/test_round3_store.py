@@ -279,7 +279,7 @@ def test_two_processes_with_two_versions_of_a_read_model_each_read_their_own_ver
 
 def test_an_open_refused_for_one_of_its_extensions_registers_none_of_them(tmp_path: Path) -> None:
     first = Extension("bb", event_types=[EventType("bb.x")])
-    fine, clash = Extension("aa", event_types=[EventType("aa.x")]), Extension("bb", event_types=[EventType("bb.x")])
+    fine, clash = Extension("aa", event_types=[EventType("aa.x")]), Extension("bb", event_types=[EventType("bb.y")])
     with SessionStore.open(tmp_path, "p", extensions=[first], follower=False) as store:
         for refused in ([fine, clash], [fine, "not an extension"]):
             with pytest.raises(ValidationError) as info:
@@ -348,3 +348,48 @@ def test_a_second_open_in_the_process_with_the_same_extension_built_again_is_ser
         with pytest.raises(ValidationError) as other:  # another definition of the namespace still is refused
             SessionStore.open(tmp_path, "p", extensions=[_tally_extension(2)], follower=False)
         assert other.value.field == "extensions"
+
+
+def test_an_sql_error_in_a_read_models_apply_stops_it_alone(tmp_path: Path) -> None:
+    """A read model whose apply writes a column its table lacks: the core reads go on (they met
+    the raw sqlite3 error), and its readers hear a ProjectionError naming the fault."""
+    from eventlog.errors import ProjectionError
+
+    def wrong_column(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+        if env.get("type") == "tally.counted":
+            conn.execute("INSERT INTO tally_counts (nope) VALUES (1)")
+
+    ext = Extension("tally", event_types=[EventType("tally.counted", 1, validate=_check_count)],
+                    read_models=[ReadModel("tally", 1, ["CREATE TABLE tally_counts (seq INTEGER PRIMARY KEY)"],
+                                           wrong_column)])
+    with SessionStore.open(tmp_path, "p", extensions=[ext], follower=False) as store:
+        sid = store.create_session(source="cli")
+        store.append_events([{"type": "tally.counted", "session": "t", "data": {"n": 1}}])
+        mid = store.append_message(sid, "user", "the core keeps going")
+        assert [m["id"] for m in store.get_messages(sid)] == [mid]
+        assert store.get_session(sid)["message_count"] == 1
+        with pytest.raises(ProjectionError, match="no column named nope"):
+            with store.read_model("tally"):
+                pass
+        assert store.health()["ok"]
+
+
+@pytest.mark.parametrize("ddl,problem", [(["CREATE TABLE tally_counts (seq"], "incomplete input"),
+                                         (["CREATE TABLE elsewhere (seq)"], "outside its prefix"),
+                                         ([42], "TypeError")])
+def test_a_read_model_whose_ddl_fails_is_refused_at_open_naming_it(tmp_path: Path, ddl: list[Any],
+                                                                   problem: str) -> None:
+    from eventlog.errors import ProjectionError
+
+    with SessionStore.open(tmp_path, "p", follower=False) as plain:
+        sid = plain.create_session(source="cli")
+    bad = Extension("tally", event_types=[EventType("tally.counted")],
+                    read_models=[ReadModel("tally", 1, ddl, _apply_tally)])
+    with pytest.raises(ProjectionError, match=problem) as info:
+        SessionStore.open(tmp_path, "p", extensions=[bad], follower=False)
+    assert "tally" in str(info.value)
+    with SessionStore.open(tmp_path, "p", follower=False) as plain:  # the profile is untouched
+        assert plain.get_session(sid) is not None and plain.health()["ok"]
+        tables = {r[0] for r in sqlite3.connect(tmp_path / "profiles" / "p" / "state.db").execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert "elsewhere" not in tables
