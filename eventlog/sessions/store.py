@@ -1177,9 +1177,7 @@ class SessionStore:
         """A read-only SQLite connection on state.db where extension read model ``name`` holds
         every event this process appended — and, in a process without a follower of its own,
         every event in the log as of the call — waiting at most ``wait`` seconds for another
-        process's catch-up. The connection is inside one read transaction (one snapshot of the
-        file, checked to hold this store's version of the read model): do not BEGIN or COMMIT on
-        it. Close it (``with``) before the next write."""
+        process's catch-up. Close it (``with``) before the next write."""
         self._check()
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < 1e9:
             raise ValidationError("wait", "must be a number of seconds, 0 or more")
