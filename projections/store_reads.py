@@ -1,17 +1,12 @@
 """The projections as SessionStore's read model (the ``ReadModel`` protocol of eventlog.sessions.store)."""
 from __future__ import annotations
 
-import sqlite3
 import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-from eventlog.errors import ProjectionError
 from eventlog.log import Log
 from eventlog.sessions.reads import typed_read
-from projections.extensions import extension_cursor
 from projections.projector import Projector
 from projections.queries import Reader
 from projections.visibility import Reach, Visibility
@@ -147,31 +142,3 @@ def open_read_model(profile_dir: str | Path, log: Log, profile: str, *, follower
     except BaseException:
         projector.close()
         raise
-
-
-@contextmanager
-def read_model_snapshot(projector: Projector, name: str, version: int, to_seq: int,
-                        wait: float) -> Iterator[sqlite3.Connection]:
-    """A read-only connection on state.db inside a read transaction whose snapshot holds
-    extension read model ``name`` at ``version`` with event ``to_seq`` applied (as far as the
-    verified log reaches). The read model is brought there first (:meth:`Projector.read_model`),
-    but a process that registers another version of it may drop and rebuild its tables at its own
-    version between that and the connection's first read: the caller then read the other
-    version's tables, or empty ones (outside audit, helper-61). Checked inside the snapshot, and
-    brought back until ``wait`` runs out (:class:`ProjectionError`)."""
-    deadline = time.monotonic() + wait
-    while True:
-        with projector.read_model(name, to_seq, max(0.0, deadline - time.monotonic())) as conn:
-            conn.execute("BEGIN")  # the snapshot the check and the caller's queries share
-            if extension_cursor(conn, name, version) >= projector.site.reachable(to_seq):
-                try:
-                    yield conn
-                finally:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                return
-            conn.execute("ROLLBACK")
-        if time.monotonic() >= deadline:
-            raise ProjectionError(f"read model {name!r} (version {version}) did not hold seq {to_seq} in time: "
-                                  "another process keeps rebuilding it at another version",
-                                  hint="run one version of the extension on a profile at a time")

@@ -219,64 +219,6 @@ TestPagedStore.settings = settings(max_examples=25, stateful_step_count=25, dead
                                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
-# ---- two processes running two versions of one read model ---------------------------------------
-
-_VERSIONED = '''
-import sys
-from eventlog.sessions.extensions import EventType, Extension, ReadModel
-from eventlog.sessions.store import SessionStore
-
-def versioned(version):
-    columns = ", ".join(f"c{i} INTEGER" for i in range(version))
-    def apply(conn, env):
-        if env.get("type") == "tally.counted":
-            conn.execute(f"INSERT INTO tally_rows VALUES (?{', ?' * version})", (env["seq"], *[version] * version))
-    return Extension("tally", event_types=[EventType("tally.counted", version, upcasters={1: dict})],
-                     read_models=[ReadModel("tally", version, [f"CREATE TABLE tally_rows (seq INTEGER PRIMARY KEY, "
-                                                               f"{columns})"], apply)])
-
-def run(home, version, rounds):
-    """Append and read back ``rounds`` times; the rows each read sees (their width, the last seq)."""
-    out = []
-    with SessionStore.open(home, "p", extensions=[versioned(version)], follower=False) as store:
-        for _ in range(rounds):
-            seq = store.append_events([{"type": "tally.counted", "session": "t", "data": {}}])[0]
-            with store.read_model("tally") as conn:
-                rows = conn.execute("SELECT * FROM tally_rows ORDER BY seq").fetchall()
-            out.append((seq, {len(r) for r in rows}, rows[-1][0] if rows else 0))
-    return out
-
-if __name__ == "__main__":
-    for seq, widths, last in run(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])):
-        print(seq, sorted(widths), last, sep="|")
-'''
-
-
-def test_two_processes_with_two_versions_of_a_read_model_each_read_their_own_version(tmp_path: Path) -> None:
-    """Each process rebuilds the read model at its own version when it reads; a read must never
-    be handed the other version's tables, or tables just emptied for a rebuild."""
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / "versioned.py"
-    script.write_text(_VERSIONED)
-    SessionStore.open(tmp_path, "p", follower=False).close()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]),
-                                                                   os.environ.get("PYTHONPATH")) if p))
-    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path), str(v), "150"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for v in (1, 2)]
-    for version, proc in zip((1, 2), procs):
-        out, err = proc.communicate()
-        assert proc.returncode == 0, err
-        lines = out.split("\n")[:-1]
-        assert len(lines) == 150
-        for line in lines:
-            seq, widths, last = line.split("|")
-            assert widths == f"[{version + 1}]", (version, line)  # seq plus the version's columns, every row
-            assert int(last) >= int(seq), (version, line)  # its own append included
-
-
 def test_an_open_refused_for_one_of_its_extensions_registers_none_of_them(tmp_path: Path) -> None:
     first = Extension("bb", event_types=[EventType("bb.x")])
     fine, clash = Extension("aa", event_types=[EventType("aa.x")]), Extension("bb", event_types=[EventType("bb.y")])

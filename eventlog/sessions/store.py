@@ -1188,10 +1188,7 @@ class SessionStore:
         # As every read: with a follower of its own the process sees its own writes at once and
         # others' within the follower's poll; without one, everything in the log as of now.
         target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
-        from projections.store_reads import read_model_snapshot  # the facade may import projections
-
-        version = self._core.registry.read_models[name].version
-        with read_model_snapshot(projector, name, version, target, float(wait)) as conn:  # type: ignore[arg-type]
+        with projector.read_model(name, target, wait) as conn:
             yield conn
 
     def erase_session(self, session_id: str, reason: str, *, by: str | None = None) -> dict[str, Any]:
