@@ -317,8 +317,7 @@ def test_an_sql_error_in_a_read_models_apply_stops_it_alone(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("ddl,problem", [(["CREATE TABLE tally_counts (seq"], "incomplete input"),
-                                         (["CREATE TABLE elsewhere (seq)"], "outside its prefix"),
-                                         ([42], "TypeError")])
+                                         (["CREATE TABLE elsewhere (seq)"], "outside its prefix")])
 def test_a_read_model_whose_ddl_fails_is_refused_at_open_naming_it(tmp_path: Path, ddl: list[Any],
                                                                    problem: str) -> None:
     from eventlog.errors import ProjectionError
@@ -335,3 +334,25 @@ def test_a_read_model_whose_ddl_fails_is_refused_at_open_naming_it(tmp_path: Pat
         tables = {r[0] for r in sqlite3.connect(tmp_path / "profiles" / "p" / "state.db").execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert "elsewhere" not in tables
+
+
+def _apply_nothing(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+    pass
+
+
+@pytest.mark.parametrize("make,field", [
+    (lambda: Extension("tally", event_types=EventType("tally.a")), "event_types"),  # not a list
+    (lambda: Extension("tally", event_types=["tally.a"]), "event_types"),
+    (lambda: Extension("tally", event_types=[EventType("tally.a", validate=3)]), "event_types"),  # type: ignore[arg-type]
+    (lambda: Extension("tally", event_types=[EventType("tally.a", 2, upcasters=[dict])]), "event_types"),  # type: ignore[arg-type]
+    (lambda: Extension("tally", event_types=[EventType("tally.a", 2, upcasters={"1": dict})]), "event_types"),
+    (lambda: Extension("tally", read_models=ReadModel("tally", 1, [], _apply_nothing)), "read_models"),
+    (lambda: Extension("tally", read_models=[ReadModel("tally", 1, "CREATE TABLE tally_t (x)", _apply_nothing)]),
+     "read_models"),
+    (lambda: Extension("tally", read_models=[ReadModel("tally", 1, [42], _apply_nothing)]), "read_models"),  # type: ignore[list-item]
+    (lambda: Extension("tally", read_models=[ReadModel("tally", 1, [], None)]), "read_models"),  # type: ignore[arg-type]
+])
+def test_an_extension_defined_wrongly_is_refused_where_it_is_defined(make: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        make()
+    assert info.value.field == field

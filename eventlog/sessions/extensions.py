@@ -108,6 +108,24 @@ class Extension:
     read_models: Sequence[ReadModel] = ()
 
     def __post_init__(self) -> None:
+        # The parts are checked here, where the definition is made: a ddl given as one string,
+        # an apply or validator that is no function, failed later and far away (a TypeError
+        # from the projector's thread, a read model broken character by character).
+        for name, parts, kind in (("event_types", self.event_types, EventType),
+                                  ("read_models", self.read_models, ReadModel)):
+            if not isinstance(parts, (list, tuple)) or not all(isinstance(p, kind) for p in parts):
+                raise ValidationError(name, f"must be a list of {kind.__name__} objects")
+        for t in self.event_types:
+            if t.validate is not None and not callable(t.validate):
+                raise ValidationError("event_types", f"{t.name}: validate must be a function or None")
+            if not isinstance(t.upcasters, Mapping) or not all(
+                    type(k) is int and callable(f) for k, f in t.upcasters.items()):
+                raise ValidationError("event_types", f"{t.name}: upcasters must map versions (integers) to functions")
+        for rm in self.read_models:
+            if not isinstance(rm.ddl, (list, tuple)) or not all(isinstance(d, str) for d in rm.ddl):
+                raise ValidationError("read_models", f"{rm.name}: ddl must be a list of SQL statements (strings)")
+            if not callable(rm.apply):
+                raise ValidationError("read_models", f"{rm.name}: apply must be a function (conn, envelope)")
         if self.namespace is not None and self.namespace != CATALOGUE_NAMESPACE:
             if not isinstance(self.namespace, str) or not NAMESPACE_RE.fullmatch(self.namespace):
                 raise ValidationError("namespace", "must be 1-32 characters of [a-z0-9_], starting with a letter")
