@@ -741,19 +741,39 @@ def _meta(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
                         " value = excluded.value", (_v(d, "key"), _v(d, "value"))).rowcount
 
 
+_ROUTING_UPSERT = ("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)"
+                   " ON CONFLICT(scope, session_key) DO UPDATE SET entry_json = excluded.entry_json,"
+                   " updated_at = excluded.updated_at")
+
+
 @rule("hermes.routing_saved")
 def _routing_saved(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    return conn.execute(
-        "INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT(scope, session_key) DO UPDATE SET entry_json = excluded.entry_json,"
-        " updated_at = excluded.updated_at",
-        (_v(d, "scope"), _v(d, "session_key"), _v(d, "entry_json"), _v(d, "updated_at"))).rowcount
+    """One entry upserted, or (``entries``) the part of a large replace's changed entries that
+    did not fit in its ``hermes.routing_replaced`` event, upserted ahead of it in the same write."""
+    scope, now = _v(d, "scope"), _v(d, "updated_at")
+    if "entries" in d:
+        return sum(conn.execute(_ROUTING_UPSERT, (scope, from_json(k), from_json(v), now)).rowcount
+                   for k, v in d.get("entries") or [])
+    return conn.execute(_ROUTING_UPSERT, (scope, _v(d, "session_key"), _v(d, "entry_json"), now)).rowcount
 
 
 @rule("hermes.routing_replaced")
 def _routing_replaced(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """The scope's index replaced by the given entries (keys not given disappear)."""
+    """The scope's index replaced (keys not listed disappear), every row inserted again in the
+    caller's order. With ``order`` (the index's keys), ``entries`` holds only the entries that
+    differ from the stored rows; the others keep their stored value. Without it (logs written
+    before), ``entries`` is the whole index."""
     scope, now = _v(d, "scope"), _v(d, "updated_at")
+    if "order" in d:
+        given = {from_json(k): from_json(v) for k, v in d.get("entries") or []}
+        stored = dict(conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
+                                   (scope,)).fetchall())
+        keys = [from_json(k) for k in d.get("order") or []]
+        rows = [(scope, k, given[k] if k in given else stored[k], now) for k in keys if k in given or k in stored]
+        n = conn.execute("DELETE FROM gateway_routing WHERE scope = ?", (scope,)).rowcount
+        conn.executemany("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)",
+                         rows)
+        return n + len(rows)
     n = conn.execute("DELETE FROM gateway_routing WHERE scope = ?", (scope,)).rowcount
     rows = [(scope, from_json(k), from_json(v), now) for k, v in d.get("entries") or []]
     conn.executemany("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)",

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+import orjson
+
 from eventlog.adapters.hermes import text
 from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, next_message_id, numbered
 from eventlog.adapters.hermes.engine import Engine, Tx, finalizer, is_corrupt
@@ -1015,6 +1017,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 "updated_at": time.time()}
         self._write(lambda tx: tx.emit("hermes.routing_saved", None, data))
 
+    _ROUTING_EVENT_BYTES = 4 * 1024 * 1024
+    """Room for changed routing entries in one event (an event holds 16 MiB encoded)."""
+
     def replace_gateway_routing_entries(self, entries: dict[str, str], *, scope: str = "") -> None:
         """Replace the scope's routing index (keys not given disappear), every row stamped with
         the time of this call — also when the entries are the ones already there: Hermes rewrites
@@ -1023,8 +1028,30 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         now = time.time()
         pairs = [(k, v) for k, v in entries.items() if k and v] if entries else []
         encoded = [[sql_value(k), sql_value(v)] for k, v in pairs]
-        data = {"scope": sql_value(scope), "entries": encoded, "updated_at": now}
-        self._write(lambda tx: tx.emit("hermes.routing_replaced", None, data))
+        scope_value = sql_value(scope)
+
+        def fn(tx: Tx) -> None:
+            # The gateway restates its whole index after every interaction: the event carries the
+            # keys and only the entries that differ from the stored rows (logging the whole index
+            # cost the log its size per message, and an index over one event's room could not be
+            # stored at all). Changed entries beyond one event's room go first, upserted by
+            # hermes.routing_saved events of the same write.
+            stored = dict(tx.conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
+                                          (scope,)).fetchall())
+            changed = [pair for (k, v), pair in zip(pairs, encoded) if not (k in stored and _same(stored[k], v))]
+            part: list[list[Any]] = []
+            size = 0
+            for pair in changed:
+                n = len(orjson.dumps(pair))
+                if part and size + n > self._ROUTING_EVENT_BYTES:
+                    tx.emit("hermes.routing_saved", None, {"scope": scope_value, "entries": part, "updated_at": now})
+                    part, size = [], 0
+                part.append(pair)
+                size += n
+            tx.emit("hermes.routing_replaced", None, {"scope": scope_value, "order": [k for k, _ in encoded],
+                                                      "entries": part, "updated_at": now})
+
+        self._write(fn)
 
     def delete_gateway_routing_entries(self, session_keys: list[str], *, scope: str = "") -> None:
         if not session_keys:
