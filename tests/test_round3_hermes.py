@@ -1,4 +1,5 @@
-"""Third-round outside audit of the Hermes facade (helper-62): the gateway routing index.
+"""Third-round outside audit of the Hermes facade (helper-62): the gateway routing index and the
+Telegram topic methods on read_only handles.
 
 The tests without a marker run in the default suite against the facade alone, with what Hermes'
 ``hermes_state.SessionDB`` (hermes-agent 0.19.0) does written out; the ``hermes`` tests drive the
@@ -137,8 +138,34 @@ def test_routing_values_hermes_binds_as_they_are_keep_their_types(tmp_path: Path
     db.close()
 
 
+def test_topic_cleanups_on_a_read_only_handle_are_silent_no_ops_as_in_hermes(tmp_path: Path) -> None:
+    """Hermes' ``disable_telegram_topic_mode`` and ``delete_telegram_topic_binding`` take any
+    OperationalError of their statements for 'the tables are not there yet' (a cleanup path that
+    never raises): on a read_only handle they answer None and 0 and change nothing. The facade
+    raised OperationalError there. ``apply_telegram_topic_migration`` always writes (its script
+    and the state_meta row), so on a read_only handle it raises, where the facade returned once
+    the tables existed."""
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    db.create_session("s1", "telegram")
+    db.enable_telegram_topic_mode(chat_id="c", user_id="u")
+    db.bind_telegram_topic(chat_id="c", thread_id="t", user_id="u", session_key="k", session_id="s1")
+    ro = SessionDB(path, read_only=True)
+    try:
+        assert ro.delete_telegram_topic_binding(chat_id="c", thread_id="t") == 0
+        assert ro.disable_telegram_topic_mode(chat_id="c") is None
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.apply_telegram_topic_migration()
+        assert ro.get_telegram_topic_binding(chat_id="c", thread_id="t") is not None
+        assert ro.is_telegram_topic_mode_enabled(chat_id="c", user_id="u") is True
+    finally:
+        ro.close()
+    assert db.delete_telegram_topic_binding(chat_id="c", thread_id="t") == 1
+    db.close()
+
+
 @pytest.mark.hermes
-def test_routing_matches_the_real_sessiondb(tmp_path: Path) -> None:
+def test_routing_and_read_only_topics_match_the_real_sessiondb(tmp_path: Path) -> None:
     """The same calls through Hermes' own class and the facade: same answers, same rows."""
     assert hermes_state is not None
     Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
@@ -159,6 +186,10 @@ def test_routing_matches_the_real_sessiondb(tmp_path: Path) -> None:
                                  "session_id": "s1"}),
     ]
     read_only_calls: list[tuple[str, dict[str, Any]]] = [
+        ("delete_telegram_topic_binding", {"chat_id": "c", "thread_id": "t"}),
+        ("delete_telegram_topic_binding", {"chat_id": "c", "thread_id": "nope"}),
+        ("disable_telegram_topic_mode", {"chat_id": "c"}),
+        ("apply_telegram_topic_migration", {}),
         ("replace_gateway_routing_entries", {"entries": {}}),
     ]
 

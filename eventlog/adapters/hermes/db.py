@@ -1071,8 +1071,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         tx.emit("hermes.topic_tables_created", None, {})
 
     def apply_telegram_topic_migration(self) -> None:
-        """Create the topic-mode tables (Hermes does so only on an explicit /topic opt-in)."""
-        self._write(self._topic_tables)
+        """Create the topic-mode tables (Hermes does so only on an explicit /topic opt-in). Its
+        script and its state_meta row are written whatever is there: a read_only handle raises."""
+        self._write(self._topic_tables, statement=True)
 
     def enable_telegram_topic_mode(self, *, chat_id: str, user_id: str, has_topics_enabled: Optional[bool] = None,
                                    allows_users_to_create_topics: Optional[bool] = None) -> None:
@@ -1088,11 +1089,24 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def disable_telegram_topic_mode(self, *, chat_id: str, clear_bindings: bool = True) -> None:
         data = {"chat_id": str(chat_id), "now": time.time(), "clear_bindings": bool(clear_bindings)}
-        self._write(lambda tx: tx.emit("hermes.topic_mode_disabled", None, data))
+        try:
+            self._write(lambda tx: tx.emit("hermes.topic_mode_disabled", None, data))
+        except sqlite3.OperationalError:
+            if not self.read_only:
+                raise
+            # Hermes takes its statements' OperationalError for 'no topic tables yet': on a
+            # read_only handle (where every write statement raises one) the call does nothing
 
     def delete_telegram_topic_binding(self, *, chat_id: str, thread_id: str) -> int:
+        """Unbind one topic thread; 0 when there was none. Never raises on a read_only handle,
+        where Hermes' cleanup takes the refused statement for missing tables and answers 0."""
         data = {"chat_id": str(chat_id), "thread_id": str(thread_id), "now": time.time()}
-        return int(self._write(lambda tx: tx.emit("hermes.topic_unbound", None, data)) or 0)
+        try:
+            return int(self._write(lambda tx: tx.emit("hermes.topic_unbound", None, data)) or 0)
+        except sqlite3.OperationalError:
+            if not self.read_only:
+                raise
+            return 0
 
     def bind_telegram_topic(self, *, chat_id: str, thread_id: str, user_id: str, session_key: str, session_id: str,
                             managed_mode: str = "auto") -> None:
