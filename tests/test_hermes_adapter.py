@@ -107,7 +107,7 @@ def test_layout_and_event_types(path: Path) -> None:
     # Catalogue names where Hermes means the same, hermes.* for what the catalogue lacks.
     for core in ("session.created", "message.appended", "usage.recorded", "session.titled", "session.ended"):
         assert core in kinds
-    assert {"hermes.messages_rewound", "hermes.routing_replaced", "hermes.compression_lock_acquired",
+    assert {"hermes.messages_rewound", "hermes.routing_restated", "hermes.compression_lock_acquired",
             "hermes.meta_set", "hermes.sessions_deleted"} <= set(kinds)
     odd = [e for e in events(path) if e["type"] == "message.appended" and e.get("data", {}).get("sid")]
     # An id eventlog's stream field cannot hold: a stable stand-in there, the real one in the data.

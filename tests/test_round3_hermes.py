@@ -81,7 +81,7 @@ def test_a_gateway_turn_logs_what_changed_in_the_routing_index_not_the_whole_ind
     db.close()
 
     last = logged(path)[-1]
-    assert last["type"] == "hermes.routing_replaced"
+    assert last["type"] == "hermes.routing_restated"
     size = len(json.dumps(last["data"]))
     whole = len(json.dumps(gateway_index(1000)))
     assert size < whole // 10, f"one changed entry logged {size} bytes (the whole index is {whole})"
@@ -116,6 +116,45 @@ def test_a_routing_index_larger_than_one_event_is_stored(tmp_path: Path) -> None
     assert db._engine is not None
     db._engine.rebuild()
     assert rows(Path(db.db_path).resolve(), "gateway_routing") == live
+    db.close()
+
+
+def test_a_routing_index_logged_whole_by_an_earlier_release_still_replays(tmp_path: Path) -> None:
+    """Logs written before the restatement hold ``hermes.routing_replaced`` with the whole index:
+    a rebuild gives back that index, and a restatement after it keeps the entries it left alone."""
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    assert db._engine is not None
+    whole = {"scope": "", "entries": [["a", "1"], ["b", "2"], ["c", "3"]], "updated_at": 1.5}
+    db._write(lambda tx: tx.emit("hermes.routing_replaced", None, whole))  # as earlier releases wrote it
+    db.replace_gateway_routing_entries({"a": "1", "b": "20", "c": "3"})
+    db._engine.rebuild()
+    assert db.load_gateway_routing_entries() == {"a": "1", "b": "20", "c": "3"}
+    db.close()
+    assert [e["type"] for e in logged(path)][-2:] == ["hermes.routing_replaced", "hermes.routing_restated"]
+
+
+def test_a_program_that_predates_the_restatement_leaves_the_index_as_it_was(tmp_path: Path) -> None:
+    """A restatement is a type of its own, so a program that predates it (a gateway not restarted
+    yet after an update, rebuilding its projection) ignores it as a newer program's event: its
+    index stays as it was before the restatement. Carried as a field of ``routing_replaced``,
+    that program took the changed entries for the whole index and dropped every other row."""
+    from eventlog.adapters.hermes import apply as rules
+
+    path = tmp_path / "state.db"
+    db = SessionDB(path)
+    assert db._engine is not None
+    before = {"scope": "", "entries": [[k, v] for k, v in gateway_index(30).items()], "updated_at": 1.5}
+    db._write(lambda tx: tx.emit("hermes.routing_replaced", None, before))  # written by the earlier release
+    db.replace_gateway_routing_entries(gateway_index(30, turned=4))  # this release: one entry changed
+    new = {t: rules._HANDLERS.pop(t) for t in ("hermes.routing_restated", "hermes.routing_upserted")}
+    try:
+        db._engine.rebuild()  # replayed by rules without the new types
+        assert db.load_gateway_routing_entries() == gateway_index(30)
+    finally:
+        rules._HANDLERS.update(new)
+    db._engine.rebuild()
+    assert db.load_gateway_routing_entries() == gateway_index(30, turned=4)
     db.close()
 
 

@@ -748,34 +748,46 @@ _ROUTING_UPSERT = ("INSERT INTO gateway_routing (scope, session_key, entry_json,
 
 @rule("hermes.routing_saved")
 def _routing_saved(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """One entry upserted, or (``entries``) the part of a large replace's changed entries that
-    did not fit in its ``hermes.routing_replaced`` event, upserted ahead of it in the same write."""
+    """One entry upserted."""
+    return conn.execute(_ROUTING_UPSERT, (_v(d, "scope"), _v(d, "session_key"), _v(d, "entry_json"),
+                                          _v(d, "updated_at"))).rowcount
+
+
+@rule("hermes.routing_upserted")
+def _routing_upserted(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
+    """The part of a large restatement's changed entries that did not fit in its
+    ``hermes.routing_restated`` event, upserted ahead of it in the same write."""
     scope, now = _v(d, "scope"), _v(d, "updated_at")
-    if "entries" in d:
-        return sum(conn.execute(_ROUTING_UPSERT, (scope, from_json(k), from_json(v), now)).rowcount
-                   for k, v in d.get("entries") or [])
-    return conn.execute(_ROUTING_UPSERT, (scope, _v(d, "session_key"), _v(d, "entry_json"), now)).rowcount
+    return sum(conn.execute(_ROUTING_UPSERT, (scope, from_json(k), from_json(v), now)).rowcount
+               for k, v in d.get("entries") or [])
 
 
 @rule("hermes.routing_replaced")
 def _routing_replaced(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
-    """The scope's index replaced (keys not listed disappear), every row inserted again in the
-    caller's order. With ``order`` (the index's keys), ``entries`` holds only the entries that
-    differ from the stored rows; the others keep their stored value. Without it (logs written
-    before), ``entries`` is the whole index."""
+    """The scope's index replaced by the given entries (keys not given disappear). Written by
+    releases before ``hermes.routing_restated``; still replayed."""
     scope, now = _v(d, "scope"), _v(d, "updated_at")
-    if "order" in d:
-        given = {from_json(k): from_json(v) for k, v in d.get("entries") or []}
-        stored = dict(conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
-                                   (scope,)).fetchall())
-        keys = [from_json(k) for k in d.get("order") or []]
-        rows = [(scope, k, given[k] if k in given else stored[k], now) for k in keys if k in given or k in stored]
-        n = conn.execute("DELETE FROM gateway_routing WHERE scope = ?", (scope,)).rowcount
-        conn.executemany("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)",
-                         rows)
-        return n + len(rows)
+    return _routing_rows(conn, scope, [(scope, from_json(k), from_json(v), now) for k, v in d.get("entries") or []])
+
+
+@rule("hermes.routing_restated")
+def _routing_restated(conn: sqlite3.Connection, sid: Any, d: dict[str, Any]) -> int:
+    """The scope's index replaced (keys not in ``order`` disappear), every row inserted again in
+    the caller's order; ``entries`` holds only the entries that differ from the stored rows, the
+    others keep their stored value. A type of its own, not a field of ``hermes.routing_replaced``:
+    a program that predates it ignores it (unknown types are a newer program's), where it would
+    have taken the changed entries for the whole index and dropped the others."""
+    scope, now = _v(d, "scope"), _v(d, "updated_at")
+    given = {from_json(k): from_json(v) for k, v in d.get("entries") or []}
+    stored = dict(conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
+                               (scope,)).fetchall())
+    keys = [from_json(k) for k in d.get("order") or []]
+    return _routing_rows(conn, scope, [(scope, k, given[k] if k in given else stored[k], now)
+                                       for k in keys if k in given or k in stored])
+
+
+def _routing_rows(conn: sqlite3.Connection, scope: Any, rows: list[tuple[Any, Any, Any, Any]]) -> int:
     n = conn.execute("DELETE FROM gateway_routing WHERE scope = ?", (scope,)).rowcount
-    rows = [(scope, from_json(k), from_json(v), now) for k, v in d.get("entries") or []]
     conn.executemany("INSERT INTO gateway_routing (scope, session_key, entry_json, updated_at) VALUES (?, ?, ?, ?)",
                      rows)
     return n + len(rows)

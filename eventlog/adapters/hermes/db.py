@@ -1035,7 +1035,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             # keys and only the entries that differ from the stored rows (logging the whole index
             # cost the log its size per message, and an index over one event's room could not be
             # stored at all). Changed entries beyond one event's room go first, upserted by
-            # hermes.routing_saved events of the same write.
+            # hermes.routing_upserted events of the same write.
             stored = dict(tx.conn.execute("SELECT session_key, entry_json FROM gateway_routing WHERE scope = ?",
                                           (scope,)).fetchall())
             changed = [pair for (k, v), pair in zip(pairs, encoded) if not (k in stored and _same(stored[k], v))]
@@ -1044,11 +1044,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             for pair in changed:
                 n = len(orjson.dumps(pair))
                 if part and size + n > self._ROUTING_EVENT_BYTES:
-                    tx.emit("hermes.routing_saved", None, {"scope": scope_value, "entries": part, "updated_at": now})
+                    tx.emit("hermes.routing_upserted", None, {"scope": scope_value, "entries": part, "updated_at": now})
                     part, size = [], 0
                 part.append(pair)
                 size += n
-            tx.emit("hermes.routing_replaced", None, {"scope": scope_value, "order": [k for k, _ in encoded],
+            tx.emit("hermes.routing_restated", None, {"scope": scope_value, "order": [k for k, _ in encoded],
                                                       "entries": part, "updated_at": now})
 
         self._write(fn)

@@ -35,7 +35,8 @@ CORE_TYPES = frozenset({
 })
 HERMES_TYPES = frozenset({
     "hermes.session_enriched", "hermes.peer_recorded", "hermes.expiry_flag_set",
-    "hermes.routing_saved", "hermes.routing_replaced", "hermes.routing_deleted",
+    "hermes.routing_saved", "hermes.routing_replaced", "hermes.routing_restated", "hermes.routing_upserted",
+    "hermes.routing_deleted",
     "hermes.session_reset", "hermes.repo_roots_backfilled",
     "hermes.compression_cooldown_set", "hermes.compression_cooldown_cleared", "hermes.fallback_streak_set",
     "hermes.compression_lock_acquired", "hermes.compression_lock_refreshed", "hermes.compression_lock_released",
