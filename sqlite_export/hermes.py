@@ -359,7 +359,9 @@ def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None =
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if "sessions" not in tables:
         return
-    known = {r[0] for r in conn.execute("SELECT id FROM sessions")}
+    # A sessions row whose id is NULL (its PRIMARY KEY is not an INTEGER one, so SQLite lets it
+    # be) is addressed by no Hermes call and can be no session here: it is left out.
+    known = {r[0] for r in conn.execute("SELECT id FROM sessions WHERE id IS NOT NULL")}
     orphans: dict[Any, list[Any]] = {}
     names = _columns(conn, "sessions")
     links: list[list[Any]] = []
@@ -368,10 +370,14 @@ def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None =
     title_at = names.index("title") if "title" in names else -1
     # Titles are unique in Hermes: of a title several rows hold (an old database), the newest row
     # keeps it, as Hermes' own repair does when it restores the unique index.
-    keeper = dict(conn.execute("SELECT title, MAX(rowid) FROM sessions WHERE title IS NOT NULL GROUP BY title"
+    keeper = dict(conn.execute("SELECT title, MAX(rowid) FROM sessions WHERE title IS NOT NULL AND id IS NOT NULL GROUP BY title"
                                " HAVING COUNT(*) > 1").fetchall()) if title_at >= 0 else {}
     for row in conn.execute(f"SELECT rowid, {', '.join(names)} FROM sessions ORDER BY rowid"):
         rowid, values = row[0], row[1:]
+        if values[id_at] is None:
+            if warn is not None:
+                warn(f"sessions row {rowid} has no id (NULL): no Hermes call can address it; it was left out")
+            continue
         if keeper and values[title_at] in keeper and keeper[values[title_at]] != rowid:
             if warn is not None:
                 warn(f"session {values[id_at]!r}: title {values[title_at]!r} is held by a newer session too;"

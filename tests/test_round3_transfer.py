@@ -1,0 +1,57 @@
+"""Imports and exports, third-round outside audit (helper-60): Hermes databases with rows Hermes'
+schema lets through (a sessions row whose TEXT PRIMARY KEY is NULL), another column order, and a
+source another process is writing while the import reads it."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from eventlog.cli import main
+from eventlog.log.lmdb import EventLog
+from eventlog.sessions.store import SessionStore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_hermes_import import v22  # noqa: E402
+
+
+def _import(home: Path, profile: str, source: Path) -> tuple[int, str]:
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, "import", "--format", "hermes",
+                                  str(source)])
+    return r.exit_code, r.output
+
+
+def _envelopes(home: Path, profile: str) -> list[dict[str, object]]:
+    lg = EventLog.open(home / "profiles" / profile / "log")
+    try:
+        return list(lg.read(1))
+    finally:
+        lg.close()
+
+
+def test_hermes_sessions_rows_without_an_id_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    """Hermes' ``sessions.id`` is a TEXT PRIMARY KEY, which SQLite lets be NULL. One such row was
+    imported as a ``session.created`` (and ``session.titled``) about no session at all; two failed
+    the whole import with "the same event id appears twice in one batch" (after earlier batches
+    were stored, on a large file); and a NULL row holding a real session's title took it from
+    that session. Now they are left out, each warned, and the real sessions import whole."""
+    source = tmp_path / "state.db"
+    with v22(source) as conn:
+        conn.execute("DROP INDEX idx_sessions_title_unique")  # as in a database older than that index
+        conn.execute("INSERT INTO sessions (id, source, started_at, title) VALUES ('a', 'cli', 1.0, 'Shared')")
+        conn.execute("INSERT INTO sessions (id, source, started_at, title) VALUES (NULL, 'cli', 2.0, 'Shared')")
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES (NULL, 'cli', 3.0)")
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'hi', 1.5)")
+    conn.close()
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0, out
+    assert "sessions row 2 has no id (NULL)" in out and "sessions row 3 has no id (NULL)" in out, out
+    about_nothing = [e for e in _envelopes(home, "p") if str(e["type"]).startswith("session.") and e["session"] is None]
+    assert about_nothing == []
+    with SessionStore.open(home=home, profile="p") as store:
+        assert [s["id"] for s in store.list_sessions(archived=None, hidden=None)] == ["a"]
+        a = store.get_session("a")
+        assert a is not None and a["title"] == "Shared"
+        assert [m["content"] for m in store.get_messages("a")] == ["hi"]
