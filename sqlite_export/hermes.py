@@ -399,9 +399,10 @@ def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None =
             yield message_event(names, row, warn)
     if "session_model_usage" in tables:
         names = _columns(conn, "session_model_usage")
+        at = names.index("session_id") if "session_id" in names else -1
         for row in conn.execute(f"SELECT {', '.join(names)} FROM session_model_usage ORDER BY rowid"):
-            if row[0] not in known:
-                orphans.setdefault(row[0], []).append("usage")
+            if at < 0 or row[at] not in known:
+                orphans.setdefault(row[at] if at >= 0 else None, []).append("usage")
                 continue
             yield usage_event(names, row, warn)
     if warn is not None:

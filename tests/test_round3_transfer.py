@@ -55,3 +55,26 @@ def test_hermes_sessions_rows_without_an_id_are_left_out_with_a_warning(tmp_path
         a = store.get_session("a")
         assert a is not None and a["title"] == "Shared"
         assert [m["content"] for m in store.get_messages("a")] == ["hi"]
+
+
+def test_hermes_usage_rows_are_found_whatever_the_column_order(tmp_path: Path) -> None:
+    """The usage rows' session was read from their first column: a ``session_model_usage`` table
+    whose columns come in another order (a table rebuilt by another schema version) lost every
+    usage row, warned as orphans of sessions named by its model column."""
+    source = tmp_path / "state.db"
+    with v22(source) as conn:
+        conn.execute("DROP TABLE session_model_usage")
+        conn.execute("CREATE TABLE session_model_usage (model TEXT NOT NULL, session_id TEXT NOT NULL, "
+                     "task TEXT NOT NULL DEFAULT '', api_call_count INTEGER NOT NULL DEFAULT 0, "
+                     "input_tokens INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (session_id, model, task))")
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
+        conn.execute("INSERT INTO session_model_usage (model, session_id, task, api_call_count, input_tokens) "
+                     "VALUES ('gpt-x', 'a', 'chat', 3, 120), ('gpt-y', 'a', 'title', 1, 7)")
+    conn.close()
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0, out
+    assert "orphans" not in out, out
+    usage = [e["data"] for e in _envelopes(home, "p") if e["type"] == "usage.recorded"]
+    assert sorted((u["model"], u["task"], u["api_call_count"], u["input_tokens"]) for u in usage) == [  # type: ignore[index]
+        ("gpt-x", "chat", 3, 120), ("gpt-y", "title", 1, 7)]
