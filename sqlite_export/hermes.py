@@ -227,7 +227,10 @@ def open_source(path: Path, tmp: Path) -> sqlite3.Connection:
             probe.execute("PRAGMA locking_mode=EXCLUSIVE")
             probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as e:
-        if "not a database" in str(e) or "malformed" in str(e):
+        # A lock another process holds is a writer at work, whose changes may already be in the
+        # file (a spilled cache): read regardless of locks (immutable), the file could be half
+        # written. Only a WAL database nobody has open (no -shm to read it through) is read so.
+        if "not a database" in str(e) or "malformed" in str(e) or "locked" in str(e):
             raise
         return sqlite3.connect(_uri(path, mode="ro", immutable="1"), uri=True)  # WAL mode, nobody has it open
     return sqlite3.connect(_uri(path, mode="ro"), uri=True)

@@ -3,6 +3,7 @@ schema lets through (a sessions row whose TEXT PRIMARY KEY is NULL), another col
 source another process is writing while the import reads it."""
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -78,3 +79,47 @@ def test_hermes_usage_rows_are_found_whatever_the_column_order(tmp_path: Path) -
     usage = [e["data"] for e in _envelopes(home, "p") if e["type"] == "usage.recorded"]
     assert sorted((u["model"], u["task"], u["api_call_count"], u["input_tokens"]) for u in usage) == [  # type: ignore[index]
         ("gpt-x", "chat", 3, 120), ("gpt-y", "title", 1, 7)]
+
+
+WRITER = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=MEMORY")  # no journal file beside the database
+c.execute("PRAGMA cache_size=2")  # the transaction's pages spill into the file before it commits
+c.execute("BEGIN EXCLUSIVE")
+for i in range(2000):
+    c.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', ?, ?)",
+              ("UNCOMMITTED %d " % i + "y" * 300, 10.0 + i))
+print("writing", flush=True)
+sys.stdin.readline()
+c.execute("ROLLBACK")
+"""
+
+
+def test_hermes_a_source_another_process_is_writing_is_refused_not_read_half_written(tmp_path: Path) -> None:
+    """A source locked by a writer with no sidecar file (its journal in memory; or a rollback
+    journal not created yet when the import looked) was read with ``immutable=1``, ignoring the
+    lock: the import read pages of a transaction that never committed, and either imported its
+    rows or called the source damaged ("database disk image is malformed", with a hint to
+    `.recover` it). Now the lock is reported as one (stop Hermes and retry) and nothing is
+    imported."""
+    source = tmp_path / "state.db"
+    with v22(source) as conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'kept', 2.0)")
+    conn.close()
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+        home = tmp_path / "home"
+        code, out = _import(home, "p", source)
+    finally:
+        assert writer.stdin is not None
+        writer.stdin.close()
+        writer.wait(60)
+    assert code == 1 and "database is locked" in out and "stop Hermes and retry" in out, out
+    assert not (home / "profiles" / "p").exists()
+    code, out = _import(home, "p", source)  # the writer rolled back: the committed rows import
+    assert code == 0, out
+    assert [e["data"]["content"] for e in _envelopes(home, "p") if e["type"] == "message.appended"] == ["kept"]
