@@ -78,11 +78,17 @@ def content_text(content: Any) -> str:
     return _part_text(content)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _pretty_json_text(text: str) -> str:
+    """JSON text indented; a lone surrogate its escapes decode to (no UTF-8 holds one: the
+    transcript could not be written) stays escaped as it was."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, TypeError, RecursionError):
         return text
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", pretty)
 
 
 def tool_call_parts(call: Any) -> tuple[str, str]:

@@ -123,3 +123,22 @@ def test_hermes_a_source_another_process_is_writing_is_refused_not_read_half_wri
     code, out = _import(home, "p", source)  # the writer rolled back: the committed rows import
     assert code == 0, out
     assert [e["data"]["content"] for e in _envelopes(home, "p") if e["type"] == "message.appended"] == ["kept"]
+
+
+def test_a_transcript_of_tool_arguments_escaping_a_lone_surrogate_is_written(tmp_path: Path) -> None:
+    """Tool call arguments are JSON text; one that escapes half a surrogate pair (``"\\ud83d"``,
+    an emoji cut by a model) decoded, for the indented view, to a lone surrogate, which no UTF-8
+    holds: ``export --format md|html`` ended in a traceback (UnicodeEncodeError) and wrote
+    nothing. The escape is now kept as the arguments gave it."""
+    home = tmp_path / "home"
+    with SessionStore.open(home=home, profile="p") as store:
+        sid = store.create_session(id="s1")
+        store.append_message(sid, "assistant", None, tool_calls=[
+            {"id": "c1", "type": "function", "function": {"name": "send", "arguments": '{"text": "hi \\ud83d", "n": 1}'}}])
+    for fmt in ("md", "html"):
+        out = tmp_path / f"t.{fmt}"
+        r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "export", "--format", fmt,
+                                      "--session", "s1", str(out)])
+        assert r.exit_code == 0, r.output
+        text = out.read_text(encoding="utf-8")
+        assert '"text": "hi \\ud83d"' in text.replace("&quot;", '"') and "send" in text
