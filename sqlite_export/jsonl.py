@@ -261,7 +261,12 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
         rest = [raw for _, raw, _ in canon[head:]]
         for start in range(0, len(rest), CHUNK):
-            log.append_sealed(rest[start:start + CHUNK])
+            try:
+                log.append_sealed(rest[start:start + CHUNK])
+            except IntegrityError:
+                at = head + start  # the file's events the log holds: its head should be the last of them
+                _refuse_if_raced(log, at, str(items[at - 1][2]["hash"]) if at else codec.ZERO_HASH, len(items))
+                raise
             if progress:
                 progress(head + start + len(rest[start:start + CHUNK]), len(items))
         return ImportResult("verbatim", len(items), len(rest), head)
@@ -355,6 +360,21 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             flush()
     flush()
     return ImportResult("appended", len(items), len(fresh), present)
+
+
+def _refuse_if_raced(log: Log, written: int, last_hash: str, total: int) -> None:
+    """Raise :class:`ConflictError` when a verbatim import's chunk did not continue the log because
+    another process appended to it since the import's last chunk (the log's head is no longer the
+    file's event at seq ``written``, whose hash is ``last_hash``): the log is whole, the file
+    cannot continue it."""
+    seq, head_hash = log.head()
+    if seq == written and head_hash == last_hash:
+        return  # the head is where the import left it: the chunk itself did not fit
+    done = f"the file's first {written} events were imported, and events of another process follow them" \
+        if written else "nothing was imported"
+    raise ConflictError("profile", f"another process appended to the profile during the import ({seq} events now); "
+                        f"the file's {total} events cannot continue its log: {done}",
+                        hint="import into a new profile that no other process writes (--profile NEW)")
 
 
 def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:

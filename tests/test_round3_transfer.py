@@ -3,15 +3,20 @@ schema lets through (a sessions row whose TEXT PRIMARY KEY is NULL), another col
 source another process is writing while the import reads it."""
 from __future__ import annotations
 
+import io
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
+from eventlog.errors import ConflictError
 from eventlog.log.lmdb import EventLog
 from eventlog.sessions.store import SessionStore
+from sqlite_export.jsonl import CHUNK, export_jsonl, import_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_hermes_import import v22  # noqa: E402
@@ -142,3 +147,39 @@ def test_a_transcript_of_tool_arguments_escaping_a_lone_surrogate_is_written(tmp
         assert r.exit_code == 0, r.output
         text = out.read_text(encoding="utf-8")
         assert '"text": "hi \\ud83d"' in text.replace("&quot;", '"') and "send" in text
+
+
+APPENDER = """
+import sys
+from eventlog.log.lmdb import EventLog
+with EventLog.open(sys.argv[1]) as lg:
+    lg.append([{"type": "session.created", "session": "elsewhere", "data": {}}])
+"""
+
+
+def test_a_verbatim_import_another_process_appends_into_is_refused_as_a_conflict(tmp_path: Path) -> None:
+    """A whole-log export imported into an empty profile goes in chunks; another process appending
+    between two of them made the next chunk fail as "imported event N does not continue the
+    chain" (IntegrityError, with a hint to `log verify` and the recovery docs: the log is not
+    damaged). It is a ConflictError saying what happened and how much of the file went in."""
+    with EventLog.open(tmp_path / "src", durability="nosync") as src:
+        src.append([{"type": "session.created", "session": "s", "data": {}}])
+        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
+                    for i in range(CHUNK + 10)])
+        out = io.BytesIO()
+        export_jsonl(src, out)
+    lines = out.getvalue().splitlines()
+    target = tmp_path / "dst"
+    appended: list[int] = []
+
+    def another_process_appends(done: int, total: int) -> None:
+        if not appended:
+            subprocess.run([sys.executable, "-c", APPENDER, str(target)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+            appended.append(done)
+
+    with EventLog.open(target, durability="nosync") as dst:
+        with pytest.raises(ConflictError, match="another process appended") as err:
+            import_jsonl(dst, lines, progress=another_process_appends, onto_other_history=False)
+        assert f"first {CHUNK} events were imported" in str(err.value)
+        assert appended == [CHUNK] and dst.head()[0] == CHUNK + 1 and dst.verify().ok
