@@ -183,3 +183,30 @@ def test_a_verbatim_import_another_process_appends_into_is_refused_as_a_conflict
             import_jsonl(dst, lines, progress=another_process_appends, onto_other_history=False)
         assert f"first {CHUNK} events were imported" in str(err.value)
         assert appended == [CHUNK] and dst.head()[0] == CHUNK + 1 and dst.verify().ok
+
+
+def test_an_export_given_as_a_pipe_path_is_imported_whole(tmp_path: Path) -> None:
+    """``eventlog import <(zcat export.jsonl.gz)`` (or ``/dev/stdin``): the import peeked at the
+    file's first 16 bytes to tell a SQLite database from an export, then opened it again; a pipe
+    has no second reading, so its first line arrived without its first 16 bytes and the import
+    was refused ("line 1: not a JSON object"). A pipe is read once, from its start."""
+    with EventLog.open(tmp_path / "src", durability="nosync") as src:
+        src.append([{"type": "session.created", "session": "s", "data": {}}])
+        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": "hello"}}])
+        out = io.BytesIO()
+        export_jsonl(src, out)
+        head = src.head()
+    home = tmp_path / "home"
+    r, w = os.pipe()
+    try:
+        os.write(w, out.getvalue())  # a small export: the pipe's buffer holds it
+        os.close(w)
+        done = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                               "--profile", "p", "import", f"/dev/fd/{r}"], pass_fds=(r,), capture_output=True,
+                              text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    finally:
+        os.close(r)
+    assert done.returncode == 0, done.stderr
+    assert "mode=verbatim read=2 imported=2" in done.stdout
+    with EventLog.open(home / "profiles" / "p" / "log") as lg:
+        assert lg.head() == head

@@ -168,13 +168,18 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
     """
     if whole and fmt != "jsonl":
         raise click.UsageError("--whole applies to --format jsonl")
+    regular = True
     if file != "-":
         import stat
 
         mode = os.stat(file).st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/full: a read that never ends
             raise ValidationError("FILE", f"{file} is a device, not a file", hint="give an export file or a state.db")
-    if file != "-":
+        regular = stat.S_ISREG(mode)
+        if not regular and fmt == "hermes":
+            raise ValidationError("FILE", f"{file} is not a regular file (a pipe?): a Hermes state.db is read as a "
+                                  "SQLite file", hint="give the path of the state.db itself")
+    if file != "-" and regular:  # a pipe (`import <(zcat x.gz)`, /dev/stdin) is read once: no peeking at it
         with open(file, "rb") as fp:
             is_sqlite = fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
         if fmt == "jsonl" and is_sqlite:
