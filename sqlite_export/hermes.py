@@ -939,28 +939,17 @@ def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) ->
                     report.skipped += 1
                     report.warn(f"{_label(ev)} does not fit in one event (16 MiB); skipped")
                     continue
-                log.append([smaller])
+                log.append([smaller[0]])
                 n += 1
-                report.warn(f"{_label(ev)}: content larger than one event holds; its first "
-                            f"{len(smaller['data']['content'].encode('utf-8')):,} bytes were kept")
+                report.warn(f"{_label(ev)}: {smaller[1]}")
         return n
 
 
-def _cut(ev: dict[str, Any]) -> dict[str, Any] | None:
-    """A message event whose content was cut to its first 8 MiB -- less when its JSON is longer
-    than its text (a control character is six bytes encoded) so that the event fits -- or None
-    when the content is not the problem."""
-    from eventlog.log.codec import MAX_EVENT_BYTES
-
-    if ev["type"] != "message.appended":
-        return None
-    data = {k: v for k, v in ev["data"].items() if k not in ("content", "content_json")}
-    text = ev["data"].get("content_json", ev["data"].get("content"))
-    if not isinstance(text, str):
-        return None
-    budget = MAX_EVENT_BYTES - 4096 - len(orjson.dumps(data, default=str))
+def _fitting(text: str, budget: int) -> str:
+    """The longest prefix of ``text`` (of its first 8 MiB) whose JSON encoding takes at most
+    ``budget`` bytes (a control character is six bytes encoded)."""
     text = text.encode("utf-8")[: 8 << 20].decode("utf-8", "ignore")
-    if len(orjson.dumps(text)) > budget:  # the longest prefix whose encoding fits (binary search)
+    if len(orjson.dumps(text)) > budget:  # binary search
         lo, hi = 0, len(text)
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -969,8 +958,39 @@ def _cut(ev: dict[str, Any]) -> dict[str, Any] | None:
             else:
                 hi = mid - 1
         text = text[:lo]
-    data["content"] = text
-    return {**ev, "data": data}
+    return text
+
+
+def _cut(ev: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """``ev`` made to fit in one event, and what was cut (for the warning), or None when no text
+    of it is the problem. A message keeps the first 8 MiB of its content, less when its JSON is
+    longer than its text; a session's row keeps the part of its longest texts (a system prompt;
+    at most their first 8 MiB) that fits: a session left out would leave its messages about no session, and the profile
+    refusing the next import of the file as another session's."""
+    from eventlog.log.codec import MAX_EVENT_BYTES
+
+    limit = MAX_EVENT_BYTES - 4096
+    if ev["type"] == "session.created":
+        data = dict(ev["data"])
+        cut: list[str] = []
+        for key in sorted((k for k, v in data.items() if isinstance(v, str)), key=lambda k: -len(data[k])):
+            over = len(orjson.dumps(data, default=str)) - limit
+            if over <= 0:
+                break
+            data[key] = _fitting(data[key], max(0, len(orjson.dumps(data[key])) - over))
+            cut.append(f"{key} (first {len(data[key].encode('utf-8')):,} bytes kept)")
+        if not cut or len(orjson.dumps(data, default=str)) > limit:
+            return None
+        return {**ev, "data": data}, f"larger than one event holds; cut: {', '.join(cut)}"
+    if ev["type"] != "message.appended":
+        return None
+    data = {k: v for k, v in ev["data"].items() if k not in ("content", "content_json")}
+    text = ev["data"].get("content_json", ev["data"].get("content"))
+    if not isinstance(text, str):
+        return None
+    data["content"] = _fitting(text, limit - len(orjson.dumps(data, default=str)))
+    return {**ev, "data": data}, (f"content larger than one event holds; its first "
+                                  f"{len(data['content'].encode('utf-8')):,} bytes were kept")
 
 
 def _label(ev: dict[str, Any]) -> str:

@@ -210,3 +210,30 @@ def test_an_export_given_as_a_pipe_path_is_imported_whole(tmp_path: Path) -> Non
     assert "mode=verbatim read=2 imported=2" in done.stdout
     with EventLog.open(home / "profiles" / "p" / "log") as lg:
         assert lg.head() == head
+
+
+def test_hermes_a_session_whose_row_exceeds_one_event_keeps_a_cut_system_prompt(tmp_path: Path) -> None:
+    """A sessions row larger than one event (a 17 MiB system prompt) was skipped whole while its
+    title and messages were appended to its stream: the session never showed, its messages were
+    unreachable, and every later import of the file was refused ("holds sessions whose ids this
+    profile uses for other sessions"). The row now keeps the part of the prompt that fits,
+    warned, like a message's content."""
+    source = tmp_path / "state.db"
+    prompt = "You are helpful. " * ((17 << 20) // 17)
+    with v22(source) as conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at, title, system_prompt) VALUES ('a', 'cli', 1.0, "
+                     "'Big', ?)", (prompt,))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'hello', 1.5)")
+    conn.close()
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0 and "cut: system_prompt" in out, out
+    with SessionStore.open(home=home, profile="p") as store:
+        a = store.get_session("a")
+        assert a is not None and a["title"] == "Big"
+        assert [m["content"] for m in store.get_messages("a")] == ["hello"]
+    created = [e["data"] for e in _envelopes(home, "p") if e["type"] == "session.created"]
+    kept = created[0]["system_prompt"]  # type: ignore[index]
+    assert len(created) == 1 and isinstance(kept, str) and len(kept) >= 8 << 20 and prompt.startswith(kept)
+    code, out = _import(home, "p", source)  # the same file again: nothing new, nothing refused
+    assert code == 0 and "events=0 " in out, out
