@@ -12,8 +12,9 @@ Events (see docs/HERMES.md):
 * each session -> ``session.created`` with every column as stored (``model_config`` as
   ``model_config_json``), its rowid and ``imported: true``; a title -> ``session.titled``; an end
   -> ``session.ended``; an archived session -> ``session.archived`` (``imported: true``: for the
-  Hermes projection the row already says so). Parent links follow as ``hermes.parents_attached``
-  once every session exists.
+  Hermes projection the row already says so); a pinned or hidden one (columns of other schemas
+  than Hermes 0.19's) -> ``session.pinned`` / ``session.hidden``. Parent links follow as
+  ``hermes.parents_attached`` once every session exists.
 * each message -> ``message.appended`` with every column as stored (its Hermes id; JSON columns
   as ``<name>_json`` text, structured content as ``content_json``), ``imported: true``.
 * each ``session_model_usage`` row -> ``usage.recorded`` with its task and api_call_count,
@@ -316,6 +317,9 @@ def session_events(names: list[str], row: Any, rowid: int,
                                                                    values.get("end_reason"))))
     if values.get("archived"):
         out.append(hermes_event("session.archived", sid, {"imported": True}, _eid("archived", sid)))
+    for column, kind in (("pinned", "session.pinned"), ("hidden", "session.hidden")):
+        if values.get(column):  # columns of other schemas than Hermes 0.19's (which has neither)
+            out.append(hermes_event(kind, sid, {"imported": True}, _eid(column, sid)))
     return out
 
 

@@ -19,6 +19,7 @@ from eventlog.sessions.store import SessionStore
 from sqlite_export.jsonl import CHUNK, export_jsonl, import_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent))
+from fixtures_hermes import make_current  # noqa: E402
 from test_hermes_import import v22  # noqa: E402
 
 
@@ -236,4 +237,24 @@ def test_hermes_a_session_whose_row_exceeds_one_event_keeps_a_cut_system_prompt(
     kept = created[0]["system_prompt"]  # type: ignore[index]
     assert len(created) == 1 and isinstance(kept, str) and len(kept) >= 8 << 20 and prompt.startswith(kept)
     code, out = _import(home, "p", source)  # the same file again: nothing new, nothing refused
+    assert code == 0 and "events=0 " in out, out
+
+
+def test_hermes_pin_and_hide_state_of_a_source_that_has_them_is_imported(tmp_path: Path) -> None:
+    """Issue 5 asks the import for each session's "titles, parents, archive and pin state".
+    Since the lossless mapping of Hermes 0.19 (whose schema has no ``pinned`` or ``hidden``), a
+    source with those columns (an older schema, as tests/fixtures_hermes builds) lost them:
+    pinned sessions imported unpinned, hidden ones shown. They are flags again; a second import
+    appends nothing."""
+    source = tmp_path / "state.db"
+    make_current(source)  # cron_job.daily is pinned; parent-late is hidden (child-early is in its lineage)
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0, out
+    with SessionStore.open(home=home, profile="p") as store:
+        flags = {s["id"]: (s["pinned"], s["hidden"]) for s in store.list_sessions(archived=None, hidden=None)}
+    assert flags["cron_job.daily"] == (True, False)
+    assert flags["parent-late"] == (False, True) and flags["child-early"] == (False, True)
+    assert flags["20250101_100000_aaaa"] == (False, False)
+    code, out = _import(home, "p", source)
     assert code == 0 and "events=0 " in out, out
