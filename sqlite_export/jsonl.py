@@ -380,8 +380,8 @@ def _refuse_if_raced(log: Log, written: int, last_hash: str, total: int) -> None
 def _plain_event(n: int, env: dict[str, Any]) -> dict[str, Any]:
     """A line of a plain-events file (no seq, prev or hash: it claims nothing), validated and
     normalised against the catalogue as `eventlog append` does (errors name ``line n``)."""
-    v = env.get("v")
-    if v is not None and (type(v) is not int or v != CURRENT_VERSIONS.get(env.get("type"))):  # type: ignore[arg-type]
+    v, etype = env.get("v"), env.get("type")
+    if v is not None and type(etype) is str and (type(v) is not int or v != CURRENT_VERSIONS.get(etype)):
         raise ValidationError(f"line {n}.v", f"version {v!r} is not the version this program writes for "
                               f"{env.get('type')!r}", hint="leave v out: a plain event is written at the current version")
     return prepare_input({k: val for k, val in env.items() if k != "v"}, f"line {n}")

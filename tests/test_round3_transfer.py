@@ -4,6 +4,7 @@ source another process is writing while the import reads it."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -258,3 +259,18 @@ def test_hermes_pin_and_hide_state_of_a_source_that_has_them_is_imported(tmp_pat
     assert flags["20250101_100000_aaaa"] == (False, False)
     code, out = _import(home, "p", source)
     assert code == 0 and "events=0 " in out, out
+
+
+def test_a_plain_event_line_whose_type_is_not_text_is_a_validation_error(tmp_path: Path) -> None:
+    """A plain-events line (no seq, prev or hash) with a ``v`` and a ``type`` that is a list or an
+    object ended ``eventlog import`` in a traceback (TypeError: unhashable type) while its
+    version was looked up. It is refused as any unknown type is, naming the line, and nothing
+    is imported."""
+    home = tmp_path / "home"
+    for n, etype in enumerate(([], {"a": 1})):
+        f = tmp_path / f"plain{n}.jsonl"
+        f.write_text('{"type":"session.created","session":"s","data":{},"id":"e0"}\n'
+                     + '{"type":%s,"v":1,"session":"s","data":{},"id":"e1"}\n' % json.dumps(etype))
+        r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", str(f)])
+        assert r.exit_code == 1 and "invalid line 2.type: unknown event type" in r.output, r.output
+        assert not (home / "profiles" / "p").exists()
