@@ -348,14 +348,19 @@ def message_event(names: list[str], row: Any, warn: Callable[[str], None] | None
     return hermes_event("message.appended", sid, data, _eid("msg", sid, values.get("id")))
 
 
-def usage_event(names: list[str], row: Any, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+def usage_event(names: list[str], row: Any, warn: Callable[[str], None] | None = None,
+                rowid: int | None = None) -> dict[str, Any]:
+    """The event of one ``session_model_usage`` row; its id derives from the row's key (session,
+    model, route, task), and also from its ``rowid`` when given (a row whose key an earlier row
+    has: an older table without Hermes' primary key)."""
     values = _values(names, row)
     _fill_not_null("session_model_usage", values, f"session {values.get('session_id')!r} usage", warn)
     sid = from_json(values.pop("session_id", None))
     data = {k: v for k, v in values.items() if k in USAGE_COLUMNS}
     data.update(imported=True, provider=values.get("billing_provider"))
     key = tuple(values.get(k) for k in ("model", "billing_provider", "billing_base_url", "billing_mode", "task"))
-    return hermes_event("usage.recorded", sid, data, _eid("usage", sid, *key))
+    return hermes_event("usage.recorded", sid, data, _eid("usage", sid, *key) if rowid is None
+                        else _eid("usage", sid, *key, "rowid", rowid))
 
 
 def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
@@ -407,11 +412,19 @@ def hermes_events(conn: sqlite3.Connection, warn: Callable[[str], None] | None =
     if "session_model_usage" in tables:
         names = _columns(conn, "session_model_usage")
         at = names.index("session_id") if "session_id" in names else -1
-        for row in conn.execute(f"SELECT {', '.join(names)} FROM session_model_usage ORDER BY rowid"):
+        keys: set[str] = set()
+        for rowid, *row in conn.execute(f"SELECT rowid, {', '.join(names)} FROM session_model_usage ORDER BY rowid"):
             if at < 0 or row[at] not in known:
                 orphans.setdefault(row[at] if at >= 0 else None, []).append("usage")
                 continue
-            yield usage_event(names, row, warn)
+            ev = usage_event(names, row, warn)
+            if ev["id"] in keys:  # no primary key (an older table), or NULLs that read as Hermes' defaults
+                ev = usage_event(names, row, None, rowid)
+                if warn is not None:
+                    warn(f"{_label(ev)}: usage row {rowid} has the session, model, route and task of an earlier row"
+                         " (Hermes keeps one row per key); imported as a record of its own")
+            keys.add(ev["id"])
+            yield ev
     if warn is not None:
         for sid, left in orphans.items():
             shown = ", ".join(str(r) for r in left[:20]) + (" ..." if len(left) > 20 else "")

@@ -274,3 +274,29 @@ def test_a_plain_event_line_whose_type_is_not_text_is_a_validation_error(tmp_pat
         r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", str(f)])
         assert r.exit_code == 1 and "invalid line 2.type: unknown event type" in r.output, r.output
         assert not (home / "profiles" / "p").exists()
+
+
+def test_hermes_usage_rows_sharing_a_key_in_an_older_table_are_all_imported(tmp_path: Path) -> None:
+    """An older ``session_model_usage`` without Hermes' primary key (or with a NULL route column,
+    read as Hermes' default '') can hold two rows of one session, model, route and task. Both got
+    the same event id, and the import (and the adapter's switch) failed whole with "the same
+    event id appears twice in one batch" -- after earlier batches were stored, on a large file.
+    Each row is now a usage record of its own (warned), so the session's totals are the
+    source's; a second import appends nothing."""
+    source = tmp_path / "state.db"
+    with v22(source) as conn:
+        conn.execute("DROP TABLE session_model_usage")
+        conn.execute("CREATE TABLE session_model_usage (session_id TEXT, model TEXT, billing_provider TEXT, "
+                     "task TEXT, api_call_count INTEGER, input_tokens INTEGER)")
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
+        conn.executemany("INSERT INTO session_model_usage VALUES (?, ?, ?, ?, ?, ?)", [
+            ("a", "m", None, "", 1, 10), ("a", "m", "", "", 2, 20), ("a", "m", "", "", 4, 40)])
+    conn.close()
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0 and "usage row 2 has the session, model, route and task of an earlier row" in out, out
+    with SessionStore.open(home=home, profile="p") as store:
+        usage = store.get_usage("a")
+    assert [(u["model"], u["input_tokens"], u["records"]) for u in usage] == [("m", 70, 3)]
+    code, out = _import(home, "p", source)
+    assert code == 0 and "events=0 " in out, out
