@@ -38,8 +38,9 @@ same file imported again appends nothing); a message, usage row or shown session
 stored values changed keeps its first import (one warning each).
 
 Reading the source never writes it: it is copied with SQLite's backup API from a ``mode=ro``
-connection (one with a ``-wal`` but no ``-shm`` by copying its files; one in WAL mode with no
-``-wal`` with ``immutable=1``), see :func:`open_source` and :func:`snapshot_source`.
+connection (one with a ``-wal`` but no ``-shm``, or with a hot ``-journal`` a killed writer left,
+by copying its files; one in WAL mode with no ``-wal`` with ``immutable=1``; one another process
+holds locked is refused), see :func:`open_source` and :func:`snapshot_source`.
 
 SQL values travel in event data as JSON; what JSON cannot hold is tagged: ``{"$b": base64}`` for
 bytes, ``{"$f": "inf"|"-inf"}`` for infinite floats (NaN is NULL in SQLite already).
@@ -215,14 +216,21 @@ def open_source(path: Path, tmp: Path) -> sqlite3.Connection:
                 out = sqlite3.connect(tmp / "snapshot.db")
                 src.backup(out)
                 return out
-        except sqlite3.Error:
-            wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
-            if not (wal.exists() and not shm.exists()):
-                raise
-            # A -wal without -shm: no process has it open, so copying the files is safe.
-            shutil.copyfile(path, tmp / "copy.db")
-            shutil.copyfile(wal, tmp / "copy.db-wal")
-            return sqlite3.connect(tmp / "copy.db")
+        except sqlite3.Error as e:
+            wal, shm, journal = Path(f"{path}-wal"), Path(f"{path}-shm"), Path(f"{path}-journal")
+            if wal.exists() and not shm.exists():
+                # A -wal without -shm: no process has it open, so copying the files is safe.
+                shutil.copyfile(path, tmp / "copy.db")
+                shutil.copyfile(wal, tmp / "copy.db-wal")
+                return sqlite3.connect(tmp / "copy.db")
+            if journal.exists() and getattr(e, "sqlite_errorname", None) == "SQLITE_READONLY_ROLLBACK":
+                # A hot journal: a writer died mid-transaction and no process holds a lock (SQLite
+                # checked), so the read-only open could not roll it back. The copy of both files
+                # is rolled back on its first read, and the original is left as it is.
+                shutil.copyfile(path, tmp / "copy.db")
+                shutil.copyfile(journal, tmp / "copy.db-journal")
+                return sqlite3.connect(tmp / "copy.db")
+            raise
     try:
         with closing(sqlite3.connect(_uri(path, mode="ro"), uri=True)) as probe:
             probe.execute("PRAGMA locking_mode=EXCLUSIVE")

@@ -300,3 +300,42 @@ def test_hermes_usage_rows_sharing_a_key_in_an_older_table_are_all_imported(tmp_
     assert [(u["model"], u["input_tokens"], u["records"]) for u in usage] == [("m", 70, 3)]
     code, out = _import(home, "p", source)
     assert code == 0 and "events=0 " in out, out
+
+
+CRASHING_WRITER = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA cache_size=2")  # the transaction's pages spill into the file before it commits
+c.execute("BEGIN EXCLUSIVE")
+for i in range(2000):
+    c.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', ?, ?)",
+              ("UNCOMMITTED %d " % i + "y" * 300, 10.0 + i))
+print("writing", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_hermes_a_source_a_crashed_writer_left_a_hot_journal_is_imported_as_committed(tmp_path: Path) -> None:
+    """A writer killed mid-transaction in rollback-journal mode leaves a hot journal. The read-only
+    open cannot roll it back ("attempt to write a readonly database"), and the import was
+    refused with a hint to check permissions or stop Hermes and retry, which never helped. The
+    database and its journal are now copied and the copy rolled back: the committed rows import,
+    the uncommitted ones do not, and the source's files are left byte for byte."""
+    source = tmp_path / "state.db"
+    with v22(source) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'kept', 2.0)")
+    conn.close()
+    writer = subprocess.Popen([sys.executable, "-c", CRASHING_WRITER, str(source)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
+    writer.kill()
+    writer.wait(60)
+    journal = tmp_path / "state.db-journal"
+    before = (source.read_bytes(), journal.read_bytes())
+    home = tmp_path / "home"
+    code, out = _import(home, "p", source)
+    assert code == 0, out
+    assert [e["data"]["content"] for e in _envelopes(home, "p") if e["type"] == "message.appended"] == ["kept"]
+    assert (source.read_bytes(), journal.read_bytes()) == before
