@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from eventlog.errors import DiskFullError, LeaseError, ProjectionError
+from eventlog.errors import DiskFullError, LeaseError, ProjectionError, process_state
 from eventlog.log import Log
 from eventlog.profiles import flock_holder
 from projections import db as sql
@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 DEFAULT_LEASE_TIMEOUT = 120.0
 IDLE_S = 0.5
+STOPPED_POLL_S = 0.25
+"""How often a wait for the projector lease looks whether its holder is stopped."""
 FOLLOWER_TRUST_S = 0.5
 """How long reads trust a follower whose polls fall short of the log before they catch up (or
 wait) themselves like a process without one, and say ``stale`` when that runs out."""
@@ -134,8 +136,37 @@ class Projector:
         ``others`` for another process; then :class:`LeaseError`)."""
         if self._closed:
             raise ProjectionError("the projector is closed")
-        with self.lease.hold(self.lease_timeout if timeout is None else timeout, others=others):
+        wait = self.lease_timeout if timeout is None else timeout
+        if others is not None or (wait is not None and wait <= STOPPED_POLL_S):
+            with self.lease.hold(wait, others=others):
+                yield
+            return
+        self._acquire_unless_stopped(wait)
+        try:
             yield
+        finally:
+            self.lease.release()
+
+    def _acquire_unless_stopped(self, wait: float | None) -> None:
+        """Take the lease, waiting at most ``wait`` seconds (None: without end), but not for a
+        holder that is stopped (SIGSTOP, Ctrl-Z, a debugger): it holds the lease for as long as
+        it stays stopped, and a command that needs the lease (a read whose state.db is missing
+        or broken, a rebuild) hung for the whole ``lease_timeout`` (120 s). Raises
+        :class:`LeaseError` naming the holder."""
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            step = STOPPED_POLL_S if deadline is None else min(STOPPED_POLL_S, max(0.0, deadline - time.monotonic()))
+            if self.lease.acquire(step):
+                return
+            holder = self.lease_holder()
+            if holder is not None and holder != os.getpid() and process_state(holder) == "stopped":
+                raise LeaseError(
+                    f"process {holder} holds the projector lease {self.lease.path} and is stopped",
+                    hint=f"resume or end that process (`kill -CONT {holder}`), then retry")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LeaseError(
+                    f"another process has held the projector lease {self.lease.path} for over {wait} s",
+                    hint="a long rebuild may be running; retry later or check `eventlog doctor`")
 
     # ---- bring up to date --------------------------------------------------------------------
 
