@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import click
 
 from eventlog import profiles
-from eventlog.errors import EventLogError, NotFoundError, OutcomeUnknownError, ValidationError, printable
+from eventlog.errors import (
+    ConflictError,
+    EventLogError,
+    NotFoundError,
+    OutcomeUnknownError,
+    ValidationError,
+    printable,
+)
 
 if TYPE_CHECKING:
     from eventlog.log import Log
@@ -90,7 +97,9 @@ NOT_FOUND_HINTS = {
 @contextlib.contextmanager
 def options_named(names: dict[str, str]) -> Iterator[None]:
     """A ValidationError about a field the user gave as an option names the option: ``names``
-    maps the event's field (``data.`` or ``messages[i].`` left off) to it (``"title": "--title"``)."""
+    maps the event's field (``data.`` or ``messages[i].`` left off) to it (``"title": "--title"``).
+    So does a plain ConflictError about such a field (a session id already taken), its hint too:
+    "omit id" is the Python call's word, ``--id`` the command line's."""
     try:
         yield
     except ValidationError as e:
@@ -98,6 +107,12 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
         if field in names:
             raise type(e)(names[field], e.problem, hint=e.hint) from None
         raise
+    except ConflictError as e:
+        if type(e) is not ConflictError or e.field not in names or not e.message.startswith(f"{e.field}: "):
+            raise
+        option = names[e.field]
+        hint = re.sub(rf"\b{re.escape(e.field)}\b", option, e.hint) if e.hint else e.hint
+        raise ConflictError(option, e.message[len(e.field) + 2:], hint=hint) from None
 
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")

@@ -1,0 +1,34 @@
+"""The contract as a new user meets it from outside: the ``eventlog`` console script run as a
+separate process on a fresh home, its words, exit codes and JSON compared with what the README
+and the issues write (outside audit, helper-58)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXE = str(Path(sys.executable).with_name("eventlog"))
+
+
+def run(home: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("EVENTLOG_LOG_URL", None)
+    return subprocess.run([EXE, "--home", str(home), "--profile", "p", *args], input=input,
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_a_taken_session_id_is_refused_naming_the_option(tmp_path: Path) -> None:
+    """`sessions new --id ID` with an id already in use: one line naming `--id` (as every other
+    `--id` error does), a hint in command-line words, exit 1, nothing appended. It said
+    "id: ... (hint: omit id to get a fresh one)", the Python call's words."""
+    home = tmp_path / "home"
+    first = run(home, "sessions", "new", "--id", "s1")
+    assert first.returncode == 0 and first.stdout == "s1\n", first
+    head = run(home, "log", "verify", "--json")
+
+    again = run(home, "sessions", "new", "--id", "s1", "--source", "cron")
+    assert again.returncode == 1 and again.stdout == "", again
+    assert again.stderr == ("error: --id: session id 's1' is already used "
+                            "(hint: omit --id to get a fresh one)\n"), again.stderr
+    assert run(home, "log", "verify", "--json").stdout == head.stdout  # nothing appended
