@@ -32,3 +32,14 @@ def test_a_taken_session_id_is_refused_naming_the_option(tmp_path: Path) -> None
     assert again.stderr == ("error: --id: session id 's1' is already used "
                             "(hint: omit --id to get a fresh one)\n"), again.stderr
     assert run(home, "log", "verify", "--json").stdout == head.stdout  # nothing appended
+
+
+def test_sessions_list_names_the_option_it_refuses(tmp_path: Path) -> None:
+    """`sessions list --workspace ''` is refused (an empty path would match every folder) naming
+    `--workspace`, as `search --session ''` names `--session`; it said "invalid workspace", the
+    Python parameter's name."""
+    home = tmp_path / "home"
+    assert run(home, "init").returncode == 0
+    r = run(home, "sessions", "list", "--workspace", "")
+    assert r.returncode == 1 and r.stdout == "", r
+    assert r.stderr.startswith("error: invalid --workspace: must be a path") and r.stderr.count("\n") == 1, r.stderr

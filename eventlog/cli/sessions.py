@@ -80,7 +80,7 @@ def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned
     """List sessions, most recent activity first (pinned ones always included)."""
     if workspace and not os.path.isabs(workspace):
         workspace = os.path.abspath(workspace)  # `--workspace .` is this folder, as everywhere on a command line
-    with c.open_store() as store:
+    with c.open_store() as store, options_named({"workspace": "--workspace", "source": "--source", "limit": "--limit"}):
         rows = store.list_sessions(source=source, archived=None if archived else False,
                                    pinned=True if pinned else None, hidden=None if hidden else False,
                                    workspace=workspace, limit=limit)
