@@ -4,6 +4,7 @@ and the issues write (outside audit, helper-58)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +44,22 @@ def test_sessions_list_names_the_option_it_refuses(tmp_path: Path) -> None:
     r = run(home, "sessions", "list", "--workspace", "")
     assert r.returncode == 1 and r.stdout == "", r
     assert r.stderr.startswith("error: invalid --workspace: must be a path") and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_hermes_import_from_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    """`import --format hermes -`: FILE takes '-' (stdin) for a jsonl export, but a Hermes
+    state.db is opened by name. It said "invalid source: - does not exist or is not a file",
+    naming a parameter the command line does not have; now a usage error saying why (exit 2),
+    and no profile is created."""
+    home = tmp_path / "home"
+    db = tmp_path / "state.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL)")
+    con.execute("INSERT INTO sessions VALUES ('s1', 'cli', 1700000000.0)")
+    con.commit()
+    con.close()
+    r = run(home, "import", "--format", "hermes", "-", input=db.read_bytes().decode("latin-1"))
+    assert r.returncode == 2 and r.stdout == "", r
+    assert "Error: --format hermes needs a file name" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (home / "profiles" / "p").exists()
+    assert run(home, "import", "--format", "hermes", str(db)).returncode == 0  # by name it is read

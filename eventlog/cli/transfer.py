@@ -168,6 +168,8 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
     """
     if whole and fmt != "jsonl":
         raise click.UsageError("--whole applies to --format jsonl")
+    if fmt == "hermes" and file == "-":  # SQLite opens a file by its name: a state.db cannot come down a pipe
+        raise click.UsageError("--format hermes needs a file name: a state.db is read with SQLite, not from stdin")
     regular = True
     if file != "-":
         import stat
