@@ -4,6 +4,7 @@ and the issues write (outside audit, helper-58)."""
 from __future__ import annotations
 
 import os
+import resource
 import sqlite3
 import subprocess
 import sys
@@ -63,3 +64,32 @@ def test_a_hermes_import_from_stdin_is_a_usage_error(tmp_path: Path) -> None:
     assert "Error: --format hermes needs a file name" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (home / "profiles" / "p").exists()
     assert run(home, "import", "--format", "hermes", str(db)).returncode == 0  # by name it is read
+
+
+def _data_limit() -> None:
+    # The guard for this test's own machine: without the bound the command read /dev/zero until
+    # the kernel's OOM killer ended it (24 GB here, taking other processes' memory with it).
+    # RLIMIT_DATA caps the heap, not the log's shared file mapping.
+    resource.setrlimit(resource.RLIMIT_DATA, (2 << 30, 2 << 30))
+
+
+def test_messages_add_refuses_a_content_file_that_never_ends(tmp_path: Path) -> None:
+    """`messages add --content-file /dev/zero` (or an endless pipe) is refused once more than an
+    event may hold has been read: one line naming --content-file, exit 1, nothing appended.
+    It read the whole file into memory first and was killed by the OOM killer."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    env = dict(os.environ)
+    env.pop("EVENTLOG_LOG_URL", None)
+    r = subprocess.run([EXE, "--home", str(home), "--profile", "p", "messages", "add", "s1", "--role", "user",
+                        "--content-file", "/dev/zero"], capture_output=True, text=True, timeout=120, env=env,
+                       preexec_fn=_data_limit)
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stderr[-2000:])
+    assert r.stderr.startswith("error: invalid --content-file: more than 16777216 bytes") \
+        and r.stderr.count("\n") == 1, r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
+    ok = run(home, "messages", "add", "s1", "--role", "user", "--content-file", "-", input="x" * 100_000)
+    assert ok.returncode == 0, ok  # a file within the limit is read whole
+    shown = run(home, "sessions", "show", "s1", "--json")
+    assert '"content": "' + "x" * 100_000 + '"' in shown.stdout

@@ -19,6 +19,20 @@ def _utf8(raw: bytes) -> str:
         raise ValidationError("--content-file", f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
 
 
+def _read_bounded(fp: IO[bytes]) -> bytes:
+    """The file's bytes, read no further than one byte past what an event may hold: a file that
+    never ends (``/dev/zero``, an endless pipe) is refused instead of filling memory."""
+    from eventlog.errors import EventTooLargeError
+    from eventlog.log.codec import MAX_EVENT_BYTES
+
+    raw = fp.read(MAX_EVENT_BYTES + 1)
+    if len(raw) > MAX_EVENT_BYTES:
+        raise EventTooLargeError("--content-file", f"more than {MAX_EVENT_BYTES} bytes; an event is limited to "
+                                                   f"{MAX_EVENT_BYTES} bytes",
+                                 hint="give a smaller file (or split the text over several messages); nothing was appended")
+    return raw
+
+
 @click.group()
 def messages() -> None:
     """Add messages to sessions."""
@@ -40,7 +54,7 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
     if content is not None and content_file is None:
         text = content
     elif content is None and content_file is not None:
-        text = _utf8(content_file.read())
+        text = _utf8(_read_bounded(content_file))
     else:
         raise click.UsageError("give exactly one of --content and --content-file")
     options = {"content": "--content-file" if content_file is not None else "--content",
