@@ -93,3 +93,41 @@ def test_messages_add_refuses_a_content_file_that_never_ends(tmp_path: Path) -> 
     assert ok.returncode == 0, ok  # a file within the limit is read whole
     shown = run(home, "sessions", "show", "s1", "--json")
     assert '"content": "' + "x" * 100_000 + '"' in shown.stdout
+
+
+def _zero_into(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("EVENTLOG_LOG_URL", None)
+    with open("/dev/zero", "rb") as zero:
+        return subprocess.run([EXE, "--home", str(home), "--profile", "p", *args], stdin=zero, capture_output=True,
+                              text=True, timeout=300, env=env, preexec_fn=_data_limit)
+
+
+def test_append_and_import_refuse_a_line_that_never_ends(tmp_path: Path) -> None:
+    """`eventlog append` and `eventlog import -` read stdin line by line; a line that never ends
+    (stdin from /dev/zero, an endless pipe) was read whole into memory until the process died
+    (a MemoryError traceback under this test's 2 GB limit, the OOM killer without one). Now the
+    line is refused past the longest one an event can need: one line naming it, exit 1, nothing
+    written and no profile left behind by the import."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+
+    r = _zero_into(home, "append")
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stderr[-2000:])
+    assert r.stderr.startswith("error: invalid line 1: longer than ") and r.stderr.count("\n") == 1, r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head
+
+    r = _zero_into(home, "import", "-")
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stderr[-2000:])
+    assert r.stderr.startswith("error: invalid line 1: longer than ") and r.stderr.count("\n") == 1, r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head
+
+    fresh = tmp_path / "fresh"
+    r = _zero_into(fresh, "import", "-")
+    assert r.returncode == 1 and r.stderr.startswith("error: invalid line 1: longer than "), r.stderr[-2000:]
+    assert not (fresh / "profiles" / "p").exists()
+
+    ok = run(home, "append", input='{"type":"message.appended","session":"s1","data":{"role":"user","content":"'
+                                   + "y" * 200_000 + '"}}\n')
+    assert ok.returncode == 0 and ok.stdout.strip().isdigit(), ok  # an ordinary long line still goes in

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx
+from eventlog.cli.common import Ctx, bounded_lines, emit_json, handled, json_option, pass_ctx
 from eventlog.errors import ValidationError
 
 
@@ -33,7 +33,7 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
     from eventlog.log.codec import refuse_wide_ints
     from eventlog.sessions.inputs import refuse_duplicate_keys, with_lone_surrogates
 
-    for n, line in enumerate(stream, 1):
+    for n, line in enumerate(bounded_lines(stream), 1):
         if n == 1 and line[:1] == "\ufeff":  # a byte order mark some editors write (import takes it too)
             line = line[1:]
         if not line.strip():

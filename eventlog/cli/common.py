@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 import click
 
@@ -77,6 +78,30 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def line_limit() -> int:
+    """The longest input line (``append``'s stdin, an ``import`` file) that can still hold one
+    event: an event's data is limited to ``MAX_EVENT_BYTES`` encoded, and a JSON escape
+    (``\\u0041``) writes one stored byte as six."""
+    from eventlog.log.codec import MAX_EVENT_BYTES
+
+    return 6 * MAX_EVENT_BYTES + 65536
+
+
+def bounded_lines(stream: IO[Any], limit: int | None = None) -> Iterator[Any]:
+    """The lines of ``stream`` (text or bytes), each read no further than ``limit`` (default
+    :func:`line_limit`): input that never ends a line (``/dev/zero``, an endless pipe) is refused
+    naming the line instead of filling memory."""
+    limit = line_limit() if limit is None else limit
+    for n in itertools.count(1):
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if len(line) > limit:
+            raise ValidationError(f"line {n}", f"longer than {limit} characters: no event is that long",
+                                  hint="give one JSON object per line; nothing was written")
+        yield line
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 

@@ -15,7 +15,16 @@ from typing import IO, Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, output_path, pass_ctx, progress_bar
+from eventlog.cli.common import (
+    Ctx,
+    bounded_lines,
+    emit_json,
+    handled,
+    json_option,
+    output_path,
+    pass_ctx,
+    progress_bar,
+)
 from eventlog.errors import EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
 
 INT64_MAX = 2**63 - 1
@@ -218,10 +227,12 @@ def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
 
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
             if file == "-":
-                res = import_jsonl(lg, sys.stdin.buffer, progress=update, onto_other_history=False, whole=whole)
+                res = import_jsonl(lg, bounded_lines(sys.stdin.buffer), progress=update, onto_other_history=False,
+                                   whole=whole)
             else:
                 with open(file, "rb") as fp:
-                    res = import_jsonl(lg, fp, progress=update, onto_other_history=False, whole=whole)
+                    res = import_jsonl(lg, bounded_lines(fp), progress=update, onto_other_history=False,
+                                       whole=whole)
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
                        "its events were appended as new events, with new seqs, event times and hashes (sessions and "
