@@ -3,6 +3,7 @@ separate process on a fresh home, its words, exit codes and JSON compared with w
 and the issues write (outside audit, helper-58)."""
 from __future__ import annotations
 
+import json
 import os
 import resource
 import sqlite3
@@ -131,3 +132,50 @@ def test_append_and_import_refuse_a_line_that_never_ends(tmp_path: Path) -> None
     ok = run(home, "append", input='{"type":"message.appended","session":"s1","data":{"role":"user","content":"'
                                    + "y" * 200_000 + '"}}\n')
     assert ok.returncode == 0 and ok.stdout.strip().isdigit(), ok  # an ordinary long line still goes in
+
+
+def test_import_reads_an_export_from_a_pipe_once(tmp_path: Path) -> None:
+    """`eventlog import <(cat export.jsonl)` or a named pipe: the file was opened twice, once for
+    its first 16 bytes (is it SQLite?) and again for the import. A pipe does not give its bytes
+    twice: the import said `read=0 imported=0`, exit 0, and left an empty profile (from
+    `<(...)`), or waited forever for a second writer (a FIFO). Now the file is opened once."""
+    src = tmp_path / "src"
+    assert run(src, "sessions", "new", "--id", "s1", "--title", "From a pipe").returncode == 0
+    assert run(src, "messages", "add", "s1", "--role", "user", "--content", "piped words").returncode == 0
+    export = tmp_path / "export.jsonl"
+    assert run(src, "export", str(export)).returncode == 0
+    head = run(src, "log", "verify", "--json").stdout
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    dest = tmp_path / "dest"
+    env = dict(os.environ)
+    env.pop("EVENTLOG_LOG_URL", None)
+    reader = subprocess.Popen([EXE, "--home", str(dest), "--profile", "p", "import", str(fifo), "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with open(fifo, "wb") as w:  # blocks until the import opens its end
+        w.write(export.read_bytes())
+    try:
+        out, err = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+    assert reader.returncode == 0, err
+    assert json.loads(out) == {"already_present": 0, "imported": 2, "mode": "verbatim", "read": 2}
+    assert run(dest, "log", "verify", "--json").stdout == head
+    shown = run(dest, "sessions", "show", "s1", "--json")
+    assert json.loads(shown.stdout)["messages"][0]["content"] == "piped words"
+
+    db = tmp_path / "state.db"
+    sqlite3.connect(db).close()
+    db.write_bytes(b"SQLite format 3\x00" + b"\x00" * 4080)
+    os.unlink(fifo)
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([EXE, "--home", str(tmp_path / "other"), "--profile", "p", "import", str(fifo)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with open(fifo, "wb") as w:
+        w.write(db.read_bytes())
+    try:
+        out, err = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+    assert reader.returncode == 1 and "is a SQLite database, not a JSONL export" in err, err  # still told

@@ -179,33 +179,45 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
         raise click.UsageError("--whole applies to --format jsonl")
     if fmt == "hermes" and file == "-":  # SQLite opens a file by its name: a state.db cannot come down a pipe
         raise click.UsageError("--format hermes needs a file name: a state.db is read with SQLite, not from stdin")
-    regular = True
+    source: IO[bytes] | None = None  # a jsonl file, opened once: a pipe (`<(...)`, a FIFO) cannot be read twice
     if file != "-":
         import stat
 
         mode = os.stat(file).st_mode
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/full: a read that never ends
             raise ValidationError("FILE", f"{file} is a device, not a file", hint="give an export file or a state.db")
-        regular = stat.S_ISREG(mode)
-        if not regular and fmt == "hermes":
-            raise ValidationError("FILE", f"{file} is not a regular file (a pipe?): a Hermes state.db is read as a "
-                                  "SQLite file", hint="give the path of the state.db itself")
-    if file != "-" and regular:  # a pipe (`import <(zcat x.gz)`, /dev/stdin) is read once: no peeking at it
-        with open(file, "rb") as fp:
-            is_sqlite = fp.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-        if fmt == "jsonl" and is_sqlite:
-            raise ValidationError("FILE", f"{file} is a SQLite database, not a JSONL export",
-                                  hint="to import an agent state.db, use --format hermes")
-        if fmt == "hermes" and not is_sqlite:
-            raise ValidationError("FILE", f"{file} is not a SQLite database (a Hermes state.db)",
-                                  hint="to import an export of eventlog, leave out --format hermes (jsonl is the default)")
+        if fmt == "hermes" and not stat.S_ISREG(mode):
+            raise ValidationError("FILE", f"{file} is not a regular file (a pipe?)",
+                                  hint="a state.db is opened by name with SQLite: give the file itself")
+        if fmt == "hermes":
+            with open(file, "rb") as fp:
+                if fp.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                    raise ValidationError("FILE", f"{file} is not a SQLite database (a Hermes state.db)",
+                                          hint="to import an export of eventlog, leave out --format hermes "
+                                               "(jsonl is the default)")
+        else:
+            opened = open(file, "rb")  # closed below, whatever happens
+            if opened.peek(len(SQLITE_MAGIC))[:len(SQLITE_MAGIC)] == SQLITE_MAGIC:  # peeked: nothing consumed
+                opened.close()
+                raise ValidationError("FILE", f"{file} is a SQLite database, not a JSONL export",
+                                      hint="to import an agent state.db, use --format hermes")
+            source = opened
+    elif fmt == "jsonl":
+        source = sys.stdin.buffer
+    with contextlib.ExitStack() as stack:
+        if source is not None and file != "-":
+            stack.callback(source.close)
+        _import_into(c, fmt, file, source, whole, as_json)
+
+
+def _import_into(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool, as_json: bool) -> None:
     from eventlog import profiles
 
     d = profiles.profile_dir(c.home, c.profile, create=False)
     created = not d.exists()
     created_on_server = c.log_url is not None and not _on_server(c)
     try:
-        report = _import(c, fmt, file, whole)
+        report = _import(c, fmt, file, source, whole)
     except BaseException:
         if created_on_server:
             from eventlog.log.postgres import drop_empty_profile
@@ -221,18 +233,13 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
         click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
 
 
-def _import(c: Ctx, fmt: str, file: str, whole: bool = False) -> dict[str, Any]:
+def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool = False) -> dict[str, Any]:
     if fmt == "jsonl":
         from sqlite_export.jsonl import import_jsonl
 
+        assert source is not None
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
-            if file == "-":
-                res = import_jsonl(lg, bounded_lines(sys.stdin.buffer), progress=update, onto_other_history=False,
-                                   whole=whole)
-            else:
-                with open(file, "rb") as fp:
-                    res = import_jsonl(lg, bounded_lines(fp), progress=update, onto_other_history=False,
-                                       whole=whole)
+            res = import_jsonl(lg, bounded_lines(source), progress=update, onto_other_history=False, whole=whole)
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
                        "its events were appended as new events, with new seqs, event times and hashes (sessions and "
