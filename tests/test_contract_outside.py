@@ -179,3 +179,24 @@ def test_import_reads_an_export_from_a_pipe_once(tmp_path: Path) -> None:
     finally:
         reader.kill()
     assert reader.returncode == 1 and "is a SQLite database, not a JSONL export" in err, err  # still told
+
+
+def test_append_each_json_says_what_landed_before_a_refusal(tmp_path: Path) -> None:
+    """`append --each` appends line by line; when a later line is refused (a title another
+    session holds), the text form has already printed the earlier seqs, but `--json` printed
+    nothing, so a script could not tell that line 1 was stored. Now `--json` prints
+    `{"seqs": [...]}` of what landed before the one-line error (exit 1), and the title
+    conflict's hint names a free title, not a Python API (SessionStore.next_title())."""
+    home = tmp_path / "home"
+    lines = ('{"type":"session.created","session":"e1","data":{"title":"Dup"}}\n'
+             '{"type":"session.created","session":"e2","data":{"title":"Dup"}}\n')
+    r = run(home, "append", "--each", "--json", input=lines)
+    assert r.returncode == 1, r
+    assert json.loads(r.stdout) == {"seqs": [1]}
+    assert r.stderr == ("error: title: 'Dup' is already used by session 'e1' "
+                        "(hint: choose another title, e.g. 'Dup #2')\n"), r.stderr
+    tail = run(home, "log", "tail", "--json")
+    assert [json.loads(x)["session"] for x in tail.stdout.splitlines()] == ["e1"]
+
+    r = run(home, "append", input='{"type":"session.created","session":"e3","data":{"title":"Dup"}}\n')
+    assert r.returncode == 1 and r.stdout == "" and "e.g. 'Dup #2'" in r.stderr, r

@@ -7,8 +7,8 @@ from typing import Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, bounded_lines, emit_json, handled, json_option, pass_ctx
-from eventlog.errors import ValidationError
+from eventlog.cli.common import Ctx, bounded_lines, emit_json, free_title_hint, handled, json_option, pass_ctx
+from eventlog.errors import EventLogError, ValidationError
 
 
 @click.command()
@@ -83,9 +83,16 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
         else:
             write = log.append
         check_sessions(log, [f"line {n}" for n, _ in lines], batch)
+        if store is not None:  # a title another session holds: the hint names a free one, not a Python API
+            stack.enter_context(free_title_hint(store))
         if each:
             for ev in batch:
-                got = write([ev])
+                try:
+                    got = write([ev])
+                except EventLogError:
+                    if as_json and seqs:  # what landed before the failure, as the text form shows it
+                        emit_json({"seqs": seqs})
+                    raise
                 seqs.extend(got)
                 if not as_json:
                     click.echo(str(got[0]))

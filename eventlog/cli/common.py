@@ -24,6 +24,7 @@ from eventlog.errors import (
     EventLogError,
     NotFoundError,
     OutcomeUnknownError,
+    TitleConflictError,
     ValidationError,
     printable,
 )
@@ -138,6 +139,20 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
         option = names[e.field]
         hint = re.sub(rf"\b{re.escape(e.field)}\b", option, e.hint) if e.hint else e.hint
         raise ConflictError(option, e.message[len(e.field) + 2:], hint=hint) from None
+
+
+@contextlib.contextmanager
+def free_title_hint(store: SessionStore) -> Iterator[None]:
+    """A title conflict's hint names a free title (rather than a Python API)."""
+    try:
+        yield
+    except TitleConflictError as e:
+        try:
+            free = store.next_title(e.title)
+        except EventLogError:
+            free = f"{e.title} #2"
+        e.hint = f"choose another title, e.g. {free!r}"
+        raise
 
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")

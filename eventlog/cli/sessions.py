@@ -1,15 +1,15 @@
 """``eventlog sessions ...``: create, list, show and change sessions through SessionStore."""
 from __future__ import annotations
 
-import contextlib
 import os
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any
 
 import click
 
 from eventlog.cli.common import (
     Ctx,
     emit_json,
+    free_title_hint,
     handled,
     iso,
     json_flags,
@@ -19,10 +19,7 @@ from eventlog.cli.common import (
     read_flags,
     warn_flags,
 )
-from eventlog.errors import EventLogError, NotFoundError, TitleConflictError, printable
-
-if TYPE_CHECKING:
-    from eventlog.sessions.store import SessionStore
+from eventlog.errors import NotFoundError, printable
 
 
 @click.group()
@@ -44,23 +41,9 @@ def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None,
     """Create a session and print its id."""
     with c.open_store(create=True) as store, options_named({"id": "--id", "session": "--id", "source": "--source",
                                                         "title": "--title", "model": "--model", "cwd": "--cwd",
-                                                        "parent_session_id": "--parent"}), _titles(store):
+                                                        "parent_session_id": "--parent"}), free_title_hint(store):
         click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
                                         parent_session_id=parent))
-
-
-@contextlib.contextmanager
-def _titles(store: SessionStore) -> Iterator[None]:
-    """A title conflict's hint names a free title (rather than a Python API)."""
-    try:
-        yield
-    except TitleConflictError as e:
-        try:
-            free = store.next_title(e.title)
-        except EventLogError:
-            free = f"{e.title} #2"
-        e.hint = f"choose another title, e.g. {free!r}"
-        raise
 
 
 @sessions.command("list")
@@ -177,7 +160,7 @@ for _name, _method, _done, _doc in [
 @handled
 def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
     """Set a session's title (titles are unique in a profile)."""
-    with c.open_store() as store, options_named({"title": "TITLE"}), _titles(store):
+    with c.open_store() as store, options_named({"title": "TITLE"}), free_title_hint(store):
         seq = store.set_title(session_id, title, provenance)
     click.echo("kept the existing higher-provenance title" if seq is None
                else f"titled session {session_id} (event seq {seq})")
