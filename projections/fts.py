@@ -424,7 +424,9 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> str:
         else:
             merged.append([a, b])
     first = merged[0][0]
-    lo = max(0, first - width // 3)
+    # A third of the window before the first match, less when the text ends sooner: a text that
+    # fits the window is shown whole ("…hy does test_refunds «flake»?" cut a 28-character one).
+    lo = max(0, min(first - width // 3, len(text) - width))
     hi = min(len(text), max(lo + width, merged[0][1]))
     out = ["…" if lo > 0 else ""]
     pos = lo

@@ -301,3 +301,19 @@ def test_the_lease_says_when_it_is_let_go(tmp_path: Path) -> None:
     assert calls == [True]  # called while still held, just before the flock goes
     lease.close()
     assert calls == [True, False]
+
+
+def test_a_snippet_shows_a_text_that_fits_its_window_whole() -> None:
+    """A short message is shown whole around its match; a long one keeps a third of the window
+    before the first match, and a match near its end still gets a full window (outside audit,
+    helper-58: the README's own example showed '…hy does test_refunds «flake»?')."""
+    from projections.fts import SNIPPET_CHARS, snippet
+
+    assert snippet("Why does test_refunds flake?", ["flake"]) == "Why does test_refunds «flake»?"
+    long = "a" * 200 + " needle " + "b" * 200
+    shown = snippet(long, ["needle"])
+    assert shown.startswith("…") and shown.endswith("…") and "«needle»" in shown
+    assert shown.index("«") == 1 + SNIPPET_CHARS // 3  # the "…", then a third of the window (its space last)
+    tail = "c" * 300 + " the end"
+    shown = snippet(tail, ["end"])
+    assert shown.startswith("…") and shown.endswith("«end»") and len(shown) == SNIPPET_CHARS + 3
