@@ -231,6 +231,38 @@ def test_a_read_only_home_answers_or_fails_in_one_line(read_only_home: Path) -> 
     assert "read-only" in one_line_error(r).lower()
 
 
+def test_a_read_only_home_behind_its_log_says_why_it_is_stale(tmp_path: Path) -> None:
+    """Projections behind their log on a read-only file system: the read answers from what they
+    hold and its warning names the file system, with a hint that helps (it said "free some disk
+    space"; outside audit, helper-59)."""
+    home = tmp_path / "home"
+    with SessionStore.open(home, PROFILE, follower=False) as store:
+        store.create_session("s1", title="first")
+        assert store.get_session("s1")["title"] == "first"  # projected
+    from eventlog.log import EventLog
+    from eventlog.sessions.events import make_event
+
+    log = EventLog.open(home / "profiles" / PROFILE / "log")
+    try:
+        log.append([make_event("message.appended", "s1", {"role": "user", "content": "after the projections"})])
+    finally:
+        log.close()
+    where = tmp_path / "ro"
+    where.mkdir()
+    r = subprocess.run(["mount", "--bind", "-o", "ro", str(home), str(where)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount read-only here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], capture_output=True)
+    try:
+        r = run(where, "sessions", "show", "s1", "--json")
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+    assert r.returncode == 0 and json.loads(r.stdout)["session"]["id"] == "s1", r
+    warning = [line for line in r.stderr.splitlines() if "cannot be updated" in line]
+    assert len(warning) == 1 and "read-only" in warning[0], r.stderr
+    assert "disk space" not in warning[0] and "writable" in warning[0], r.stderr
+
+
 # ------------------------------------------------------------------ append input
 
 def test_duplicate_keys_are_refused_and_nothing_is_appended(profile_home: Path) -> None:

@@ -350,7 +350,9 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
     if damage:
         flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"])
     if h.get("halt"):
-        flags.update(stale=True, stale_reason=h["halt"], stale_hint="free some disk space")
+        read_only = "read-only" in str(h["halt"]).lower()
+        flags.update(stale=True, stale_reason=h["halt"],
+                     stale_hint="make the file system writable" if read_only else "free some disk space")
     elif status.get("stale") and not damage:
         holder, state = status.get("lease_holder"), status.get("lease_holder_state")
         who = f"process {holder}" + (f" ({state})" if state else "") if holder else "another process"
