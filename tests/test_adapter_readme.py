@@ -123,3 +123,21 @@ def test_the_core_imports_no_framework_and_no_adapter() -> None:
                 bad += [f"{path.relative_to(ROOT)} imports {n}" for n in names
                         if n.split(".")[0] in frameworks or n.startswith("eventlog.adapters")]
     assert bad == []
+
+
+@pytest.mark.parametrize("blocked, statement, extra", [
+    ("agents", "from eventlog.adapters.openai_agents import EventlogSession", "openai-agents"),
+    ("langgraph", "from eventlog.adapters.langgraph import EventlogSaver", "langgraph"),
+    ("langchain_core", "from eventlog.adapters.langgraph import EventlogSaver", "langgraph"),
+])
+def test_an_adapter_without_its_framework_names_the_extra_to_install(blocked: str, statement: str, extra: str) -> None:
+    """An adapter imported where its framework is not installed says which extra installs it (it
+    was a bare ModuleNotFoundError naming langchain_core or agents; outside audit, helper-58).
+    The framework is made unimportable the way Python marks a module missing (None in
+    sys.modules), in a process of its own."""
+    code = f"import sys; sys.modules[{blocked!r}] = None\n{statement}\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: ") and f"pip install 'eventlog[{extra}]'" in last, r.stderr
+    assert repr(blocked) in last, r.stderr

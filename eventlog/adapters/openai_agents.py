@@ -53,7 +53,13 @@ from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Iterable, TypeVar
 
 import orjson
-from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+
+from eventlog.adapters import missing_extra
+
+try:
+    from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+except ModuleNotFoundError as e:
+    missing_extra(e, "openai-agents", ("agents", "openai"))
 
 from eventlog.adapters import _shared
 from eventlog.adapters._ids import incarnation_id, map_id

@@ -15,7 +15,12 @@ __all__ = ["EventlogSaver"]
 
 def __getattr__(name: str) -> Any:
     if name == "EventlogSaver":
-        from eventlog.adapters.langgraph.saver import EventlogSaver
+        from eventlog.adapters import missing_extra
+
+        try:
+            from eventlog.adapters.langgraph.saver import EventlogSaver
+        except ModuleNotFoundError as e:
+            missing_extra(e, "langgraph", ("langgraph", "langchain_core"))
 
         return EventlogSaver
     raise AttributeError(f"module 'eventlog.adapters.langgraph' has no attribute {name!r}")
