@@ -115,7 +115,8 @@ COMMANDS: dict[str, Lazy] = {
               help="Home directory (default: $EVENTLOG_HOME or ~/.eventlog).")
 @click.option("--profile", default=DEFAULT_PROFILE, show_default=True, help="Profile name.")
 @click.option("--log-url", metavar="URL", default=None, envvar="EVENTLOG_LOG_URL",
-              help="Keep the profile's log on PostgreSQL (postgresql://user:pw@host/db) instead of in the home "
+              help="Keep the profile's log on PostgreSQL (postgresql://user:pw@host/db), or in the LMDB log "
+                   "directory given, instead of in the home; the profile's projections follow that log "
                    "(default: $EVENTLOG_LOG_URL).")
 @click.pass_context
 def main(ctx: click.Context, home: str | None, profile: str, log_url: str | None) -> None:
