@@ -7,6 +7,7 @@ usage error exit 2), never a traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -198,12 +199,12 @@ def test_an_empty_eventlog_home_is_refused_by_sessionstore(tmp_path: Path, monke
     assert os.listdir(tmp_path) == []
 
 
-@pytest.fixture
-def read_only_home(profile_home: Path, tmp_path: Path) -> Any:
-    """``profile_home`` seen through a read-only bind mount (root with CAP_SYS_ADMIN), else skip."""
+@contextlib.contextmanager
+def read_only_view(home: Path, tmp_path: Path) -> Iterator[Path]:
+    """``home`` seen through a read-only bind mount (root with CAP_SYS_ADMIN), else skip."""
     where = tmp_path / "ro"
     where.mkdir()
-    r = subprocess.run(["mount", "--bind", "-o", "ro", str(profile_home), str(where)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "--bind", "-o", "ro", str(home), str(where)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot bind-mount read-only here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
     subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], capture_output=True)
@@ -211,6 +212,13 @@ def read_only_home(profile_home: Path, tmp_path: Path) -> Any:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def read_only_home(profile_home: Path, tmp_path: Path) -> Any:
+    """``profile_home`` seen through a read-only bind mount, else skip."""
+    with read_only_view(profile_home, tmp_path) as where:
+        yield where
 
 
 def test_a_read_only_home_answers_or_fails_in_one_line(read_only_home: Path) -> None:
@@ -247,16 +255,8 @@ def test_a_read_only_home_behind_its_log_says_why_it_is_stale(tmp_path: Path) ->
         log.append([make_event("message.appended", "s1", {"role": "user", "content": "after the projections"})])
     finally:
         log.close()
-    where = tmp_path / "ro"
-    where.mkdir()
-    r = subprocess.run(["mount", "--bind", "-o", "ro", str(home), str(where)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot bind-mount read-only here (needs root and CAP_SYS_ADMIN): {r.stderr.strip()}")
-    subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], capture_output=True)
-    try:
+    with read_only_view(home, tmp_path) as where:
         r = run(where, "sessions", "show", "s1", "--json")
-    finally:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
     assert r.returncode == 0 and json.loads(r.stdout)["session"]["id"] == "s1", r
     warning = [line for line in r.stderr.splitlines() if "cannot be updated" in line]
     assert len(warning) == 1 and "read-only" in warning[0], r.stderr
