@@ -12,7 +12,10 @@ store's open makes when state.db is missing or broken (SessionStore registers th
 with the projector before it heals). A read model whose
 version differs from the one its tables were built by — or whose tables are missing, after a
 file built without it was swapped in — has its tables dropped and rebuilt from the start of the
-log. Processes that do not register it never touch its tables.
+log. Processes that do not register it never touch its tables. Two processes with two
+versions of one read model therefore rebuild its tables back and forth; a reader keeps its own
+version through its block because ``SessionStore.read_model`` checks the version and cursor
+inside the read snapshot it holds for the block (see docs/ARCHITECTURE.md).
 
 Like the core tables, a read model is built only from the verified prefix of the log: its own
 catch-up checks each event against the chain and stops before a damaged one

@@ -16,7 +16,10 @@ chain; the session catalogue itself is described the same way (:data:`CATALOGUE`
 A read model's ``apply(conn, envelope)`` is called for every event of the log in seq order
 (upcast to the current version when the type is the extension's), inside the projector's
 transaction; it must be a pure function of the events. Its tables are named ``<name>_...``,
-carry their own cursor, and are dropped and rebuilt from the log when ``version`` changes.
+carry their own cursor, and are dropped and rebuilt from the log when ``version`` changes:
+two processes running two versions side by side (during an update) rebuild them back and forth,
+and each ``store.read_model(...)`` block still reads one snapshot of its own version, with its
+own appends (docs/ARCHITECTURE.md).
 Processes that do not register an extension leave its tables alone; older programs skip event
 types they do not know (the projections count them; ``doctor`` shows the count).
 """

@@ -209,6 +209,31 @@ class Projections(Protocol):
     def lease_holder(self) -> int | None: ...
 
 
+def _pin_read_model(conn: sqlite3.Connection, name: str, version: int, target: int) -> sqlite3.Cursor | None:
+    """Hold one read snapshot of ``conn`` (state.db) for as long as the returned cursor is open,
+    when in it extension read model ``name`` is at ``version`` and holds event ``target``; None
+    (and no snapshot held) when not.
+
+    Two versions of one read model share its tables, and a process of the other version drops
+    and rebuilds them whenever it catches up: each statement of the caller, reading at autocommit,
+    could see them of the other version or just emptied. The snapshot is held by a statement left
+    pending (stepped once, never finished), not by ``BEGIN``: the caller may begin and commit
+    transactions of its own on the connection (the LangGraph saver does), and SQLite keeps a
+    connection's read snapshot across them while one of its statements is pending."""
+    pin = conn.execute("SELECT count(*) FROM meta -- eventlog: the read model's snapshot")
+    try:
+        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?)",
+                                 (f"ext:{name}:version", f"ext:{name}:seq")).fetchall())
+        seq = meta.get(f"ext:{name}:seq")
+        if meta.get(f"ext:{name}:version") == version and type(seq) is int and seq >= target:
+            return pin
+    except BaseException:
+        pin.close()
+        raise
+    pin.close()
+    return None
+
+
 def _check_reason(reason: Any) -> str:
     """An erase's ``reason`` (the audit record's): a non-empty text of at most MAX_SHORT (1,024)
     characters, the limit of ``session.ended``'s reason and every other short text; returned
@@ -1177,7 +1202,10 @@ class SessionStore:
         """A read-only SQLite connection on state.db where extension read model ``name`` holds
         every event this process appended — and, in a process without a follower of its own,
         every event in the log as of the call — waiting at most ``wait`` seconds for another
-        process's catch-up. Close it (``with``) before the next write."""
+        process's catch-up. The whole block reads one snapshot, of this store's version of the
+        read model (a process running another version rebuilds its tables; see
+        docs/ARCHITECTURE.md); the caller may still BEGIN and COMMIT on the connection. Close
+        it (``with``) before the next write."""
         self._check()
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < 1e9:
             raise ValidationError("wait", "must be a number of seconds, 0 or more")
@@ -1188,8 +1216,27 @@ class SessionStore:
         # As every read: with a follower of its own the process sees its own writes at once and
         # others' within the follower's poll; without one, everything in the log as of now.
         target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
-        with projector.read_model(name, target, wait) as conn:
-            yield conn
+        version = self._core.registry.read_models[name].version
+        deadline = time.monotonic() + wait
+        while True:
+            with projector.read_model(name, target, max(0.0, deadline - time.monotonic())) as conn:
+                # How far the log verifies (projections.site.Site): never past a damaged event.
+                site = getattr(projector, "site", None)
+                pin = _pin_read_model(conn, name, version, target if site is None else site.reachable(target))
+                if pin is not None:
+                    try:
+                        yield conn
+                    finally:
+                        with contextlib.suppress(sqlite3.ProgrammingError):  # the caller closed it
+                            pin.close()
+                    return
+            # Between the catch-up and this connection's first read, a process that registers
+            # another version of this read model (an old gateway beside a new CLI) rebuilt its
+            # tables as that version: catch them up again for this one.
+            if time.monotonic() >= deadline:
+                raise ProjectionError(f"read model {name!r} (version {version}) did not hold seq {target} in time: "
+                                      "another process keeps rebuilding it as another version",
+                                      hint="stop the process that runs the other version of its extension")
 
     def erase_session(self, session_id: str, reason: str, *, by: str | None = None) -> dict[str, Any]:
         """Make the content of a session — and of its descendants (the lineage rule of
