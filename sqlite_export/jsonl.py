@@ -260,15 +260,14 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     chain = _check_chain(canon)
     if chain and (head == 0 or (head <= len(items) and items[head - 1][2]["hash"] == head_hash)):
         rest = [raw for _, raw, _ in canon[head:]]
-        for start in range(0, len(rest), CHUNK):
-            try:
-                log.append_sealed(rest[start:start + CHUNK])
+        if rest:
+            try:  # one call, one transaction under the log's writer lock: all of the file lands or none
+                log.append_sealed(rest)
             except IntegrityError:
-                at = head + start  # the file's events the log holds: its head should be the last of them
-                _refuse_if_raced(log, at, str(items[at - 1][2]["hash"]) if at else codec.ZERO_HASH, len(items))
+                _refuse_if_raced(log, head, str(items[head - 1][2]["hash"]) if head else codec.ZERO_HASH, len(items))
                 raise
-            if progress:
-                progress(head + start + len(rest[start:start + CHUNK]), len(items))
+        if progress:
+            progress(len(items), len(items))
         return ImportResult("verbatim", len(items), len(rest), head)
     if chain and head > len(items) and (log.get(len(items)) or {}).get("hash") == items[-1][2]["hash"]:
         return ImportResult("verbatim", len(items), 0, len(items))  # the start of this log: all there
@@ -370,8 +369,8 @@ def _refuse_if_raced(log: Log, written: int, last_hash: str, total: int) -> None
     seq, head_hash = log.head()
     if seq == written and head_hash == last_hash:
         return  # the head is where the import left it: the chunk itself did not fit
-    done = f"the file's first {written} events were imported, and events of another process follow them" \
-        if written else "nothing was imported"
+    done = f"the log held the file's first {written} events before it, and nothing more of the file was " \
+        "imported" if written else "nothing was imported"
     raise ConflictError("profile", f"another process appended to the profile during the import ({seq} events now); "
                         f"the file's {total} events cannot continue its log: {done}",
                         hint="import into a new profile that no other process writes (--profile NEW)")

@@ -160,10 +160,10 @@ with EventLog.open(sys.argv[1]) as lg:
 
 
 def test_a_verbatim_import_another_process_appends_into_is_refused_as_a_conflict(tmp_path: Path) -> None:
-    """A whole-log export imported into an empty profile goes in chunks; another process appending
-    between two of them made the next chunk fail as "imported event N does not continue the
-    chain" (IntegrityError, with a hint to `log verify` and the recovery docs: the log is not
-    damaged). It is a ConflictError saying what happened and how much of the file went in."""
+    """Another process appending after the import read the log's head made the write fail as
+    "imported event N does not continue the chain" (IntegrityError, with a hint to `log verify`
+    and the recovery docs: the log is not damaged). It is a ConflictError saying what happened;
+    the file goes in as one transaction, so nothing of it was written."""
     with EventLog.open(tmp_path / "src", durability="nosync") as src:
         src.append([{"type": "session.created", "session": "s", "data": {}}])
         src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
@@ -172,19 +172,20 @@ def test_a_verbatim_import_another_process_appends_into_is_refused_as_a_conflict
         export_jsonl(src, out)
     lines = out.getvalue().splitlines()
     target = tmp_path / "dst"
-    appended: list[int] = []
-
-    def another_process_appends(done: int, total: int) -> None:
-        if not appended:
-            subprocess.run([sys.executable, "-c", APPENDER, str(target)], check=True,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
-            appended.append(done)
 
     with EventLog.open(target, durability="nosync") as dst:
+        real = dst.append_sealed
+
+        def another_process_appends_first(raws: list[bytes]) -> int:
+            subprocess.run([sys.executable, "-c", APPENDER, str(target)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+            return real(raws)
+
+        dst.append_sealed = another_process_appends_first  # type: ignore[method-assign]
         with pytest.raises(ConflictError, match="another process appended") as err:
-            import_jsonl(dst, lines, progress=another_process_appends, onto_other_history=False)
-        assert f"first {CHUNK} events were imported" in str(err.value)
-        assert appended == [CHUNK] and dst.head()[0] == CHUNK + 1 and dst.verify().ok
+            import_jsonl(dst, lines, onto_other_history=False)
+        assert "nothing was imported" in str(err.value)
+        assert dst.head()[0] == 1 and dst.verify().ok
 
 
 def test_an_export_given_as_a_pipe_path_is_imported_whole(tmp_path: Path) -> None:

@@ -991,12 +991,14 @@ class PostgresLog(LogBase):
         sessions: list[str | None] = []
         new: Counter[str] = Counter()
         envs: list[dict[str, Any]] = []
+        seen: set[str] = set()  # a whole export goes in one call: a list's lookups would be quadratic
         for raw in batch:
             env = check_sealed(raw, seq + 1, prev)
             seq += 1
             eid, session = env["id"], env.get("session")
-            if eid in eids:
+            if eid in seen:
                 raise IntegrityError(f"imported event {seq} has an already used id {eid!r}")
+            seen.add(eid)
             seqs.append(seq)
             eids.append(eid)
             envs.append(env)
