@@ -282,6 +282,49 @@ def _decoded(text: Any, *kinds: type) -> Any:
     return value if isinstance(value, kinds) else None
 
 
+def _json_problem(text: Any, *kinds: type) -> str | None:
+    """Why a JSON text column's value will read as null (not valid JSON, JSON text holding JSON
+    text, JSON of another kind), or None (NULL, valid, or too large to be decoded here)."""
+    if not isinstance(text, str) or len(text) > CORE_JSON_LIMIT or not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return "is not valid JSON"
+    if isinstance(value, kinds):
+        return None
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except (ValueError, RecursionError):
+            pass
+        else:
+            return "is double-encoded JSON (JSON text holding JSON text)"
+    wanted = " or ".join("an array" if k is list else "an object" for k in kinds)
+    return f"is JSON but not {wanted}"
+
+
+def _warn_json(values: dict[str, Any], columns: dict[str, tuple[tuple[type, ...], str]], where: str,
+               warn: Callable[[str], None] | None) -> None:
+    """Warn of each of ``columns`` (name: (the JSON kinds it holds, what becomes of its text))
+    whose JSON will not be read."""
+    if warn is None:
+        return
+    for column, (kinds, kept) in columns.items():
+        why = _json_problem(values.get(column), *kinds)
+        if why is not None:
+            warn(f"{where}: {column} {why}; {kept}")
+
+
+_KEPT = "its text is kept as stored, and it reads as null"
+SESSION_JSON: dict[str, tuple[tuple[type, ...], str]] = {"model_config": ((dict,), _KEPT)}
+MESSAGE_JSON: dict[str, tuple[tuple[type, ...], str]] = {
+    "tool_calls": ((list,), _KEPT),
+    "display_metadata": ((dict,), "it is not imported (Hermes 0.19's messages table, whose columns the import "
+                                  "carries, has no such column)"),
+}
+
+
 NOT_NULL: dict[str, dict[str, Any]] = {
     "sessions": {"source": "unknown", "started_at": 0.0, "compression_fallback_streak": 0, "rewind_count": 0,
                  "archived": 0},
@@ -311,6 +354,7 @@ def session_events(names: list[str], row: Any, rowid: int,
     sid = from_json(values.pop("id"))
     data = {("model_config_json" if k == "model_config" else k): v for k, v in values.items() if k in SESSION_COLUMNS}
     data.update(imported=True, rowid=rowid)
+    _warn_json(values, SESSION_JSON, f"session {sid!r} (sessions row {rowid})", warn)
     config = _decoded(values.get("model_config"), dict)
     if config is not None:
         data["model_config"] = config  # for eventlog's fold; the projection uses model_config_json
@@ -335,6 +379,7 @@ def message_event(names: list[str], row: Any, warn: Callable[[str], None] | None
     values = _values(names, row)
     _fill_not_null("messages", values, f"session {values.get('session_id')!r} message {values.get('id')}", warn)
     sid = from_json(values.pop("session_id", None))
+    _warn_json(values, MESSAGE_JSON, f"session {sid!r} message {values.get('id')!r}", warn)
     data: dict[str, Any] = {"imported": True}
     for k, v in values.items():
         if k not in MESSAGE_COLUMNS:

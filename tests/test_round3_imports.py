@@ -65,3 +65,31 @@ def test_a_verbatim_import_is_all_or_nothing_against_another_appending_process(t
         assert dst.verify().ok
         assert [e["session"] for e in dst.read(1)].count("elsewhere") == 1
 
+
+def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row(tmp_path: Path) -> None:
+    """Issue 5: invalid or double-encoded JSON in model_config, tool_calls, display_metadata is
+    coerced "with a warning that names the session and row". The import kept the text and the
+    value read as null, with no warning at all."""
+    import fixtures_hermes as fx
+
+    from eventlog.log.memory import MemoryLog
+    from sqlite_export.hermes import import_hermes
+
+    facts = fx.make_current(tmp_path / "state.db")
+    rows = facts["rows"]
+    assert isinstance(rows, dict)
+    report = import_hermes(MemoryLog(), tmp_path / "state.db")
+    text = "\n".join(report.warnings)
+    for where, column, why in (
+            (f"session {fx.S2!r} (sessions row 2)", "model_config", "double-encoded"),
+            (f"session {fx.S3!r} (sessions row 3)", "model_config", "not valid JSON"),
+            (f"session {fx.S4!r} (sessions row 4)", "model_config", "not an object"),
+            (f"session {fx.S2!r} message {rows['m6']}", "tool_calls", "double-encoded"),
+            (f"session {fx.S2!r} message {rows['m7']}", "tool_calls", "not valid JSON"),
+            (f"session {fx.S2!r} message {rows['m8']}", "display_metadata", "double-encoded"),
+            (f"session {fx.S2!r} message {rows['m9']}", "display_metadata", "not valid JSON")):
+        assert any(w.startswith(f"{where}: {column} ") and why in w for w in report.warnings), (where, column, text)
+    assert all("its text is kept as stored" in w for w in report.warnings if ": tool_calls " in w)
+    assert all("it is not imported" in w for w in report.warnings if ": display_metadata " in w)
+    assert f"session {fx.S1!r} (sessions row 1): model_config" not in text  # valid JSON: no warning
+    assert f"message {rows['m2']}: tool_calls" not in text
