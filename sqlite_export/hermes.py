@@ -1043,12 +1043,12 @@ def _cut(ev: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
     if ev["type"] == "session.created":
         data = dict(ev["data"])
         cut: list[str] = []
-        for key in sorted((k for k, v in data.items() if isinstance(v, str)), key=lambda k: -len(data[k])):
+        for key in sorted((k for k, v in data.items() if _cuttable(v)), key=lambda k: -len(orjson.dumps(data[k]))):
             over = len(orjson.dumps(data, default=str)) - limit
             if over <= 0:
                 break
-            data[key] = _fitting(data[key], max(0, len(orjson.dumps(data[key])) - over))
-            cut.append(f"{key} (first {len(data[key].encode('utf-8')):,} bytes kept)")
+            data[key], kept = _cut_value(data[key], max(0, len(orjson.dumps(data[key])) - over))
+            cut.append(f"{key} (first {kept} kept)")
         if not cut or len(orjson.dumps(data, default=str)) > limit:
             return None
         return {**ev, "data": data}, f"larger than one event holds; cut: {', '.join(cut)}"
@@ -1056,11 +1056,26 @@ def _cut(ev: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
         return None
     data = {k: v for k, v in ev["data"].items() if k not in ("content", "content_json")}
     text = ev["data"].get("content_json", ev["data"].get("content"))
-    if not isinstance(text, str):
+    if not _cuttable(text):
         return None
-    data["content"] = _fitting(text, limit - len(orjson.dumps(data, default=str)))
-    return {**ev, "data": data}, (f"content larger than one event holds; its first "
-                                  f"{len(data['content'].encode('utf-8')):,} bytes were kept")
+    data["content"], kept = _cut_value(text, limit - len(orjson.dumps(data, default=str)))
+    return {**ev, "data": data}, f"content larger than one event holds; its first {kept} were kept"
+
+
+def _cuttable(value: Any) -> bool:
+    """Whether ``value`` (event data of a cell) is a text or a BLOB (``{"$b": base64}``)."""
+    return isinstance(value, str) or (type(value) is dict and set(value) == {"$b"} and isinstance(value["$b"], str))
+
+
+def _cut_value(value: Any, budget: int) -> tuple[Any, str]:
+    """A text or BLOB cell (see :func:`_cuttable`) cut to a prefix whose JSON takes at most
+    ``budget`` bytes (a text: of its first 8 MiB), and what was kept (for the warning)."""
+    if isinstance(value, str):
+        text = _fitting(value, budget)
+        return text, f"{len(text.encode('utf-8')):,} bytes"
+    blob = base64.b64decode(value["$b"])[: 8 << 20]
+    keep = max(0, (budget - len(orjson.dumps({"$b": ""}))) // 4 * 3)  # base64: 4 characters per 3 bytes
+    return {"$b": base64.b64encode(blob[:keep]).decode("ascii")}, f"{len(blob[:keep]):,} bytes (a BLOB)"
 
 
 def _label(ev: dict[str, Any]) -> str:

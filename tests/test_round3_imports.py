@@ -93,3 +93,47 @@ def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row
     assert all("it is not imported" in w for w in report.warnings if ": display_metadata " in w)
     assert f"session {fx.S1!r} (sessions row 1): model_config" not in text  # valid JSON: no warning
     assert f"message {rows['m2']}: tool_calls" not in text
+
+
+def _hermes_import(home: Path, profile: str, source: Path) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from eventlog.cli import main
+
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, "import", "--format", "hermes",
+                                  str(source)])
+    return r.exit_code, r.output
+
+
+def test_hermes_a_session_whose_huge_column_is_a_blob_is_imported_with_the_blob_cut(tmp_path: Path) -> None:
+    """A sessions row larger than one event keeps what fits of its texts, but a BLOB (SQLite
+    lets any column hold one: a system prompt written as bytes) was not cut: the row was
+    skipped, its messages were left about a session that does not exist. The BLOB keeps the
+    first bytes that fit, warned, and the session and its messages are imported."""
+    import base64
+
+    from test_hermes_import import v22
+
+    from eventlog.sessions.store import SessionStore
+
+    source = tmp_path / "state.db"
+    prompt = b"You are helpful.\x00" * ((17 << 20) // 17)
+    with v22(source) as conn:
+        conn.execute("INSERT INTO sessions (id, source, started_at, title, system_prompt) VALUES ('a', 'cli', 1.0, "
+                     "'Big', ?)", (prompt,))
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'hello', 1.5)")
+    conn.close()
+    home = tmp_path / "home"
+    code, out = _hermes_import(home, "p", source)
+    assert code == 0 and "cut: system_prompt (first" in out and "(a BLOB)" in out, out
+    with SessionStore.open(home=home, profile="p") as store:
+        a = store.get_session("a")
+        assert a is not None and a["title"] == "Big"
+        assert [m["content"] for m in store.get_messages("a")] == ["hello"]
+    with EventLog.open(home / "profiles" / "p" / "log") as lg:
+        created = [e["data"] for e in lg.read(1) if e["type"] == "session.created"]
+    assert len(created) == 1
+    kept = base64.b64decode(created[0]["system_prompt"]["$b"])
+    assert len(kept) >= 8 << 20 and prompt.startswith(kept)
+    code, out = _hermes_import(home, "p", source)  # the same file again: nothing new, nothing refused
+    assert code == 0 and "events=0 " in out, out
