@@ -63,7 +63,14 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from eventlog.errors import ConflictError, DuplicateEventError, EventTooLargeError, StorageError, ValidationError
+from eventlog.errors import (
+    ConcurrencyError,
+    ConflictError,
+    DuplicateEventError,
+    EventTooLargeError,
+    StorageError,
+    ValidationError,
+)
 
 CURRENT_VERSIONS = {"message.appended": 2}
 """Catalogue versions of the catalogue types these events use where not 1 (tests keep this in
@@ -778,7 +785,8 @@ def _append_rows(conn: sqlite3.Connection, log: Any, plan: _Plan, report: Import
 
     def flush() -> None:
         nonlocal batch
-        report.events += append_batch(log, batch, report)
+        if batch:
+            report.events += append_batch(log, batch, report)
         batch = []
 
     def rewind(first: dict[str, Any], blocked: bool) -> None:
@@ -821,8 +829,14 @@ def _append_rows(conn: sqlite3.Connection, log: Any, plan: _Plan, report: Import
             report.already_present += 1
             _compare(ev, log.get(seq), report)
             continue
+        if kind == "session.created":  # appended alone, onto an empty stream only
+            flush()
+            if not _create(log, ev, report):
+                plan.gone.add(stream)  # the id went to another session meanwhile: none of its rows go there
+                continue
+            report.sessions += 1
+            continue
         batch.append(ev)
-        report.sessions += kind == "session.created"
         report.messages += kind == "message.appended"
         report.usage += kind == "usage.recorded"
         if len(batch) >= EVENTS_PER_APPEND:
@@ -987,19 +1001,43 @@ def _ended_in_log(log: Any, stream: str) -> bool:
     return ended
 
 
+def _create(log: Any, ev: dict[str, Any], report: ImportReport) -> bool:
+    """Append a source session's ``session.created`` on condition that its stream is still
+    empty (``expected_version=0``): a session another process created with this id since
+    :func:`_plan` looked is not merged with the source's. False (warned, skipped) then."""
+    try:
+        report.events += _append(log, [ev], report, expected_version=0)
+    except ConcurrencyError:
+        if log.event_seq(ev["id"]) is not None:  # a concurrent import of the same source stored it
+            report.already_present += 1
+            return True
+        report.skipped += 1
+        report.warn(f"session {hermes_session_of(ev)!r}: another session with this id was created in this profile "
+                    "while the import ran; this session and its rows were not imported (import the file into a new "
+                    "profile to keep both)")
+        return False
+    return True
+
+
 def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) -> int:
     """Append an import batch; an event the log refuses as a duplicate or as too large is then
     appended alone (a message too large keeps the part of its content that fits, warned), so one
     row never costs the others."""
+    return _append(log, batch, report)
+
+
+def _append(log: Any, batch: list[dict[str, Any]], report: ImportReport, expected_version: int | None = None) -> int:
+    """:func:`append_batch`, on condition that the batch's one stream holds ``expected_version``
+    events (:class:`ConcurrencyError` otherwise, nothing appended)."""
     if not batch:
         return 0
     try:
-        return len(log.append(batch))
+        return len(log.append(batch, expected_version))
     except (DuplicateEventError, EventTooLargeError):  # one at a time, to keep all the others
         n = 0
         for ev in batch:
             try:
-                log.append([ev])
+                log.append([ev], expected_version)
                 n += 1
             except DuplicateEventError:  # a concurrent import stored it meanwhile
                 pass
@@ -1009,7 +1047,7 @@ def append_batch(log: Any, batch: list[dict[str, Any]], report: ImportReport) ->
                     report.skipped += 1
                     report.warn(f"{_label(ev)} does not fit in one event (16 MiB); skipped")
                     continue
-                log.append([smaller[0]])
+                log.append([smaller[0]], expected_version)
                 n += 1
                 report.warn(f"{_label(ev)}: {smaller[1]}")
         return n

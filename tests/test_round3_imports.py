@@ -4,18 +4,27 @@ decode, a sessions row whose huge column is a BLOB, and a session another proces
 a Hermes id while the import runs."""
 from __future__ import annotations
 
+import base64
 import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from eventlog.cli import main
 from eventlog.errors import ConflictError
 from eventlog.log.lmdb import EventLog
+from eventlog.log.memory import MemoryLog
+from eventlog.sessions.store import SessionStore
+from sqlite_export.hermes import import_hermes, map_session_id
 from sqlite_export.jsonl import CHUNK, export_jsonl, import_jsonl
 
 ROOT = Path(__file__).parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
+import fixtures_hermes as fx  # noqa: E402
+from test_hermes_import import v22  # noqa: E402
 
 APPENDER = """
 import sys
@@ -70,11 +79,6 @@ def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row
     """Issue 5: invalid or double-encoded JSON in model_config, tool_calls, display_metadata is
     coerced "with a warning that names the session and row". The import kept the text and the
     value read as null, with no warning at all."""
-    import fixtures_hermes as fx
-
-    from eventlog.log.memory import MemoryLog
-    from sqlite_export.hermes import import_hermes
-
     facts = fx.make_current(tmp_path / "state.db")
     rows = facts["rows"]
     assert isinstance(rows, dict)
@@ -96,10 +100,6 @@ def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row
 
 
 def _hermes_import(home: Path, profile: str, source: Path) -> tuple[int, str]:
-    from click.testing import CliRunner
-
-    from eventlog.cli import main
-
     r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, "import", "--format", "hermes",
                                   str(source)])
     return r.exit_code, r.output
@@ -110,12 +110,6 @@ def test_hermes_a_session_whose_huge_column_is_a_blob_is_imported_with_the_blob_
     lets any column hold one: a system prompt written as bytes) was not cut: the row was
     skipped, its messages were left about a session that does not exist. The BLOB keeps the
     first bytes that fit, warned, and the session and its messages are imported."""
-    import base64
-
-    from test_hermes_import import v22
-
-    from eventlog.sessions.store import SessionStore
-
     source = tmp_path / "state.db"
     prompt = b"You are helpful.\x00" * ((17 << 20) // 17)
     with v22(source) as conn:
@@ -137,3 +131,46 @@ def test_hermes_a_session_whose_huge_column_is_a_blob_is_imported_with_the_blob_
     assert len(kept) >= 8 << 20 and prompt.startswith(kept)
     code, out = _hermes_import(home, "p", source)  # the same file again: nothing new, nothing refused
     assert code == 0 and "events=0 " in out, out
+
+
+CREATOR = """
+import sys
+from eventlog.log.lmdb import EventLog
+with EventLog.open(sys.argv[1]) as lg:
+    lg.append([{"type": "session.created", "session": sys.argv[2], "data": {"source": "elsewhere"}}])
+"""
+
+
+def test_hermes_a_session_another_process_creates_with_a_source_id_meanwhile_is_not_merged(tmp_path: Path) -> None:
+    """The import checks up front that no source session's id is used here, then appends; a
+    session another process created with one of those ids in between got the source session's
+    creation, title and messages in its own stream: two histories merged into one. A source
+    session's creation is appended only onto an empty stream (expected_version 0): the race
+    leaves that source session out, warned, and the other process's session as it made it."""
+    source = tmp_path / "state.db"
+    n = 1500
+    with v22(source) as conn:
+        conn.executemany("INSERT INTO sessions (id, source, started_at, title) VALUES (?, 'cli', ?, ?)",
+                         [(f"s{i}", 1.0 + i, f"t{i}") for i in range(n)])
+        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'mine', 2.0)",
+                     (f"s{n - 1}",))
+    conn.close()
+    target = tmp_path / "log"
+    raced = map_session_id(f"s{n - 1}")  # the source's last session: created after the hook below
+    calls: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        if done > total // 2 and not calls:  # in the second pass (the first reads every row): appending
+            subprocess.run([sys.executable, "-c", CREATOR, str(target), raced], check=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+            calls.append(done)
+
+    with EventLog.open(target, durability="nosync") as lg:
+        report = import_hermes(lg, source, progress=progress)
+        assert calls, "the other process never ran"
+        mine = list(lg.read_session(raced))
+        assert [(e["type"], e["data"].get("source")) for e in mine] == [("session.created", "elsewhere")]
+        assert any(w.startswith(f"session 's{n - 1}': another session with this id was created")
+                   for w in report.warnings), report.warnings
+        assert report.sessions == n - 1 and report.messages == 0 and report.skipped == 1
+        assert lg.stream_version(map_session_id("s0")) == 2  # the others: created and titled
