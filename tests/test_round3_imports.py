@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
+import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
@@ -174,3 +176,69 @@ def test_hermes_a_session_another_process_creates_with_a_source_id_meanwhile_is_
                    for w in report.warnings), report.warnings
         assert report.sessions == n - 1 and report.messages == 0 and report.skipped == 1
         assert lg.stream_version(map_session_id("s0")) == 2  # the others: created and titled
+
+
+# ---- the same on the PostgreSQL log --------------------------------------------------------------
+
+
+def _export(tmp_path: Path, n: int) -> list[bytes]:
+    with EventLog.open(tmp_path / "src", durability="nosync") as src:
+        src.append([{"type": "session.created", "session": "s", "data": {}}])
+        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
+                    for i in range(n)])
+        out = io.BytesIO()
+        export_jsonl(src, out)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.postgres
+def test_pg_a_verbatim_import_is_all_or_nothing_against_another_appending_handle(
+        tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    """As on LMDB: the file's chunks were separate transactions on the server, so another
+    writer's event landed after the first 2000 of the file's events. One call, one transaction
+    under the profile's lock now."""
+    from eventlog.log.postgres import PostgresLog
+
+    lines = _export(tmp_path, CHUNK + 10)
+    with PostgresLog.open(pg_url, profile=pg_profile) as dst, PostgresLog.open(pg_url, profile=pg_profile) as other:
+        seen: list[int] = []
+
+        def progress(done: int, total: int) -> None:
+            if not seen:
+                other.append([{"type": "session.created", "session": "elsewhere", "data": {}}])
+            seen.append(done)
+
+        try:
+            res = import_jsonl(dst, lines, progress=progress, onto_other_history=False)
+        except ConflictError:
+            assert dst.head()[0] == 1
+        else:
+            assert res.mode == "verbatim" and dst.head()[0] == len(lines) + 1
+            assert dst.get(len(lines))["hash"] == orjson.loads(lines[-1])["hash"]
+        assert dst.verify().ok
+        assert [e["session"] for e in dst.read(1)].count("elsewhere") == 1
+
+
+@pytest.mark.postgres
+def test_pg_append_sealed_past_one_statement_is_still_all_or_nothing(
+        tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    """append_sealed writes a whole export in one transaction, SEALED_CHUNK events a statement: an
+    event of a later statement that does not fit (an id an earlier statement wrote) leaves
+    nothing of the earlier statements behind."""
+    import hashlib
+
+    from eventlog.errors import IntegrityError
+    from eventlog.log import codec
+    from eventlog.log.postgres import SEALED_CHUNK, PostgresLog
+
+    raws, prev = [], codec.ZERO_HASH
+    for seq in range(1, SEALED_CHUNK + 6):
+        eid = "dup" if seq in (3, SEALED_CHUNK + 4) else f"e{seq}"
+        body = {"type": "x.test", "v": 1, "session": None, "id": eid, "ts": 1, "data": {}, "seq": seq, "prev": prev}
+        prev = hashlib.sha256(bytes.fromhex(prev) + codec.canonical(body)).hexdigest()
+        raws.append(codec.canonical(dict(body, hash=prev)))
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        with pytest.raises(IntegrityError, match=f"imported event {SEALED_CHUNK + 4} has an already used id"):
+            lg.append_sealed(raws)
+        assert lg.head() == (0, codec.ZERO_HASH)
+        assert lg.append_sealed(raws[:SEALED_CHUNK + 3]) == SEALED_CHUNK + 3 and lg.verify().ok

@@ -101,6 +101,8 @@ WRITE_CHUNK_BYTES = 64 * 1024 * 1024
 """Stored bytes of events one INSERT statement carries; a larger append is written in several
 statements of one transaction (PostgreSQL refuses a value or message past 1 GB: a batch that
 large failed like a lost connection and was resent until reconnect_timeout)."""
+SEALED_CHUNK = 2000
+"""Sealed events an ``append_sealed`` checks and writes a statement, inside its one transaction."""
 LISTEN_FALLBACK_POLL_S = 1.0
 """How often a follower re-reads while its LISTEN connection is up (NOTIFY wakes it sooner)."""
 DICT_TRAIN_AFTER = 2000
@@ -944,7 +946,9 @@ class PostgresLog(LogBase):
     def append_sealed(self, raws: Sequence[bytes]) -> int:
         """Append already-sealed events verbatim (they must continue this log's chain exactly:
         seq head + 1, prev the head hash, hash recomputing, id new); all or nothing, raising
-        :class:`IntegrityError` naming the first that does not fit. Returns how many were written."""
+        :class:`IntegrityError` naming the first that does not fit. Returns how many were written.
+        A whole export goes in one call: one transaction, written :data:`SEALED_CHUNK` events a
+        statement (the decoded envelopes of one chunk at a time)."""
         self._check_open()
         batch = [bytes(r) for r in raws]
         if not batch:
@@ -965,7 +969,10 @@ class PostgresLog(LogBase):
                         if end is not None and head == end:
                             raise psycopg.Rollback()  # the lost COMMIT did store them
                         end = None  # it did not (or none was sent)
-                        end = self._write_sealed(conn, batch, *head)
+                        at = head
+                        for start in range(0, len(batch), SEALED_CHUNK):  # one transaction, in bounded statements
+                            at = self._write_sealed(conn, batch[start:start + SEALED_CHUNK], *at)
+                        end = at
                     conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
                 except psycopg.Error as e:
