@@ -5,7 +5,11 @@ Export writes the stored bytes verbatim. Import reads such a file back:
 * into an empty profile (or one whose log is a prefix of the file), the events are written
   verbatim, so seqs, timestamps and hashes are identical and ``log verify`` reports the same
   head hash (as their canonical bytes, which the hashes cover: an export re-serialised on the
-  way — key order, spacing, escapes — is restored the same);
+  way — key order, spacing, escapes — is restored the same). They go in as one
+  ``append_sealed`` call, one transaction under the log's writer lock: another process's events
+  come before all of the file (refused, :class:`ConflictError`, nothing written) or after it. A
+  file given with ``again`` (``eventlog import FILE``; not a pipe) is read twice, a line at a
+  time, so a multi-GB export needs bounded memory;
 * into a profile with other history, or when the file is not one whole chain from seq 1 (a
   session's export), the file's events are appended as new events (new seqs and hashes, same
   ids, types, sessions and data); ids already present with the same content are skipped, and
@@ -32,7 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import asdict, dataclass
-from typing import IO, Any, Callable, Iterable, Iterator, Literal, overload
+from typing import IO, Any, Callable, Iterable, Iterator, Literal, Sequence, overload
 
 from eventlog.errors import ConflictError, DuplicateEventError, EventLogError, IntegrityError, ValidationError
 from eventlog.log import Log, codec
@@ -225,7 +229,8 @@ def _tampered(env: dict[str, Any]) -> str | None:
 
 
 def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress | None = None,
-                 onto_other_history: bool = True, whole: bool = False) -> ImportResult:
+                 onto_other_history: bool = True, whole: bool = False,
+                 again: Callable[[], Iterable[bytes | str]] | None = None) -> ImportResult:
     """Import exported envelopes into ``log`` (see the module docstring for the two modes).
 
     ``onto_other_history=False`` refuses the second mode (:class:`ConflictError`, nothing
@@ -236,7 +241,16 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     the first line out of place, nothing written) — a restore from a whole-log export, where a
     missing line must not pass as a session's export. (A file cut after a whole line is still one
     whole chain: nothing in an export records the head it was taken at; compare the head hash
-    that ``log verify`` reports at the source.)"""
+    that ``log verify`` reports at the source.)
+
+    ``again``: the same lines read anew from the start (a file, not a pipe). A whole-log export
+    then goes in with bounded memory: one pass checks the chain line by line, a second writes it
+    (in one ``append_sealed`` call); only a file appended as new events is held in memory."""
+    if again is not None:
+        streamed = _verbatim_streamed(log, lines, again, progress)
+        if streamed is not None:
+            return streamed
+        lines = again()  # not a whole chain this log can take verbatim: judged as a whole below
     try:
         items = list(_parse(lines))
     except EventLogError:
@@ -246,12 +260,7 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     if not items:
         return ImportResult("appended", 0, 0, 0)
     for n, _, env in items:
-        for key in ("type", "id") if codec.is_stub(env) else ("type", "data", "id"):  # an erased event has no data
-            if key not in env:
-                raise ValidationError(f"line {n}.{key}", "missing from the envelope",
-                                      hint="an import needs each event's id, so that importing the file again "
-                                           "finds what it wrote; `eventlog append` takes events without one"
-                                      if key == "id" else None)
+        _refuse_missing_keys(n, env)
     head, head_hash = log.head()
     # The log stores each envelope's canonical bytes, and a line's hash vouches for exactly
     # those: an export re-serialised on the way (another key order, spacing, escapes) is
@@ -359,6 +368,100 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
             flush()
     flush()
     return ImportResult("appended", len(items), len(fresh), present)
+
+
+def _refuse_missing_keys(n: int, env: dict[str, Any]) -> None:
+    for key in ("type", "id") if codec.is_stub(env) else ("type", "data", "id"):  # an erased event has no data
+        if key not in env:
+            raise ValidationError(f"line {n}.{key}", "missing from the envelope",
+                                  hint="an import needs each event's id, so that importing the file again "
+                                       "finds what it wrote; `eventlog append` takes events without one"
+                                  if key == "id" else None)
+
+
+def _read(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """:func:`_parse`, with a failed read (an OSError) as the import's error."""
+    try:
+        yield from _parse(lines)
+    except EventLogError:
+        raise
+    except (OSError, ValueError) as e:  # the input failed to read
+        raise converted(e, "reading the import") from e
+
+
+def _verbatim_streamed(log: Log, lines: Iterable[bytes | str], again: Callable[[], Iterable[bytes | str]],
+                       progress: Progress | None) -> ImportResult | None:
+    """A verbatim import of a file read twice (see :func:`import_jsonl`'s ``again``), or None
+    when the file is not one whole chain that continues this log (nothing written: the caller
+    judges it whole). Holds one line at a time."""
+    head, head_hash = log.head()
+    count, last, at_head = 0, codec.ZERO_HASH, codec.ZERO_HASH
+
+    def chain() -> Iterator[tuple[int, bytes]]:
+        nonlocal count, last, at_head
+        for n, raw, env in _read(lines):
+            _refuse_missing_keys(n, env)
+            count += 1
+            last = str(env.get("hash"))
+            if count == head:
+                at_head = last
+            seq = env.get("seq")
+            yield (seq if type(seq) is int else -1), _stored_form(raw, env)
+
+    if not verify_chain(chain(), lambda: (count, last)).ok:
+        return None
+    if count == 0:
+        return ImportResult("appended", 0, 0, 0)
+    if head > count:
+        if (log.get(count) or {}).get("hash") == last:
+            return ImportResult("verbatim", count, 0, count)  # the start of this log: all there
+        return None
+    if head and at_head != head_hash:
+        return None
+    rest = _SealedLines(again, head, count - head, last)
+    if len(rest):
+        try:  # one call, one transaction under the log's writer lock: all of the file lands or none
+            log.append_sealed(rest)
+        except IntegrityError:
+            _refuse_if_raced(log, head, at_head, count)
+            raise
+    if progress:
+        progress(count, count)
+    return ImportResult("verbatim", count, len(rest), head)
+
+
+class _SealedLines(Sequence[bytes]):
+    """The stored form of a file's lines after its first ``skip``, read anew from the file each
+    time it is iterated (a log's ``append_sealed`` may retry): one line in memory at a time. A
+    file that no longer holds the ``count`` lines ending in ``last`` that its first reading
+    checked raises :class:`IntegrityError` at its end, so the write it feeds is not committed."""
+
+    def __init__(self, again: Callable[[], Iterable[bytes | str]], skip: int, count: int, last: str) -> None:
+        self.again, self.skip, self.total, self.last = again, skip, count, last
+
+    def __len__(self) -> int:
+        return self.total
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        return list(self)[i]  # not used by the logs (they iterate); here for the Sequence protocol
+
+    def __iter__(self) -> Iterator[bytes]:
+        n, last = 0, None
+        for i, (_, raw, env) in enumerate(_read(self.again())):
+            if i < self.skip:
+                continue
+            n, last = n + 1, env.get("hash")
+            yield _stored_form(raw, env)
+        if n != self.total or last != self.last:
+            raise IntegrityError(f"the file changed while it was imported ({self.skip + n} lines where the first "
+                                 f"reading found {self.skip + self.total}); nothing was imported",
+                                 hint="import a file no other process writes")
 
 
 def _refuse_if_raced(log: Log, written: int, last_hash: str, total: int) -> None:

@@ -10,13 +10,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO, Any, Callable, Iterator
 
 import orjson
 import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
-from eventlog.errors import ConflictError
+from eventlog.errors import ConflictError, IntegrityError
 from eventlog.log.lmdb import EventLog
 from eventlog.log.memory import MemoryLog
 from eventlog.sessions.store import SessionStore
@@ -227,7 +228,6 @@ def test_pg_append_sealed_past_one_statement_is_still_all_or_nothing(
     nothing of the earlier statements behind."""
     import hashlib
 
-    from eventlog.errors import IntegrityError
     from eventlog.log import codec
     from eventlog.log.postgres import SEALED_CHUNK, PostgresLog
 
@@ -242,3 +242,70 @@ def test_pg_append_sealed_past_one_statement_is_still_all_or_nothing(
             lg.append_sealed(raws)
         assert lg.head() == (0, codec.ZERO_HASH)
         assert lg.append_sealed(raws[:SEALED_CHUNK + 3]) == SEALED_CHUNK + 3 and lg.verify().ok
+
+
+def test_a_whole_log_export_is_imported_in_bounded_memory(tmp_path: Path) -> None:
+    """`eventlog import FILE` read the whole file into memory, each line as bytes, its decoded
+    envelope and its stored form (several times the file): a multi-GB export needed several GB.
+    A whole-log export from a file is now read twice, a line at a time (checked, then written):
+    the import's Python allocations stay a small part of the file's size."""
+    import tracemalloc
+
+    with EventLog.open(tmp_path / "src", durability="nosync") as src:
+        src.append([{"type": "session.created", "session": "s", "data": {}}])
+        for k in range(10):
+            src.append([{"type": "message.appended", "session": "s",
+                         "data": {"role": "user", "content": f"m{k}-{i} " + "x" * 4000}} for i in range(1000)])
+        head = src.head()
+        with open(tmp_path / "export.jsonl", "wb") as out:
+            export_jsonl(src, out)
+    size = (tmp_path / "export.jsonl").stat().st_size
+    assert size > 40_000_000
+    home = tmp_path / "home"
+    tracemalloc.start()
+    try:
+        r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "import", str(tmp_path / "export.jsonl")])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert r.exit_code == 0 and "mode=verbatim" in r.output and "imported=10001" in r.output, r.output
+    assert peak < size // 4, (peak, size)
+    with EventLog.open(home / "profiles" / "p" / "log") as lg:
+        assert lg.head() == head and lg.verify().ok
+
+
+def _again(fp: IO[bytes]) -> Callable[[], Iterator[bytes]]:
+    """A way to read the lines of ``fp`` anew, as `eventlog import FILE` gives one."""
+    return lambda: (fp.seek(0), iter(fp.readline, b""))[1]
+
+
+@pytest.mark.parametrize("backend", ["lmdb", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_file_read_twice_that_changed_between_the_readings_imports_nothing(
+        tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """Streamed, the file is checked on its first reading and written from its second: a file
+    another process cut (or extended) in between would have its other lines written unchecked
+    as to count. The second reading must end where the first did: else nothing is written."""
+    lines = _export(tmp_path, 2 * 2000 + 10)
+    path = tmp_path / "export.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def target() -> Any:
+        if backend == "lmdb":
+            return EventLog.open(tmp_path / "dst", durability="nosync")
+        from eventlog.log.postgres import PostgresLog
+
+        return PostgresLog.open(request.getfixturevalue("pg_url"), profile=request.getfixturevalue("pg_profile"))
+
+    with target() as log, open(path, "rb") as fp:
+        def cut_then_again() -> Iterator[bytes]:
+            path.write_bytes(b"\n".join(lines[:-3]) + b"\n")  # another process cuts the file
+            return _again(fp)()
+
+        with pytest.raises(IntegrityError, match="the file changed while it was imported"):
+            import_jsonl(log, iter(fp.readline, b""), onto_other_history=False, again=cut_then_again)
+        assert log.head()[0] == 0
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with target() as log, open(path, "rb") as fp:
+        res = import_jsonl(log, iter(fp.readline, b""), onto_other_history=False, again=_again(fp))
+        assert (res.mode, res.imported) == ("verbatim", len(lines))
+        assert log.head()[1] == orjson.loads(lines[-1])["hash"] and log.verify().ok

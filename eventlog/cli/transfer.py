@@ -7,11 +7,12 @@ eventlog: exports hold private transcripts.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import sys
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 import click
 
@@ -238,8 +239,13 @@ def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool =
         from sqlite_export.jsonl import import_jsonl
 
         assert source is not None
+        again: Callable[[], Iterator[bytes]] | None = None
+        if file != "-" and source.seekable():  # a file, not a pipe: read twice, a whole-log export in bounded memory
+            again = functools.partial(_reread, source, source.tell())
+
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
-            res = import_jsonl(lg, bounded_lines(source), progress=update, onto_other_history=False, whole=whole)
+            res = import_jsonl(lg, bounded_lines(source), progress=update, onto_other_history=False, whole=whole,
+                               again=again)
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
                        "its events were appended as new events, with new seqs, event times and hashes (sessions and "
@@ -254,6 +260,12 @@ def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool =
     if len(rep.warnings) > 50:
         click.echo(f"warning: ... and {len(rep.warnings) - 50} more", err=True)
     return rep.to_dict()
+
+
+def _reread(source: IO[bytes], start: int) -> Iterator[bytes]:
+    """The lines of ``source`` from offset ``start`` on, read anew."""
+    source.seek(start)
+    return bounded_lines(source)
 
 
 def _on_server(c: Ctx) -> bool:

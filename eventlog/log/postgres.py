@@ -28,6 +28,7 @@ after a server restart (within ``reconnect_timeout`` for calls that must answer)
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -950,8 +951,8 @@ class PostgresLog(LogBase):
         A whole export goes in one call: one transaction, written :data:`SEALED_CHUNK` events a
         statement (the decoded envelopes of one chunk at a time)."""
         self._check_open()
-        batch = [bytes(r) for r in raws]
-        if not batch:
+        batch = raws  # iterated (again on a retry), SEALED_CHUNK at a time: a lazy sequence stays lazy
+        if not len(batch):
             return 0
         deadline: float | None = None
         end: tuple[int, str] | None = None  # the head a lost COMMIT would have left
@@ -970,8 +971,9 @@ class PostgresLog(LogBase):
                             raise psycopg.Rollback()  # the lost COMMIT did store them
                         end = None  # it did not (or none was sent)
                         at = head
-                        for start in range(0, len(batch), SEALED_CHUNK):  # one transaction, in bounded statements
-                            at = self._write_sealed(conn, batch[start:start + SEALED_CHUNK], *at)
+                        events = iter(batch)
+                        while chunk := [bytes(r) for r in itertools.islice(events, SEALED_CHUNK)]:
+                            at = self._write_sealed(conn, chunk, *at)  # one transaction, in bounded statements
                         end = at
                     conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
