@@ -327,8 +327,7 @@ _KEPT = "its text is kept as stored, and it reads as null"
 SESSION_JSON: dict[str, tuple[tuple[type, ...], str]] = {"model_config": ((dict,), _KEPT)}
 MESSAGE_JSON: dict[str, tuple[tuple[type, ...], str]] = {
     "tool_calls": ((list,), _KEPT),
-    "display_metadata": ((dict,), "it is not imported (Hermes 0.19's messages table, whose columns the import "
-                                  "carries, has no such column)"),
+    "display_metadata": ((dict,), "it is dropped (only an object is carried)"),
 }
 
 
@@ -405,6 +404,11 @@ def message_event(names: list[str], row: Any, warn: Callable[[str], None] | None
         parts = _decoded(data["content_json"], list, dict)
         if parts is not None:
             data["content"] = parts
+    # A column of other schemas than Hermes 0.19's (which has none such), decoded for eventlog's
+    # fold and read models; the Hermes projection leaves it out with the table's other strangers.
+    display = _decoded(values.get("display_metadata"), dict)
+    if display is not None:
+        data["display_metadata"] = display
     return hermes_event("message.appended", sid, data, _eid("msg", sid, values.get("id")))
 
 
@@ -860,6 +864,8 @@ def _compare(ev: dict[str, Any], stored: dict[str, Any] | None, report: ImportRe
     if ev["type"] == "message.appended":
         old = {k: v for k, v in old.items() if k not in ACTIVITY}
         new = {k: v for k, v in new.items() if k not in ACTIVITY}
+        if "display_metadata" not in old:  # imported before display_metadata was carried: not a change
+            new.pop("display_metadata", None)
     if old != new:
         report.changed += 1
         report.warn(f"{_label(ev)} changed since it was first imported; the first import is kept")

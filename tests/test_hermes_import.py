@@ -216,6 +216,21 @@ def test_fixture_schema_with_damaged_rows(tmp_path: Path) -> None:
         fold.apply(env)
     assert fold.get_session(fx.S1)["title"] == "Fix the parser"
     assert fold.get_session(map_session_id(fx.S5))["title"] == "Odd one"
+    # display_metadata, a column of this layout that Hermes 0.19 lacks: an object is carried
+    # (issue 5), a broken one dropped with its warning (it was dropped whole, even when valid).
+    shown = {m["content"]: m["display_metadata"] for m in fold.get_messages(fx.S1) + fold.get_messages(fx.S2)
+             if isinstance(m["content"], str)}
+    assert shown["Fixed the zebra tokenizer"] == {"reactions": {"user": "+1"}}
+    assert shown["meta twice"] is None and shown["meta invalid"] is None
+    again = import_hermes(log, path)  # and a second run finds nothing changed
+    assert (again.events, again.changed) == (0, 0), again.warnings
+    # A profile imported by a release that did not carry it: its next import reports no change.
+    older = MemoryLog()
+    older.append([{k: v for k, v in e.items() if k in ("id", "type", "session", "v")}
+                  | {"data": {k: v for k, v in e["data"].items() if k != "display_metadata"}}
+                  for e in log.read()])
+    again = import_hermes(older, path)
+    assert (again.events, again.changed) == (0, 0), again.warnings
 
 
 def test_legacy_schema(tmp_path: Path) -> None:

@@ -97,7 +97,7 @@ def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row
             (f"session {fx.S2!r} message {rows['m9']}", "display_metadata", "not valid JSON")):
         assert any(w.startswith(f"{where}: {column} ") and why in w for w in report.warnings), (where, column, text)
     assert all("its text is kept as stored" in w for w in report.warnings if ": tool_calls " in w)
-    assert all("it is not imported" in w for w in report.warnings if ": display_metadata " in w)
+    assert all("it is dropped" in w for w in report.warnings if ": display_metadata " in w)
     assert f"session {fx.S1!r} (sessions row 1): model_config" not in text  # valid JSON: no warning
     assert f"message {rows['m2']}: tool_calls" not in text
 
