@@ -55,6 +55,10 @@ DEFAULT_LEASE_TIMEOUT = 120.0
 IDLE_S = 0.5
 STOPPED_POLL_S = 0.25
 """How often a wait for the projector lease looks whether its holder is stopped."""
+STOPPED_GRACE_S = 1.0
+"""How long a lease holder must stay stopped before a wait for the lease gives up on it: a stop
+that ends soon (job control's Ctrl-Z then ``bg``, a debugger or profiler pausing it for a moment)
+is waited for like a running holder."""
 FOLLOWER_TRUST_S = 0.5
 """How long reads trust a follower whose polls fall short of the log before they catch up (or
 wait) themselves like a process without one, and say ``stale`` when that runs out."""
@@ -152,18 +156,26 @@ class Projector:
         holder that is stopped (SIGSTOP, Ctrl-Z, a debugger): it holds the lease for as long as
         it stays stopped, and a command that needs the lease (a read whose state.db is missing
         or broken, a rebuild) hung for the whole ``lease_timeout`` (120 s). Raises
-        :class:`LeaseError` naming the holder."""
+        :class:`LeaseError` naming the holder once it has stayed stopped for
+        :data:`STOPPED_GRACE_S` (a holder resumed sooner is waited for as before)."""
         deadline = None if wait is None else time.monotonic() + wait
+        stopped: tuple[int, float] | None = None  # (holder, first seen stopped) of this stop
         while True:
             step = STOPPED_POLL_S if deadline is None else min(STOPPED_POLL_S, max(0.0, deadline - time.monotonic()))
             if self.lease.acquire(step):
                 return
             holder = self.lease_holder()
+            now = time.monotonic()
             if holder is not None and holder != os.getpid() and process_state(holder) == "stopped":
-                raise LeaseError(
-                    f"process {holder} holds the projector lease {self.lease.path} and is stopped",
-                    hint=f"resume or end that process (`kill -CONT {holder}`), then retry")
-            if deadline is not None and time.monotonic() >= deadline:
+                if stopped is None or stopped[0] != holder:
+                    stopped = (holder, now)
+                if now - stopped[1] >= STOPPED_GRACE_S or (deadline is not None and now >= deadline):
+                    raise LeaseError(
+                        f"process {holder} holds the projector lease {self.lease.path} and is stopped",
+                        hint=f"resume or end that process (`kill -CONT {holder}`), then retry")
+            else:
+                stopped = None  # resumed (or another holder): a later stop starts its own grace
+            if deadline is not None and now >= deadline:
                 raise LeaseError(
                     f"another process has held the projector lease {self.lease.path} for over {wait} s",
                     hint="a long rebuild may be running; retry later or check `eventlog doctor`")
