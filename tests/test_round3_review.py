@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -65,3 +66,30 @@ def test_a_lease_holder_stopped_for_a_moment_is_waited_for_not_reported_stopped(
         os.kill(holder.pid, signal.SIGCONT)
         holder.kill()
         holder.wait()
+
+
+def test_a_hermes_projection_of_the_version_before_routing_restatements_is_rebuilt(tmp_path: Path) -> None:
+    """replace_gateway_routing_entries now logs hermes.routing_restated, a type a program of the
+    previous projection version (4) ignores as a newer program's -- but the version stayed 4, so
+    a projection such a program rebuilt (a gateway not restarted after the update) was trusted by
+    the new one: its routing index read empty although the log holds it, and its next
+    restatement, computed against those rows, could drop an acknowledged entry from every later
+    rebuild. The projection version now changes with the fold, so such a file is rebuilt."""
+    from eventlog.adapters.hermes import SessionDB
+    from eventlog.adapters.hermes.schema import CURSOR_TABLE
+
+    db_path = tmp_path / "state.db"
+    db = SessionDB(db_path)
+    db.replace_gateway_routing_entries({"telegram:1": '{"session_id": "s1"}'})
+    db.close()
+    # What a version 4 program's rebuild of this log holds: the restatement ignored.
+    conn = sqlite3.connect(os.path.realpath(db_path))
+    with conn:
+        conn.execute("DELETE FROM gateway_routing")
+        conn.execute(f"UPDATE {CURSOR_TABLE} SET projection_version = 4")
+    conn.close()
+    db = SessionDB(db_path)
+    try:
+        assert db.load_gateway_routing_entries() == {"telegram:1": '{"session_id": "s1"}'}
+    finally:
+        db.close()
