@@ -84,7 +84,14 @@ class ExtensionTables:
         self.broken: dict[str, str] = {}
 
     def register(self, models: dict[str, ReadModel], upcast: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        self.models.update(models)
+        """``models``: every read model to keep from now on (one left out is no longer kept and
+        its breakdown is forgotten: an open refused for it unregisters it). The dicts are
+        replaced, never changed, under a catch-up iterating them in another thread."""
+        kept = self.models
+        self.models = dict(models)
+        # a breakdown outlives no unregistration (not even one noted meanwhile by a catch-up
+        # still iterating the models as they were)
+        self.broken = {name: why for name, why in self.broken.items() if name in self.models and name in kept}
         self.upcast = upcast
 
     def catch_up(self) -> None:

@@ -352,7 +352,8 @@ class Projector:
     # ---- extension read models ------------------------------------------------------------------
 
     def register_read_models(self, models: dict[str, Any], upcast: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-        """Build and keep current these extension read models (see :mod:`projections.extensions`)."""
+        """Build and keep current these extension read models, the whole set (one left out is no
+        longer kept; see :mod:`projections.extensions`)."""
         self.extensions.register(models, upcast)
 
     def read_model_broken(self, name: str) -> str | None:

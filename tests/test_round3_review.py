@@ -10,9 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from eventlog.errors import process_state
+import pytest
+
+from eventlog.errors import ProjectionError, ValidationError, process_state
 from eventlog.log import open_log
+from eventlog.sessions.extensions import EventType, Extension, ReadModel
 from eventlog.sessions.store import SessionStore
 from projections.projector import Projector
 
@@ -93,3 +97,44 @@ def test_a_hermes_projection_of_the_version_before_routing_restatements_is_rebui
         assert db.load_gateway_routing_entries() == {"telegram:1": '{"session_id": "s1"}'}
     finally:
         db.close()
+
+
+def _keep(conn: sqlite3.Connection, env: dict[str, Any]) -> None:
+    if env.get("type") == "notes.kept":
+        conn.execute("INSERT INTO notes_kept (seq) VALUES (?)", (env["seq"],))
+
+
+def _notes(ddl: str) -> Extension:
+    return Extension("notes", event_types=[EventType("notes.kept", 1)],
+                     read_models=[ReadModel("notes", 1, [ddl], _keep)])
+
+
+def test_an_open_refused_for_a_broken_read_model_leaves_its_extension_unregistered(tmp_path: Path) -> None:
+    """Extensions are registered all or none (30aca86) -- but an open of a profile already open
+    in the process, refused because its read model broke at once (a ddl SQLite refuses), left its
+    extension registered with the shared core: the handle already open accepted the extension's
+    events after the open had failed, and the fixed extension (what the error's hint asks for)
+    was refused as another extension taking the namespace until every handle closed. Now the
+    refused open's extensions go with it: the events are refused as unknown, the fixed
+    extension opens and its read model is built."""
+    first = SessionStore.open(tmp_path, PROFILE, follower=False)
+    try:
+        first.create_session("s1")
+        with pytest.raises(ProjectionError):
+            SessionStore.open(tmp_path, PROFILE, follower=False,
+                              extensions=[_notes("CREATE TABLE notes_kept (seq INTEGER PRIMARY KEY")])
+        head = first.version("s1")
+        with pytest.raises(ValidationError) as refused:
+            first.append_events([{"type": "notes.kept", "session": "s1", "data": {}}])
+        assert refused.value.field == "events[0].type"
+        assert first.version("s1") == head  # nothing appended
+        fixed = SessionStore.open(tmp_path, PROFILE, follower=False,
+                                  extensions=[_notes("CREATE TABLE notes_kept (seq INTEGER PRIMARY KEY)")])
+        try:
+            [seq] = fixed.append_events([{"type": "notes.kept", "session": "s1", "data": {}}])
+            with fixed.read_model("notes") as conn:
+                assert [r[0] for r in conn.execute("SELECT seq FROM notes_kept")] == [seq]
+        finally:
+            fixed.close()
+    finally:
+        first.close()

@@ -338,22 +338,40 @@ class _Shared:
         if extensions is None:
             return
         with self._seq_lock:
+            before = list(self.registry.extensions.values())
             registry = registry_of(extensions, self.registry)
             new = [name for name in registry.read_models if name not in self._opened]
             if self.projector is not None and registry.read_models:
                 self.projector.register_read_models(dict(registry.read_models), registry.upcast)
         if self.projector is not None:
             head = self.log.head()[0]
-            for name in new:  # built (or brought up to the log) now, as the store opens
-                try:
-                    self.projector.advance_read_model(name, head, wait=OPEN_READ_MODEL_WAIT)
-                except ProjectionError:
-                    if self.projector.read_model_broken(name) is not None:
-                        raise
-                    # another process holds the projector lease and does not catch up (stopped):
-                    # the open does not wait for it; a read of the model waits as reads do
-                    _log.warning("read model %r is behind the log: another process holds the projector lease", name)
+            try:
+                for name in new:  # built (or brought up to the log) now, as the store opens
+                    try:
+                        self.projector.advance_read_model(name, head, wait=OPEN_READ_MODEL_WAIT)
+                    except ProjectionError:
+                        if self.projector.read_model_broken(name) is not None:
+                            raise
+                        # another process holds the projector lease and does not catch up (stopped):
+                        # the open does not wait for it; a read of the model waits as reads do
+                        _log.warning("read model %r is behind the log: another process holds the projector lease",
+                                     name)
+            except BaseException:
+                # The open is refused (a read model of it broken at once): its extensions go
+                # again, all or none. They stayed registered: the other handles accepted their
+                # events, and the fixed extension was refused as another one taking the namespace.
+                self._unregister_all_but(before)
+                raise
         self._opened.update(new)
+
+    def _unregister_all_but(self, kept: list[Any]) -> None:
+        from eventlog.sessions.extensions import Registry
+
+        with self._seq_lock:
+            registry, fresh = self.registry, Registry(kept)
+            registry.types, registry.read_models, registry.extensions = fresh.types, fresh.read_models, fresh.extensions
+            if self.projector is not None:
+                self.projector.register_read_models(dict(registry.read_models), registry.upcast)
 
     def appended(self, seq: int) -> None:
         with self._seq_lock:
