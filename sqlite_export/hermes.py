@@ -220,6 +220,11 @@ def open_source(path: Path, tmp: Path) -> sqlite3.Connection:
     if any(Path(f"{path}{s}").exists() for s in ("-wal", "-shm", "-journal")):
         try:
             with closing(sqlite3.connect(_uri(path, mode="ro"), uri=True)) as src:
+                # The read lock first, waiting at most the busy timeout: backup() retries a source
+                # another process holds locked without end (a writer stopped or hung in the middle
+                # of a transaction hung the import for as long as it stayed so).
+                src.execute("BEGIN")
+                src.execute("SELECT count(*) FROM sqlite_master").fetchone()
                 out = sqlite3.connect(tmp / "snapshot.db")
                 src.backup(out)
                 return out

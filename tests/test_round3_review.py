@@ -138,3 +138,51 @@ def test_an_open_refused_for_a_broken_read_model_leaves_its_extension_unregister
             fixed.close()
     finally:
         first.close()
+
+
+_HOLD_A_SPILLED_TRANSACTION = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA cache_size=2")  # its changes spill into the file: an exclusive lock till it ends
+conn.execute("BEGIN")
+conn.executemany("INSERT INTO sessions (id) VALUES (?)", [(f"uncommitted-{i:04d}" + "x" * 200,) for i in range(3000)])
+print("spilled", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_hermes_import_of_a_source_a_writer_holds_locked_is_refused_not_hung(tmp_path: Path) -> None:
+    """A rollback-journal state.db whose writer is in the middle of a transaction that spilled
+    into the file (a Hermes stopped or hung there): its -journal made open_source take the
+    backup path, and sqlite3's backup() retries a locked source without end -- the import hung
+    for as long as the writer did (c56e162 refused such a lock only when no sidecar file was
+    there). Now the read lock is taken first, within the busy timeout: one error naming the lock,
+    exit 1, nothing imported and no profile left behind; the source is untouched."""
+    source = tmp_path / "state.db"
+    conn = sqlite3.connect(source)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT, started_at REAL)")
+    conn.execute("INSERT INTO sessions VALUES ('committed', 'cli', 1.0)")
+    conn.commit()
+    conn.close()
+    writer = subprocess.Popen([sys.executable, "-c", _HOLD_A_SPILLED_TRANSACTION, str(source)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    home = tmp_path / "home"
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "spilled"
+        assert Path(f"{source}-journal").exists()
+        before = source.read_bytes()
+        try:
+            # the timeout only keeps a hang from hanging the suite; what is asserted is the answer
+            r = subprocess.run([str(Path(sys.executable).with_name("eventlog")), "--home", str(home), "import",
+                                "--format", "hermes", str(source)], capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the import waited for the writer's lock without end")
+        assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and "locked" in lines[0], r.stderr
+        assert r.stdout == "" and not (home / "profiles" / "default").exists()
+        assert source.read_bytes() == before
+    finally:
+        writer.kill()
+        writer.wait()
