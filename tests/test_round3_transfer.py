@@ -88,10 +88,11 @@ def test_hermes_usage_rows_are_found_whatever_the_column_order(tmp_path: Path) -
         ("gpt-x", "chat", 3, 120), ("gpt-y", "title", 1, 7)]
 
 
-WRITER = """
+SPILLING_WRITER = """
 import sqlite3, sys
 c = sqlite3.connect(sys.argv[1], isolation_level=None)
-c.execute("PRAGMA journal_mode=MEMORY")  # no journal file beside the database
+if sys.argv[2:] == ["no-journal"]:
+    c.execute("PRAGMA journal_mode=MEMORY")  # no journal file beside the database
 c.execute("PRAGMA cache_size=2")  # the transaction's pages spill into the file before it commits
 c.execute("BEGIN EXCLUSIVE")
 for i in range(2000):
@@ -101,6 +102,8 @@ print("writing", flush=True)
 sys.stdin.readline()
 c.execute("ROLLBACK")
 """
+"""A writer inside a transaction that has spilled into the file, until a line on its stdin (then
+it rolls back); ``no-journal`` keeps its journal in memory, else a -journal stands beside the file."""
 
 
 def test_hermes_a_source_another_process_is_writing_is_refused_not_read_half_written(tmp_path: Path) -> None:
@@ -115,8 +118,8 @@ def test_hermes_a_source_another_process_is_writing_is_refused_not_read_half_wri
         conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
         conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'kept', 2.0)")
     conn.close()
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(source)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, "-c", SPILLING_WRITER, str(source), "no-journal"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
         home = tmp_path / "home"
@@ -303,19 +306,6 @@ def test_hermes_usage_rows_sharing_a_key_in_an_older_table_are_all_imported(tmp_
     assert code == 0 and "events=0 " in out, out
 
 
-CRASHING_WRITER = """
-import sqlite3, sys
-c = sqlite3.connect(sys.argv[1], isolation_level=None)
-c.execute("PRAGMA cache_size=2")  # the transaction's pages spill into the file before it commits
-c.execute("BEGIN EXCLUSIVE")
-for i in range(2000):
-    c.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', ?, ?)",
-              ("UNCOMMITTED %d " % i + "y" * 300, 10.0 + i))
-print("writing", flush=True)
-sys.stdin.readline()
-"""
-
-
 def test_hermes_a_source_a_crashed_writer_left_a_hot_journal_is_imported_as_committed(tmp_path: Path) -> None:
     """A writer killed mid-transaction in rollback-journal mode leaves a hot journal. The read-only
     open cannot roll it back ("attempt to write a readonly database"), and the import was
@@ -328,7 +318,7 @@ def test_hermes_a_source_a_crashed_writer_left_a_hot_journal_is_imported_as_comm
         conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
         conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'kept', 2.0)")
     conn.close()
-    writer = subprocess.Popen([sys.executable, "-c", CRASHING_WRITER, str(source)], stdin=subprocess.PIPE,
+    writer = subprocess.Popen([sys.executable, "-c", SPILLING_WRITER, str(source)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     assert writer.stdout is not None and writer.stdout.readline().strip() == "writing"
     writer.kill()
