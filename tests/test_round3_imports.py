@@ -4,7 +4,6 @@ decode, a sessions row whose huge column is a BLOB, and a session another proces
 a Hermes id while the import runs."""
 from __future__ import annotations
 
-import base64
 import io
 import os
 import subprocess
@@ -20,7 +19,6 @@ from eventlog.cli import main
 from eventlog.errors import ConflictError, IntegrityError
 from eventlog.log.lmdb import EventLog
 from eventlog.log.memory import MemoryLog
-from eventlog.sessions.store import SessionStore
 from sqlite_export.hermes import import_hermes, map_session_id
 from sqlite_export.jsonl import CHUNK, export_jsonl, import_jsonl
 
@@ -42,6 +40,17 @@ def _another_process_appends(target: Path) -> None:
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+def _export_of_more_than_a_chunk(where: Path) -> tuple[list[bytes], tuple[int, str]]:
+    """The JSONL lines of a whole-log export longer than one import chunk, and its log's head."""
+    with EventLog.open(where, durability="nosync") as src:
+        src.append([{"type": "session.created", "session": "s", "data": {}}])
+        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
+                    for i in range(CHUNK + 10)])
+        out = io.BytesIO()
+        export_jsonl(src, out)
+        return out.getvalue().splitlines(), src.head()
+
+
 def test_a_verbatim_import_is_all_or_nothing_against_another_appending_process(tmp_path: Path) -> None:
     """A whole-log export into an empty profile went in chunks of sealed events, each its own
     transaction: another process appending after the first chunk left the file's first 2000
@@ -49,14 +58,7 @@ def test_a_verbatim_import_is_all_or_nothing_against_another_appending_process(t
     on (a re-run is refused too). The file now goes in as one transaction under the log's
     writer lock: the other process's event comes before all of it (the import is refused,
     nothing of the file written) or after all of it."""
-    with EventLog.open(tmp_path / "src", durability="nosync") as src:
-        src.append([{"type": "session.created", "session": "s", "data": {}}])
-        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
-                    for i in range(CHUNK + 10)])
-        out = io.BytesIO()
-        export_jsonl(src, out)
-        head = src.head()
-    lines = out.getvalue().splitlines()
+    lines, head = _export_of_more_than_a_chunk(tmp_path / "src")
     target = tmp_path / "dst"
     seen: list[int] = []
 
@@ -100,40 +102,6 @@ def test_hermes_json_columns_that_read_as_null_are_warned_naming_session_and_row
     assert all("it is dropped" in w for w in report.warnings if ": display_metadata " in w)
     assert f"session {fx.S1!r} (sessions row 1): model_config" not in text  # valid JSON: no warning
     assert f"message {rows['m2']}: tool_calls" not in text
-
-
-def _hermes_import(home: Path, profile: str, source: Path) -> tuple[int, str]:
-    r = CliRunner().invoke(main, ["--home", str(home), "--profile", profile, "import", "--format", "hermes",
-                                  str(source)])
-    return r.exit_code, r.output
-
-
-def test_hermes_a_session_whose_huge_column_is_a_blob_is_imported_with_the_blob_cut(tmp_path: Path) -> None:
-    """A sessions row larger than one event keeps what fits of its texts, but a BLOB (SQLite
-    lets any column hold one: a system prompt written as bytes) was not cut: the row was
-    skipped, its messages were left about a session that does not exist. The BLOB keeps the
-    first bytes that fit, warned, and the session and its messages are imported."""
-    source = tmp_path / "state.db"
-    prompt = b"You are helpful.\x00" * ((17 << 20) // 17)
-    with v22(source) as conn:
-        conn.execute("INSERT INTO sessions (id, source, started_at, title, system_prompt) VALUES ('a', 'cli', 1.0, "
-                     "'Big', ?)", (prompt,))
-        conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES ('a', 'user', 'hello', 1.5)")
-    conn.close()
-    home = tmp_path / "home"
-    code, out = _hermes_import(home, "p", source)
-    assert code == 0 and "cut: system_prompt (first" in out and "(a BLOB)" in out, out
-    with SessionStore.open(home=home, profile="p") as store:
-        a = store.get_session("a")
-        assert a is not None and a["title"] == "Big"
-        assert [m["content"] for m in store.get_messages("a")] == ["hello"]
-    with EventLog.open(home / "profiles" / "p" / "log") as lg:
-        created = [e["data"] for e in lg.read(1) if e["type"] == "session.created"]
-    assert len(created) == 1
-    kept = base64.b64decode(created[0]["system_prompt"]["$b"])
-    assert len(kept) >= 8 << 20 and prompt.startswith(kept)
-    code, out = _hermes_import(home, "p", source)  # the same file again: nothing new, nothing refused
-    assert code == 0 and "events=0 " in out, out
 
 
 CREATOR = """

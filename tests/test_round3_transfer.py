@@ -3,6 +3,7 @@ schema lets through (a sessions row whose TEXT PRIMARY KEY is NULL), another col
 source another process is writing while the import reads it."""
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -17,11 +18,12 @@ from eventlog.cli import main
 from eventlog.errors import ConflictError
 from eventlog.log.lmdb import EventLog
 from eventlog.sessions.store import SessionStore
-from sqlite_export.jsonl import CHUNK, export_jsonl, import_jsonl
+from sqlite_export.jsonl import export_jsonl, import_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fixtures_hermes import make_current  # noqa: E402
 from test_hermes_import import v22  # noqa: E402
+from test_round3_imports import _another_process_appends, _export_of_more_than_a_chunk  # noqa: E402
 
 
 def _import(home: Path, profile: str, source: Path) -> tuple[int, str]:
@@ -154,34 +156,19 @@ def test_a_transcript_of_tool_arguments_escaping_a_lone_surrogate_is_written(tmp
         assert '"text": "hi \\ud83d"' in text.replace("&quot;", '"') and "send" in text
 
 
-APPENDER = """
-import sys
-from eventlog.log.lmdb import EventLog
-with EventLog.open(sys.argv[1]) as lg:
-    lg.append([{"type": "session.created", "session": "elsewhere", "data": {}}])
-"""
-
-
 def test_a_verbatim_import_another_process_appends_into_is_refused_as_a_conflict(tmp_path: Path) -> None:
     """Another process appending after the import read the log's head made the write fail as
     "imported event N does not continue the chain" (IntegrityError, with a hint to `log verify`
     and the recovery docs: the log is not damaged). It is a ConflictError saying what happened;
     the file goes in as one transaction, so nothing of it was written."""
-    with EventLog.open(tmp_path / "src", durability="nosync") as src:
-        src.append([{"type": "session.created", "session": "s", "data": {}}])
-        src.append([{"type": "message.appended", "session": "s", "data": {"role": "user", "content": f"m{i}"}}
-                    for i in range(CHUNK + 10)])
-        out = io.BytesIO()
-        export_jsonl(src, out)
-    lines = out.getvalue().splitlines()
+    lines, _ = _export_of_more_than_a_chunk(tmp_path / "src")
     target = tmp_path / "dst"
 
     with EventLog.open(target, durability="nosync") as dst:
         real = dst.append_sealed
 
         def another_process_appends_first(raws: list[bytes]) -> int:
-            subprocess.run([sys.executable, "-c", APPENDER, str(target)], check=True,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+            _another_process_appends(target)
             return real(raws)
 
         dst.append_sealed = another_process_appends_first  # type: ignore[method-assign]
@@ -218,14 +205,17 @@ def test_an_export_given_as_a_pipe_path_is_imported_whole(tmp_path: Path) -> Non
         assert lg.head() == head
 
 
-def test_hermes_a_session_whose_row_exceeds_one_event_keeps_a_cut_system_prompt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("blob", [False, True], ids=["text", "blob"])
+def test_hermes_a_session_whose_row_exceeds_one_event_keeps_a_cut_system_prompt(tmp_path: Path, blob: bool) -> None:
     """A sessions row larger than one event (a 17 MiB system prompt) was skipped whole while its
     title and messages were appended to its stream: the session never showed, its messages were
     unreachable, and every later import of the file was refused ("holds sessions whose ids this
     profile uses for other sessions"). The row now keeps the part of the prompt that fits,
-    warned, like a message's content."""
+    warned, like a message's content. A BLOB (SQLite lets any column hold one: a prompt written
+    as bytes) was not cut at first and the row was skipped: it keeps the first bytes that fit."""
     source = tmp_path / "state.db"
-    prompt = "You are helpful. " * ((17 << 20) // 17)
+    text = "You are helpful.\x00" * ((17 << 20) // 17)
+    prompt: str | bytes = text.encode() if blob else text
     with v22(source) as conn:
         conn.execute("INSERT INTO sessions (id, source, started_at, title, system_prompt) VALUES ('a', 'cli', 1.0, "
                      "'Big', ?)", (prompt,))
@@ -233,14 +223,16 @@ def test_hermes_a_session_whose_row_exceeds_one_event_keeps_a_cut_system_prompt(
     conn.close()
     home = tmp_path / "home"
     code, out = _import(home, "p", source)
-    assert code == 0 and "cut: system_prompt" in out, out
+    assert code == 0 and "cut: system_prompt" in out and ("(a BLOB)" in out) == blob, out
     with SessionStore.open(home=home, profile="p") as store:
         a = store.get_session("a")
         assert a is not None and a["title"] == "Big"
         assert [m["content"] for m in store.get_messages("a")] == ["hello"]
     created = [e["data"] for e in _envelopes(home, "p") if e["type"] == "session.created"]
     kept = created[0]["system_prompt"]  # type: ignore[index]
-    assert len(created) == 1 and isinstance(kept, str) and len(kept) >= 8 << 20 and prompt.startswith(kept)
+    if blob:
+        kept = base64.b64decode(kept["$b"])  # type: ignore[index]
+    assert len(created) == 1 and len(kept) >= 8 << 20 and prompt.startswith(kept)  # type: ignore[arg-type]
     code, out = _import(home, "p", source)  # the same file again: nothing new, nothing refused
     assert code == 0 and "events=0 " in out, out
 
