@@ -138,11 +138,18 @@ class Healer:
         return 0
 
     def _catch_up(self) -> int:
-        applied = 0
+        # state.db can go bad at any step, not only while the log is applied to it (a user's
+        # `rm state.db` or an overwrite between two steps): wherever it does, it is rebuilt and
+        # the steps are taken again. The cursor read and the index's sync used to let a missing
+        # state.db out as an internal error, or blame the index for it (outside audit, helper-67).
         for attempt in (1, 2):
             try:
                 applied = self.catchup.apply()
-                break
+                self._sync_fts()
+                if self.catchup.erase_due:
+                    self._purge(self.catchup.erase_due)
+                self.site.known_seq = self.catchup.cursor()
+                return applied
             except (Broken, sqlite3.DatabaseError) as e:
                 self._no_room(e)
                 if isinstance(e, sqlite3.DatabaseError) and not sql.is_fault(e, self.site.dir):
@@ -154,10 +161,17 @@ class Healer:
                 self.writer.close()
                 self._clear_way()
                 self.builder.rebuild_state(with_fts=files.read_pointer(self.site.fts_pointer()) is None)
+        raise AssertionError("unreachable")
+
+    def _sync_fts(self) -> None:
+        """Bring the index up to state.db, rebuilding the index alone when it is what failed."""
         try:
             self.catchup.sync_fts()
         except (Broken, sqlite3.DatabaseError) as e:
             self._no_room(e)
+            fault = self._state_fault()
+            if fault is not None:
+                raise fault from e  # state.db itself (gone, overwritten): rebuilt as such, not the index
             self._room_to_rebuild()
             # The index is derived: rebuilding it alone is always safe, whatever SQLite said.
             report("fts", {"status": getattr(e, "status", "corrupt"), "detail": str(e)})
@@ -165,10 +179,18 @@ class Healer:
             self.writer.detach_fts()
             self._clear_way()
             self.builder.rebuild_fts()
-        if self.catchup.erase_due:
-            self._purge(self.catchup.erase_due)
-        self.site.known_seq = self.catchup.cursor()
-        return applied
+
+    def _state_fault(self) -> Broken | None:
+        """Why state.db cannot be used now (its pointer, its file, its meta table), or None."""
+        try:
+            self.catchup.cursor()
+        except Broken as e:
+            return e
+        except sqlite3.DatabaseError as e:
+            if not sql.is_fault(e, self.site.dir):
+                raise
+            return Broken(sql.status_of(e), str(e))
+        return None
 
     def _purge(self, seq: int) -> None:
         """state.db has applied erase record ``seq`` that another process (a Hermes facade,

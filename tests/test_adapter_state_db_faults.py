@@ -1,0 +1,68 @@
+"""state.db deleted or overwritten by a user between the steps of a catch-up that an adapter's
+read or write starts (outside audit, helper-67): the catch-up heals it, the call answers."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+
+from eventlog.adapters.langgraph import EventlogSaver
+from projections.catchup import CatchUp
+
+
+def _checkpoint(saver: EventlogSaver, n: int) -> dict[str, Any]:
+    c = empty_checkpoint()
+    c["channel_values"] = {"n": n}
+    c["channel_versions"] = {"n": saver.get_next_version(None, None)}
+    return dict(c)
+
+
+def _once_after(step: str, monkeypatch: pytest.MonkeyPatch, fault: Callable[[Path], None], profile: Path) -> list[str]:
+    """``fault`` strikes state.db once, right after the catch-up's ``step`` (what a user's ``rm``
+    or an overwrite does at that moment)."""
+    struck: list[str] = []
+    original = getattr(CatchUp, step)
+
+    def then_fault(self: CatchUp) -> Any:
+        out = original(self)
+        if not struck:
+            struck.append(step)
+            fault(profile / "state.db")
+        return out
+
+    monkeypatch.setattr(CatchUp, step, then_fault)
+    return struck
+
+
+def _delete(pointer: Path) -> None:
+    os.unlink(pointer)
+
+
+def _overwrite(pointer: Path) -> None:
+    with open(pointer, "r+b") as f:  # through the pointer: the generation file itself
+        f.write(b"garbage!" * 512)
+
+
+@pytest.mark.parametrize("step", ["apply", "sync_fts"])
+@pytest.mark.parametrize("fault", [_delete, _overwrite], ids=["deleted", "overwritten"])
+def test_state_db_broken_between_the_steps_of_a_catch_up_heals_and_the_read_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: Callable[[Path], None], step: str) -> None:
+    home = tmp_path / "home"
+    cfg = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    with EventlogSaver(home=home) as saver:
+        ids = []
+        for n in range(3):
+            c = _checkpoint(saver, n)
+            cfg = saver.put(cfg, c, {"step": n}, c["channel_versions"])  # type: ignore[arg-type]
+            ids.append(c["id"])
+        struck = _once_after(step, monkeypatch, fault, home / "profiles" / "default")
+        listed = [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})]
+        assert struck, "the catch-up ran"
+        assert listed == ids[::-1]
+        c = _checkpoint(saver, 3)
+        saver.put(cfg, c, {"step": 3}, c["channel_versions"])  # type: ignore[arg-type]
+        assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})][0] == c["id"]
+    assert os.path.exists(home / "profiles" / "default" / "state.db")
