@@ -3,6 +3,8 @@ read or write starts (outside audit, helper-67): the catch-up heals it, the call
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,3 +68,37 @@ def test_state_db_broken_between_the_steps_of_a_catch_up_heals_and_the_read_answ
         saver.put(cfg, c, {"step": 3}, c["channel_versions"])  # type: ignore[arg-type]
         assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})][0] == c["id"]
     assert os.path.exists(home / "profiles" / "default" / "state.db")
+
+
+def _overwrite_schema_cells(pointer: Path) -> None:
+    """The second half of the file's first page -- the cells of its schema table -- overwritten in
+    place (a bad disk, a stray write): the file still opens, and the header is intact, but every
+    new connection fails on it as 'malformed'."""
+    with open(pointer, "r+b") as f:
+        size = int.from_bytes(f.read(18)[16:18], "big") or 65536  # the header's page size (no connection
+        # of ours: closing the last one would checkpoint the WAL)
+        f.seek(size // 2)
+        f.write(b"\xa5" * (size // 2))
+
+
+def test_a_damaged_page_that_the_read_model_read_meets_is_repaired_and_the_read_answers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The saver's reads of its read model (``SessionStore.read_model``) met a damaged state.db
+    with a raw sqlite3.DatabaseError 'database disk image is malformed', on every call, until
+    another process or `eventlog doctor --fix` rebuilt the file; the core reads repair it once
+    and read again, and so do they now."""
+    home = tmp_path / "home"
+    cfg = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    with EventlogSaver(home=home) as saver:
+        ids = []
+        for n in range(3):
+            c = _checkpoint(saver, n)
+            cfg = saver.put(cfg, c, {"step": n}, c["channel_versions"])  # type: ignore[arg-type]
+            ids.append(c["id"])
+        struck = _once_after("apply", monkeypatch, _overwrite_schema_cells, home / "profiles" / "default")
+        for _ in range(2):
+            assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})] == ids[::-1]
+        assert struck
+    out = subprocess.run([str(Path(sys.executable).with_name("eventlog")), "--home", str(home), "doctor"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

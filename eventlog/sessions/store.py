@@ -202,6 +202,7 @@ class Projections(Protocol):
     @property
     def following(self) -> bool: ...
     def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
+    def heal(self, full: bool = False, timeout: float | None = None, catch_up: bool = True) -> dict[str, Any]: ...
     def purge(self, timeout: float | None = None, *, after: int | None = None) -> dict[str, Any]: ...
     def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None: ...
     def start_follower(self) -> None: ...
@@ -1236,11 +1237,26 @@ class SessionStore:
         target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
         version = self._core.registry.read_models[name].version
         deadline = time.monotonic() + wait
+        from projections import db as sql  # the facade may import projections
+
+        healed = False
         while True:
-            with projector.read_model(name, target, max(0.0, deadline - time.monotonic())) as conn:
-                # How far the log verifies (projections.site.Site): never past a damaged event.
-                site = getattr(projector, "site", None)
-                pin = _pin_read_model(conn, name, version, target if site is None else site.reachable(target))
+            damaged = False
+            with contextlib.ExitStack() as stack:
+                try:
+                    conn = stack.enter_context(projector.read_model(name, target, max(0.0, deadline - time.monotonic())))
+                    # How far the log verifies (projections.site.Site): never past a damaged event.
+                    site = getattr(projector, "site", None)
+                    pin = _pin_read_model(conn, name, version, target if site is None else site.reachable(target))
+                except sqlite3.Error as e:
+                    # A damaged state.db met here (by the read model's catch-up or this
+                    # connection) is repaired once and read again, as the core reads do: it was a
+                    # raw sqlite3 error on every read until another process or `doctor --fix`
+                    # rebuilt the file (outside audit, helper-67).
+                    if healed or not sql.is_fault(e, getattr(projector, "dir", None)):
+                        raise sql.converted(e, f"reading the read model {name!r}") from e
+                    damaged = healed = True
+                    pin = None
                 if pin is not None:
                     try:
                         yield conn
@@ -1248,6 +1264,9 @@ class SessionStore:
                         with contextlib.suppress(sqlite3.ProgrammingError):  # the caller closed it
                             pin.close()
                     return
+            if damaged:
+                projector.heal(full=True)
+                continue
             # Between the catch-up and this connection's first read, a process that registers
             # another version of this read model (an old gateway beside a new CLI) rebuilt its
             # tables as that version: catch them up again for this one.
