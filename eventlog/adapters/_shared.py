@@ -6,15 +6,18 @@ when done; these helpers keep the adapters' calls in one place.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sqlite3
-from typing import Any, Iterator, Sequence
+from typing import Any, Awaitable, Iterator, Sequence, TypeVar
 
 from eventlog.profiles import DEFAULT_PROFILE
 from eventlog.sessions.events import make_event
 from eventlog.sessions.extensions import Extension
 from eventlog.sessions.store import SessionStore
+
+_T = TypeVar("_T")
 
 
 def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
@@ -110,3 +113,22 @@ def read_model(store: SessionStore, name: str) -> Iterator[sqlite3.Connection]:
 def references(store: SessionStore) -> int:
     """How many handles share ``store``'s profile in this process (0 once it is closed); for tests."""
     return 0 if store._closed else store._core.refs
+
+
+async def settled(work: Awaitable[_T]) -> _T:
+    """Await a mutation to its end even when the caller is cancelled meanwhile, then re-raise the
+    cancellation: the caller never sees a cancelled call whose outcome is still open (its worker
+    thread writing on after the caller moved on: a LangGraph write cancelled by a timeout landed
+    after the caller's ``adelete_thread`` and brought the thread back; outside audit, helper-67)."""
+    job = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not job.done():
+        try:
+            await asyncio.wait({job})
+        except asyncio.CancelledError as e:
+            cancelled = cancelled or e
+    if cancelled is not None:
+        if not job.cancelled():
+            job.exception()  # retrieved, so the loop does not report it as never retrieved
+        raise cancelled
+    return job.result()

@@ -50,7 +50,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 import orjson
 
@@ -63,6 +63,7 @@ except ModuleNotFoundError as e:
 
 from eventlog.adapters import _shared
 from eventlog.adapters._ids import incarnation_id, map_id
+from eventlog.adapters._shared import settled as _settled
 from eventlog.errors import (
     ClosedError,
     ConcurrencyError,
@@ -243,23 +244,6 @@ def _item_field(field: str, messages: list[dict[str, Any]]) -> str:
         if isinstance(key, str):
             rest = key + rest[len("content"):]
     return f"items[{i}].{rest}"
-
-
-async def _settled(work: Awaitable[_T]) -> _T:
-    """Await a mutation to its end even when the caller is cancelled meanwhile, then re-raise the
-    cancellation: the caller never sees a cancelled call whose outcome is still open."""
-    job = asyncio.ensure_future(work)
-    cancelled: asyncio.CancelledError | None = None
-    while not job.done():
-        try:
-            await asyncio.wait({job})
-        except asyncio.CancelledError as e:
-            cancelled = cancelled or e
-    if cancelled is not None:
-        if not job.cancelled():
-            job.exception()  # retrieved, so the loop does not report it as never retrieved
-        raise cancelled
-    return job.result()
 
 
 class _History:

@@ -1070,6 +1070,8 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._append_unless_erased(store, events)
 
     # ------------------------------------------------------------------ async forms (a worker thread each)
+    # A write whose caller is cancelled (a timeout) is awaited to its end before the CancelledError
+    # is raised (_shared.settled), as EventlogSession's: the thread is then with it or without it.
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
@@ -1082,20 +1084,20 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await _shared.settled(asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions))
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                           task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await _shared.settled(asyncio.to_thread(self.put_writes, config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await _shared.settled(asyncio.to_thread(self.delete_thread, thread_id))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await _shared.settled(asyncio.to_thread(self.delete_for_runs, run_ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await _shared.settled(asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await _shared.settled(asyncio.to_thread(self.prune, thread_ids, strategy=strategy))
