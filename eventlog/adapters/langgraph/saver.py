@@ -81,6 +81,27 @@ def _text(value: Any, field: str = "id") -> str:
     return str.__str__(text)
 
 
+WRITES_PART_BYTES = model.COPY_PART_BYTES
+"""About how many encoded bytes of writes one ``langgraph.writes_put`` event carries: the writes
+of one ``put_writes`` that add up to more go as several events in one atomic batch (they were
+refused whole once past the log's 16 MiB event limit, where LangGraph's own savers store them)."""
+
+
+def _parts(rows: builtins.list[dict[str, Any]]) -> builtins.list[builtins.list[dict[str, Any]]]:
+    """``rows`` (encoded writes, in order) cut into runs of about WRITES_PART_BYTES each."""
+    parts: builtins.list[builtins.list[dict[str, Any]]] = []
+    size = 0
+    for row in rows:
+        n = 64 + sum(len(v) for v in (row["data"], row["channel"], row["type"]) if isinstance(v, str))  # (a channel
+        # that is not a string is the validator's to refuse, naming it)
+        if not parts or (size and size + n > WRITES_PART_BYTES):
+            parts.append([])
+            size = 0
+        parts[-1].append(row)
+        size += n
+    return parts
+
+
 def _jsonable(value: Any) -> Any:
     """A JSON copy of a message field (unknown objects as their text)."""
     try:
@@ -913,9 +934,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         store = self._open()
         sid = model.thread_session(tid)
         cid, task, path = _text(conf["checkpoint_id"], "checkpoint_id"), _text(task_id, "task_id"), _text(task_path, "task_path")
-        events = [*self._creation(store, tid), {"type": "langgraph.writes_put", "session": sid, "data": {
+        # Several events in one atomic batch when the writes together outgrow one (each event
+        # under the log's limit; a single write too large alone is refused: EventTooLargeError).
+        events = [*self._creation(store, tid), *({"type": "langgraph.writes_put", "session": sid, "data": {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "task_id": task, "task_path": path,
-            "writes": rows}}]
+            "writes": part}} for part in _parts(rows))]
         self._write(store, sid, events, latest.Writes(ns, cid, task, path, raws))
 
     def _threads_where_in(self, store: SessionStore, column: str, values: builtins.list[str],
