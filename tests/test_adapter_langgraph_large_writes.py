@@ -53,3 +53,28 @@ def test_one_write_over_the_event_limit_is_refused_and_leaves_nothing(tmp_path: 
             saver.put_writes(cfg, [("small", b"x"), ("big", os.urandom(13 << 20))], task_id="task-1")
         got = saver.get_tuple(cfg)
         assert got is not None and got.pending_writes == []
+
+
+def test_a_checkpoint_whose_channel_values_outgrow_one_event_is_stored_whole(tmp_path: Path) -> None:
+    """The same for ``put``: three channels of 5 MiB each (a state holding documents) were one
+    ``checkpoint_put`` of ~20 MiB, refused, where LangGraph's own savers store it."""
+    home = tmp_path / "home"
+    values = {f"doc{i}": os.urandom(5 << 20) for i in range(3)}
+    with EventlogSaver(home=home) as saver:
+        c = empty_checkpoint()
+        c["channel_values"] = dict(values)
+        c["channel_versions"] = {ch: saver.get_next_version(None, None) for ch in values}
+        first: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        cfg = saver.put(first, c, {"step": 1}, c["channel_versions"])  # type: ignore[arg-type]
+        c2 = empty_checkpoint()  # a child that changes one channel: the others' values stay shared
+        c2["channel_values"] = {**values, "doc0": b"small"}
+        c2["channel_versions"] = {**c["channel_versions"], "doc0": saver.get_next_version(c["channel_versions"]["doc0"], None)}
+        cfg2 = saver.put(cfg, c2, {"step": 2}, {"doc0": c2["channel_versions"]["doc0"]})  # type: ignore[arg-type]
+        got = saver.get_tuple(cfg)
+        assert got is not None and got.checkpoint["channel_values"] == values
+    with SessionStore.open(str(home), "default") as store:
+        store.rebuild()
+    with EventlogSaver(home=home) as saver:
+        listed = {t.checkpoint["id"]: t.checkpoint["channel_values"] for t in saver.list({"configurable": {"thread_id": "t1"}})}
+        assert listed == {c["id"]: values, c2["id"]: {**values, "doc0": b"small"}}
+        assert cfg2["configurable"]["checkpoint_id"] == c2["id"]

@@ -81,20 +81,21 @@ def _text(value: Any, field: str = "id") -> str:
     return str.__str__(text)
 
 
-WRITES_PART_BYTES = model.COPY_PART_BYTES
-"""About how many encoded bytes of writes one ``langgraph.writes_put`` event carries: the writes
-of one ``put_writes`` that add up to more go as several events in one atomic batch (they were
-refused whole once past the log's 16 MiB event limit, where LangGraph's own savers store them)."""
+PART_BYTES = model.COPY_PART_BYTES
+"""About how many encoded bytes of values one ``langgraph.writes_put`` or
+``langgraph.checkpoint_put`` event carries: the writes of one ``put_writes``, or the channel values
+of one ``put``, that add up to more go as several events in one atomic batch (they were refused
+whole once past the log's 16 MiB event limit, where LangGraph's own savers store them)."""
 
 
 def _parts(rows: builtins.list[dict[str, Any]]) -> builtins.list[builtins.list[dict[str, Any]]]:
-    """``rows`` (encoded writes, in order) cut into runs of about WRITES_PART_BYTES each."""
+    """``rows`` (encoded writes or blobs, in order) cut into runs of about PART_BYTES each."""
     parts: builtins.list[builtins.list[dict[str, Any]]] = []
     size = 0
     for row in rows:
         n = 64 + sum(len(v) for v in (row["data"], row["channel"], row["type"]) if isinstance(v, str))  # (a channel
         # that is not a string is the validator's to refuse, naming it)
-        if not parts or (size and size + n > WRITES_PART_BYTES):
+        if not parts or (size and size + n > PART_BYTES):
             parts.append([])
             size = 0
         parts[-1].append(row)
@@ -841,7 +842,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                 data[key] = value
         store = self._open()
         sid = model.thread_session(tid)
-        events = [*self._creation(store, tid), {"type": "langgraph.checkpoint_put", "session": sid, "data": data}]
+        # Channel values larger together than one event: the checkpoint's event again with the
+        # rest of them, in the same atomic batch (each applies as the one did: rows replaced alike).
+        events = [*self._creation(store, tid), *({"type": "langgraph.checkpoint_put", "session": sid,
+                                                  "data": {**data, "blobs": part}} for part in _parts(blobs) or [[]])]
         change = latest.Put((tid, ns, cid, parent_id, ctype, craw, mtype, mraw),
                             {str(ch): model.version_key(v) for ch, v in versions.items()}, raws)
         mirror: builtins.list[dict[str, Any]] = []
