@@ -406,6 +406,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                                           given["model_config"], system_prompt, parent_session_id, cwd,
                                           profile_name), start=2):
             sql_value(value, str(position))
+        if sql_value(source) is None:  # SQLite checks NOT NULL before the upsert's ON CONFLICT
+            raise sqlite3.IntegrityError("NOT NULL constraint failed: sessions.source")
         row = tx.conn.execute("SELECT model, model_config, system_prompt, session_key, chat_id, chat_type, thread_id,"
                               " parent_session_id, cwd, profile_name FROM sessions WHERE id = ?",
                               (session_id,)).fetchone()

@@ -1,0 +1,52 @@
+"""The Hermes facade under hostile arguments: each case was found by driving every public
+method of Hermes' ``hermes_state.SessionDB`` (0.19.0) and eventlog's side by side with odd
+values (NaN, None for a string, lists, lone surrogates, huge ints) and comparing the exception
+type, the result and every row afterwards. The unmarked tests check the facade alone against
+what Hermes was seen to do; the ``hermes`` ones compare with the real class."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventlog.adapters.hermes import SessionDB
+
+TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "compression_locks")
+
+
+def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {t: [tuple((type(v).__name__, v) for v in r)
+                    for r in conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid")] for t in TABLES}
+    finally:
+        conn.close()
+
+
+def head(db: SessionDB) -> int:
+    assert db._engine is not None
+    return int(db._engine.log.head()[0])
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "hermes" / "state.db"
+
+
+@pytest.mark.parametrize("source", [None, float("nan")])
+def test_recreating_a_session_with_a_null_source_fails_like_hermes(path: Path, source: Any) -> None:
+    """Hermes' insert-or-enrich binds ``source`` into ``sessions.source NOT NULL``; SQLite checks
+    that constraint before the upsert's ON CONFLICT, so a None (or NaN, bound as NULL) source
+    fails with IntegrityError also when the session exists. The facade used to return the id."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli", model="gpt")
+    before, rows = head(db), dump(path)
+    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL constraint failed: sessions.source"):
+        db.create_session("s1", source, model="other")
+    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL constraint failed: sessions.source"):
+        db.ensure_session("s1", source)
+    assert head(db) == before and dump(path) == rows
+    assert db.get_session("s1")["source"] == "cli"
+    db.close()
