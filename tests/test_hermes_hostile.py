@@ -50,3 +50,23 @@ def test_recreating_a_session_with_a_null_source_fails_like_hermes(path: Path, s
     assert head(db) == before and dump(path) == rows
     assert db.get_session("s1")["source"] == "cli"
     db.close()
+
+
+def test_read_only_writes_that_break_a_constraint_fail_as_read_only_writes(path: Path) -> None:
+    """Hermes' read-only connection refuses a write statement before SQLite checks any
+    constraint, so such a call fails with OperationalError ('attempt to write a readonly
+    database') whatever it carries; the facade raised the IntegrityError the write would meet
+    (a new session without a source)."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.close()
+    ro = SessionDB(path, read_only=True)
+    try:
+        for call in (lambda: ro.create_session("new", None), lambda: ro.ensure_session("s1", None)):  # type: ignore[arg-type]
+            with pytest.raises(sqlite3.OperationalError, match="attempt to write a readonly database"):
+                call()
+        # What Hermes raises before it binds or steps still comes first.
+        with pytest.raises(sqlite3.ProgrammingError):
+            ro.create_session("new", ["not", "bindable"])  # type: ignore[arg-type]
+    finally:
+        ro.close()

@@ -339,7 +339,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             conn.execute("SAVEPOINT read_only_write")
             try:
                 tx = Tx(conn)
-                result = fn(tx)
+                try:
+                    result = fn(tx)
+                except sqlite3.IntegrityError:
+                    # A constraint fails only in a write statement, which Hermes' read-only
+                    # connection refuses before it checks any constraint.
+                    raise _read_only_error() from None
                 if tx.events or statement:
                     raise _read_only_error()
                 return result
