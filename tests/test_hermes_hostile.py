@@ -70,3 +70,21 @@ def test_read_only_writes_that_break_a_constraint_fail_as_read_only_writes(path:
             ro.create_session("new", ["not", "bindable"])  # type: ignore[arg-type]
     finally:
         ro.close()
+
+
+def test_a_bind_with_an_unstorable_value_still_creates_the_topic_tables(path: Path) -> None:
+    """Hermes' ``bind_telegram_topic`` runs the topic migration (its own committed write: the
+    tables and their ``state_meta`` row) before it binds anything, so a managed_mode SQLite
+    cannot bind fails the bind but leaves the tables. The facade checked the value first and
+    created nothing: its rows and ``get_meta`` differed from Hermes' afterwards."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    with pytest.raises(OverflowError):
+        db.bind_telegram_topic(chat_id="c", thread_id="t", user_id="u", session_key="k", session_id="s1",
+                               managed_mode=2**63)  # type: ignore[arg-type]
+    assert db.get_meta("telegram_dm_topic_schema_version") == "2"
+    assert db.list_telegram_topic_bindings_for_chat(chat_id="c") == []
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert db.get_meta("telegram_dm_topic_schema_version") == "2"
+    db.close()

@@ -1118,6 +1118,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def bind_telegram_topic(self, *, chat_id: str, thread_id: str, user_id: str, session_key: str, session_id: str,
                             managed_mode: str = "auto") -> None:
         """Bind a topic thread to a session; a session bound to another topic raises ValueError."""
+        self.apply_telegram_topic_migration()  # its own write, first, as in Hermes: it stays if the bind fails
         data = {"chat_id": str(chat_id), "thread_id": str(thread_id), "user_id": str(user_id),
                 "session_key": str(session_key), "managed_mode": sql_value(managed_mode), "now": time.time()}
         sid = str(session_id)
@@ -1134,7 +1135,6 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                                                         "now": data["now"], "moved": 1})
             tx.emit("hermes.topic_bound", sid, {**data, "linked_at": row[1]} if moved else data)
 
-        self.apply_telegram_topic_migration()
         self._write(fn)
 
     # ---- handoff -----------------------------------------------------------------------------
