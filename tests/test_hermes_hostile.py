@@ -88,3 +88,33 @@ def test_a_bind_with_an_unstorable_value_still_creates_the_topic_tables(path: Pa
     db._engine.rebuild()
     assert db.get_meta("telegram_dm_topic_schema_version") == "2"
     db.close()
+
+
+def test_compression_lock_and_cooldown_values_sqlite_refuses_fail_softly_like_hermes(path: Path) -> None:
+    """Hermes runs these calls' statements inside ``try: ... except sqlite3.Error`` (log a
+    warning, answer False/None), so a holder or cooldown value sqlite3 cannot bind (a list, a
+    dict: ProgrammingError) is logged and answered, not raised. The facade converted the values
+    before its own guard and raised ProgrammingError. What is not an sqlite3.Error (an int over
+    64 bits: OverflowError) is still raised, as Hermes raises it."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    before, rows = head(db), dump(path)
+    assert db.try_acquire_compression_lock("s1", ["holder"]) is False  # type: ignore[arg-type]
+    assert db.refresh_compression_lock("s1", {"holder": 1}) is False  # type: ignore[arg-type]
+    assert db.record_compression_failure_cooldown("s1", [1.0]) is None  # type: ignore[arg-type]
+    assert db.record_compression_failure_cooldown("s1", 1.0, error={"e": 1}) is None  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        db.try_acquire_compression_lock("s1", 2**63)  # type: ignore[arg-type]
+    assert head(db) == before and dump(path) == rows
+    assert db.get_compression_lock_holder("s1") is None and db.get_compression_failure_cooldown("s1") is None
+    db.close()
+    # On a read_only handle Hermes' first statement (a DELETE of an expired lock, which binds
+    # only the id and the time) is refused before the holder is bound: False, whatever it is.
+    ro = SessionDB(path, read_only=True)
+    try:
+        assert ro.try_acquire_compression_lock("s1", 2**63) is False  # type: ignore[arg-type]
+        assert ro.try_acquire_compression_lock("s1", "h") is False
+        with pytest.raises(OverflowError):  # the id is bound by that DELETE: its binding error comes first
+            ro.try_acquire_compression_lock(2**63, "h")  # type: ignore[arg-type]
+    finally:
+        ro.close()

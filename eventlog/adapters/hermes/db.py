@@ -533,9 +533,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                                             error: Optional[str] = None) -> None:
         if not session_id:
             return
-        data = {"until": sql_value(cooldown_until), "error": sql_value(error)}
+        # Values are converted inside the write: one SQLite cannot bind fails it as Hermes' UPDATE
+        # does, logged and swallowed when sqlite3 raises it (ProgrammingError), raised otherwise.
         self._best_effort("record_compression_failure_cooldown", session_id,
-                          lambda tx: tx.emit("hermes.compression_cooldown_set", session_id, data))
+                          lambda tx: tx.emit("hermes.compression_cooldown_set", session_id,
+                                             {"until": sql_value(cooldown_until), "error": sql_value(error)}))
 
     def clear_compression_failure_cooldown(self, session_id: str) -> None:
         if not session_id:
@@ -556,9 +558,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if not session_id or not holder:
             return False
         now = time.time()
-        data = {"holder": sql_value(holder), "now": now, "expires_at": sql_value(now + ttl_seconds)}
+        expires_at = now + ttl_seconds
         return bool(self._best_effort("refresh_compression_lock", session_id,
-                                      lambda tx: tx.emit("hermes.compression_lock_refreshed", session_id, data),
+                                      lambda tx: tx.emit("hermes.compression_lock_refreshed", session_id, {
+                                          "holder": sql_value(holder), "now": now,
+                                          "expires_at": sql_value(expires_at)}),
                                       False))
 
     def try_acquire_compression_lock(self, session_id: str, holder: str, ttl_seconds: float = 300.0) -> bool:
@@ -567,9 +571,18 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if not session_id:
             return False
         now = time.time()
-        data = {"holder": sql_value(holder), "now": now, "expires_at": sql_value(now + ttl_seconds)}
+        expires_at = now + ttl_seconds
+        if self.read_only:  # Hermes' first statement (the expired lock's DELETE) fails: it answers False
+            try:
+                sql_value(session_id)  # bound before the statement steps: OverflowError is raised
+                raise _read_only_error()
+            except sqlite3.Error as exc:
+                log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, exc)
+                return False
         return bool(self._best_effort("try_acquire_compression_lock", session_id,
-                                      lambda tx: tx.emit("hermes.compression_lock_acquired", session_id, data),
+                                      lambda tx: tx.emit("hermes.compression_lock_acquired", session_id, {
+                                          "holder": sql_value(holder), "now": now,
+                                          "expires_at": sql_value(expires_at)}),
                                       False))
 
     def release_compression_lock(self, session_id: str, holder: str) -> None:
