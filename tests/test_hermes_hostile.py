@@ -5,13 +5,22 @@ type, the result and every row afterwards. The unmarked tests check the facade a
 what Hermes was seen to do; the ``hermes`` ones compare with the real class."""
 from __future__ import annotations
 
+import math
 import sqlite3
+import time as real_time
+import types
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventlog.adapters.hermes import SessionDB
+
+try:
+    import hermes_state
+except ImportError:  # the hermes-marked tests skip; the others need no Hermes
+    hermes_state = None
 
 TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "compression_locks")
 
@@ -118,3 +127,137 @@ def test_compression_lock_and_cooldown_values_sqlite_refuses_fail_softly_like_he
             ro.try_acquire_compression_lock(2**63, "h")  # type: ignore[arg-type]
     finally:
         ro.close()
+
+
+def test_usage_values_hermes_never_binds_are_not_refused(path: Path) -> None:
+    """Hermes binds the billing route of ``update_token_counts`` only for a call that accounts
+    usage, and ``record_auxiliary_usage`` binds ``model or 'unknown'``, ``provider or ''`` and
+    ``float(cost or 0.0)``: an int over 64 bits as the provider of a call without usage, an
+    empty list as a route key, a Decimal cost are accepted there. The facade converted every
+    value first and raised OverflowError/ProgrammingError."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli", model="gpt")
+    db.update_token_counts("s1", billing_provider=2**63, billing_base_url=["x"], billing_mode={"m": 1})  # type: ignore[arg-type]
+    db.record_auxiliary_usage("s1", "title", model=[], billing_provider=[], input_tokens=3,  # type: ignore[arg-type]
+                              estimated_cost_usd=Decimal("0.25"))  # type: ignore[arg-type]
+    rows = dump(path)
+    assert [r[1:4] for r in rows["session_model_usage"]] == [(("str", "s1"), ("str", "unknown"), ("str", ""))]
+    assert rows["session_model_usage"][0][13] == ("float", 0.25)
+    assert db.get_session("s1")["billing_provider"] is None
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert dump(path) == rows
+    db.close()
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda db: db.update_token_counts("new", input_tokens=1, estimated_cost_usd="abc"), ValueError),
+    (lambda db: db.update_token_counts("new", input_tokens=1, billing_provider=2**63), OverflowError),
+    (lambda db: db.update_token_counts("new", input_tokens=["x"]), sqlite3.ProgrammingError),
+    (lambda db: db.record_auxiliary_usage("new", "title", input_tokens=1, estimated_cost_usd=["x"]), TypeError),
+    (lambda db: db.record_auxiliary_usage("new", "title", billing_provider="p\ud800"), UnicodeEncodeError),
+])
+def test_a_usage_value_hermes_cannot_bind_fails_after_the_session_row(path: Path, call: Any, error: type) -> None:
+    """Hermes' usage calls insert the session row in a write of their own, then bind the usage:
+    a value that fails there leaves the new session row (and no usage). The facade refused
+    before anything and left no row, so ``get_session`` and every list differed."""
+    db = SessionDB(path)
+    with pytest.raises(error):
+        call(db)
+    row = db.get_session("new")
+    assert row is not None and row["source"] == "unknown" and row["input_tokens"] == 0
+    assert dump(path)["session_model_usage"] == []
+    db.close()
+
+
+# ---- against the real class ---------------------------------------------------------------------
+
+HOSTILE: list[Any] = [None, [], ["x"], 2**63, "s\ud800", b"b", Decimal("0.25"), "abc"]
+USAGE = ([("update_token_counts", p) for p in ("model", "billing_provider", "billing_base_url", "billing_mode",
+                                                "estimated_cost_usd", "actual_cost_usd", "cost_status", "input_tokens",
+                                                "api_call_count")]
+         + [("record_auxiliary_usage", p) for p in ("model", "billing_provider", "billing_base_url",
+                                                   "estimated_cost_usd", "input_tokens")])
+CASES: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    (name, (sid, "title") if name == "record_auxiliary_usage" else (sid,), {**usage, param: value})
+    for name, param in USAGE for value in HOSTILE for sid in ("new",)
+    for usage in ({}, {"input_tokens": 5} if param != "input_tokens" else {"output_tokens": 1})
+] + [
+    ("create_session", ("s1", None), {}), ("ensure_session", ("s1", float("nan")), {}),
+    ("bind_telegram_topic", (), {"chat_id": "c", "thread_id": "t", "user_id": "u", "session_key": "k",
+                                 "session_id": "s1", "managed_mode": 2**63}),
+    ("try_acquire_compression_lock", ("s1", ["h"]), {}), ("try_acquire_compression_lock", ("s1", 2**63), {}),
+    ("refresh_compression_lock", ("s1", {"h": 1}), {}), ("record_compression_failure_cooldown", ("s1", [1.0]), {}),
+]
+
+
+class Clock(types.ModuleType):
+    def __init__(self) -> None:
+        super().__init__("time")
+        self.now = 1_750_000_000.25
+
+    def time(self) -> float:
+        return self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(real_time, name)
+
+
+def typed_rows(path: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        return {t: [tuple(("nan",) if isinstance(v, float) and math.isnan(v) else (type(v).__name__, v) for v in r)
+                    for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
+                for t in (*TABLES, "telegram_dm_topic_mode", "telegram_dm_topic_bindings") if t in names}
+    finally:
+        conn.close()
+
+
+def outcome(db: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return ("ok", getattr(db, name)(*args, **kwargs))
+    except Exception as e:  # the exception's type is part of the contract
+        return ("raised", type(e).__name__)
+
+
+@pytest.mark.hermes
+@pytest.mark.parametrize("read_only", [False, True])
+def test_hostile_arguments_match_the_real_sessiondb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    read_only: bool) -> None:
+    """Each case on a fresh pair of databases: the same result or exception type, the same rows
+    afterwards (read_only: a sample of the cases, on a handle opened read-only over the rows)."""
+    if hermes_state is None:
+        pytest.skip("needs hermes_state (python3 run compat)")
+    import importlib
+    import pkgutil
+
+    import eventlog.adapters.hermes as facade
+
+    clock = Clock()
+    monkeypatch.setattr(hermes_state, "time", clock)
+    for info in pkgutil.iter_modules(facade.__path__):
+        module = importlib.import_module(f"{facade.__name__}.{info.name}")
+        if getattr(module, "time", None) is real_time:
+            monkeypatch.setattr(module, "time", clock)
+    Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+    differences = []
+    for i, (name, args, kwargs) in enumerate(CASES[::5] + CASES[-7:] if read_only else CASES):
+        paths = (tmp_path / f"{i}-hermes" / "state.db", tmp_path / f"{i}-facade" / "state.db")
+        outcomes, rows = [], []
+        for cls, path in zip((Real, SessionDB), paths):
+            path.parent.mkdir()
+            clock.now = 1_750_000_000.25
+            db = cls(path)
+            db.create_session("s1", "cli", model="gpt")
+            if read_only:
+                db.close()
+                db = cls(path, read_only=True)
+            try:
+                outcomes.append(outcome(db, name, args, kwargs))
+            finally:
+                db.close()
+            rows.append(typed_rows(path))
+        if outcomes[0] != outcomes[1] or rows[0] != rows[1]:
+            differences.append((name, args, kwargs, outcomes))
+    assert differences == []

@@ -645,17 +645,25 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 billing_mode=billing_mode, api_call_count=api_call_count, estimated_cost_usd=estimated_cost_usd,
                 actual_cost_usd=actual_cost_usd, **dict(zip(_TOKENS, tokens))))
         data: dict[str, Any] = {}
-        for name, value in zip(_TOKENS, tokens):
-            if not (type(value) is int and value == 0):
-                data[name] = sql_value(value, name)
+        # Hermes binds the route only for a call that accounts usage (else NULL): an unusable
+        # provider of a call without usage is never seen; other values it cannot bind fail the
+        # call after the session row, inserted by a write of its own, is there.
+        route = (("provider", billing_provider), ("base_url", billing_base_url),
+                 ("billing_mode", billing_mode)) if accounted else ()
         extra: tuple[tuple[str, Any], ...] = (("estimated_cost_usd", estimated_cost_usd), ("actual_cost_usd", actual_cost_usd),
                             ("cost_status", cost_status), ("cost_source", cost_source),
-                            ("pricing_version", pricing_version), ("model", model), ("provider", billing_provider),
-                            ("base_url", billing_base_url), ("billing_mode", billing_mode))
-        for name, value in extra:
-            _put(data, name, value)
-        if not (type(api_call_count) is int and api_call_count == 0):
-            data["api_call_count"] = sql_value(api_call_count, "api_call_count")
+                            ("pricing_version", pricing_version), ("model", model), *route)
+        with self._session_row_first(session_id, model):
+            for name, value in zip(_TOKENS, tokens):
+                if not (type(value) is int and value == 0):
+                    data[name] = sql_value(value, name)
+            for name, value in extra:
+                _put(data, name, value)
+            if not (type(api_call_count) is int and api_call_count == 0):
+                data["api_call_count"] = sql_value(api_call_count, "api_call_count")
+            if per_model:  # Hermes' per-model row binds float(cost or 0.0): 'abc' or bytes raise there
+                float(estimated_cost_usd or 0.0)
+                float(actual_cost_usd or 0.0)
         if accounted:
             data["accounted"] = True
         if per_model:
@@ -669,6 +677,18 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             tx.emit("hermes.usage_totals_set" if absolute else "usage.recorded", session_id, data)
 
         self._write(fn)
+
+    @contextmanager
+    def _session_row_first(self, session_id: str, model: Any) -> Iterator[None]:
+        """Hermes' usage calls insert the session row in a write of their own and then bind the
+        usage: a usage value it cannot bind (or convert) fails the call with that row written.
+        The block converts the values; what it raises is raised after the row is written (or
+        with the error of that write, as in Hermes, when the row itself cannot be)."""
+        try:
+            yield
+        except (sqlite3.Error, OverflowError, TypeError, ValueError):
+            self._write(lambda tx: self._upsert_session(tx, session_id, "unknown", model=model), statement=True)
+            raise
 
     def _refuse_nan_usage(self, session_id: str, model: Any, column: Optional[str]) -> None:
         """Fail a usage call Hermes' upsert would fail (:func:`_nan_usage_column`) as Hermes does:
@@ -694,18 +714,22 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
             cache_write_tokens=cache_write_tokens, reasoning_tokens=reasoning_tokens,
             estimated_cost_usd=estimated_cost_usd))
-        if isinstance(estimated_cost_usd, int) and not isinstance(estimated_cost_usd, bool):
-            estimated_cost_usd = float(estimated_cost_usd)  # Hermes binds float(cost): 2**63 is a REAL, not an overflow
-        data: dict[str, Any] = {"task": sql_value(task, "task"), "api_call_count": 1, "now": time.time()}
-        for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
-                            ("cache_read_tokens", cache_read_tokens), ("cache_write_tokens", cache_write_tokens),
-                            ("reasoning_tokens", reasoning_tokens)):
-            if value:
-                data[name] = sql_value(value, name)
-        route: tuple[tuple[str, Any], ...] = (("model", model), ("provider", billing_provider),
-                                              ("base_url", billing_base_url), ("estimated_cost_usd", estimated_cost_usd))
-        for name, value in route:
-            _put(data, name, value)
+        data: dict[str, Any] = {"now": time.time()}
+        with self._session_row_first(session_id, None):
+            # Hermes binds float(cost or 0.0) (2**63 is a REAL, a Decimal a float, a list a
+            # TypeError) and each route key as ``value or default``: a falsy one is the default.
+            cost = float(estimated_cost_usd or 0.0)
+            for key, text_value in (("model", model), ("provider", billing_provider), ("base_url", billing_base_url)):
+                if text_value:
+                    _put(data, key, text_value)
+            data.update({"task": sql_value(task, "task"), "api_call_count": 1})
+            for name, value in (("input_tokens", input_tokens), ("output_tokens", output_tokens),
+                                ("cache_read_tokens", cache_read_tokens), ("cache_write_tokens", cache_write_tokens),
+                                ("reasoning_tokens", reasoning_tokens)):
+                if value:
+                    data[name] = sql_value(value, name)
+            if cost:
+                data["estimated_cost_usd"] = sql_value(cost, "estimated_cost_usd")
 
         def fn(tx: Tx) -> None:
             self._upsert_session(tx, session_id, "unknown")
