@@ -261,3 +261,17 @@ def test_hostile_arguments_match_the_real_sessiondb(tmp_path: Path, monkeypatch:
         if outcomes[0] != outcomes[1] or rows[0] != rows[1]:
             differences.append((name, args, kwargs, outcomes))
     assert differences == []
+
+
+def test_list_sessions_rich_reads_its_queries_in_every_order(path: Path) -> None:
+    """Hermes strips ``id_query``/``search_query`` before it looks at ``order_by_last_active``:
+    a query that is not a string fails with AttributeError in either order. The facade read
+    them only for the last-activity order and answered the full list otherwise."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    for kwargs in ({"id_query": 5}, {"search_query": ["s1"]}, {"id_query": 5, "order_by_last_active": True}):
+        with pytest.raises(AttributeError):
+            db.list_sessions_rich(**kwargs)
+    assert [s["id"] for s in db.list_sessions_rich(id_query="  ", search_query="")] == ["s1"]
+    assert [s["id"] for s in db.list_sessions_rich(id_query=b"zz", search_query=b"zz")] == ["s1"]  # bytes strip
+    db.close()

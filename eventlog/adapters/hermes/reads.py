@@ -206,6 +206,9 @@ class Reads:
             clauses.append("s.archived = 0")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         columns = COMPACT_COLUMNS if compact_rows else "s.*"
+        # Hermes strips both queries whatever the order (one without .strip() fails with
+        # AttributeError); only the order by last activity filters on them.
+        (id_query or "").strip().lower(), (search_query or "").strip().lower()
         if order_by_last_active:
             filters, filter_params = self._chain_filters(id_query, search_query)
             outer = where
