@@ -275,3 +275,15 @@ def test_list_sessions_rich_reads_its_queries_in_every_order(path: Path) -> None
     assert [s["id"] for s in db.list_sessions_rich(id_query="  ", search_query="")] == ["s1"]
     assert [s["id"] for s in db.list_sessions_rich(id_query=b"zz", search_query=b"zz")] == ["s1"]  # bytes strip
     db.close()
+
+
+def test_get_conversation_root_gives_back_an_id_without_parent_as_given(path: Path) -> None:
+    """Hermes returns ``session_id`` itself when it has no recorded parent; the facade made it
+    a string (``5`` came back as ``'5'``, bytes as their repr)."""
+    db = SessionDB(path)
+    db.create_session("root", "cli")
+    db.create_session("child", "cli", parent_session_id="root")
+    assert db.get_conversation_root("child") == "root"
+    assert db.get_conversation_root(5) == 5  # type: ignore[arg-type]
+    assert db.get_conversation_root(b"x") == b"x"  # type: ignore[arg-type]
+    db.close()

@@ -410,8 +410,11 @@ class Reads:
     _session_lineage_root_to_tip = _lineage_root_to_tip
 
     def get_conversation_root(self, session_id: str) -> str:
+        """The root of the lineage, as Hermes gives it: the id read from the rows, or the
+        argument itself (not made a string) when it has no parent."""
         chain = self._lineage_root_to_tip(session_id)
-        return str(chain[0]) if chain and chain[0] else session_id
+        root: str = chain[0] if chain and chain[0] else session_id
+        return root
 
     def _conversation_rows(self, session_ids: list[Any], active_only: bool, with_session: bool = False) -> list[Any]:
         cols = ("session_id, " if with_session else "") + CONVERSATION_COLUMNS
