@@ -287,3 +287,19 @@ def test_get_conversation_root_gives_back_an_id_without_parent_as_given(path: Pa
     assert db.get_conversation_root(5) == 5  # type: ignore[arg-type]
     assert db.get_conversation_root(b"x") == b"x"  # type: ignore[arg-type]
     db.close()
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_compression_calls_on_a_closed_handle_raise(path: Path, read_only: bool) -> None:
+    """Hermes' compression lock and cooldown calls swallow sqlite3.Error only; on a closed
+    handle they raise (Hermes: AttributeError, as its other calls do there). The facade's
+    closed-handle error is an sqlite3.Error, which its guard swallowed: the calls answered
+    False/None as if the lock were held elsewhere or the cooldown stored."""
+    SessionDB(path).close()
+    db = SessionDB(path, read_only=read_only)
+    db.close()
+    for call in (lambda: db.try_acquire_compression_lock("s1", "h"), lambda: db.refresh_compression_lock("s1", "h"),
+                 lambda: db.release_compression_lock("s1", "h"), lambda: db.record_compression_failure_cooldown("s1", 1.0),
+                 lambda: db.clear_compression_failure_cooldown("s1")):
+        with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
+            call()

@@ -515,7 +515,14 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if pairs:
             self._write(lambda tx: tx.emit("hermes.repo_roots_backfilled", None, {"pairs": pairs}))
 
+    def _open(self) -> None:
+        """Raise what every call on a closed handle raises. Hermes' best-effort calls catch only
+        sqlite3.Error, which its closed handle does not raise (AttributeError): the call fails."""
+        if self._reader is None:
+            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+
     def _best_effort(self, what: str, session_id: str, fn: Callable[[Tx], Any], default: Any = None) -> Any:
+        self._open()
         try:
             return self._write(fn)
         except (sqlite3.Error, OSError) as exc:
@@ -572,6 +579,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return False
         now = time.time()
         expires_at = now + ttl_seconds
+        self._open()
         if self.read_only:  # Hermes' first statement (the expired lock's DELETE) fails: it answers False
             try:
                 sql_value(session_id)  # bound before the statement steps: OverflowError is raised
