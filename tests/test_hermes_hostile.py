@@ -303,3 +303,27 @@ def test_compression_calls_on_a_closed_handle_raise(path: Path, read_only: bool)
                  lambda: db.clear_compression_failure_cooldown("s1")):
         with pytest.raises(sqlite3.ProgrammingError, match="closed database"):
             call()
+
+
+def test_a_read_only_handle_searches_where_hermes_answers_nothing(tmp_path: Path) -> None:
+    """The one read the facade keeps apart from Hermes 0.19.0 (docs/HERMES.md, Reads): Hermes'
+    read-only handle never sets its FTS flag and answers ``[]`` to every ``search_messages``;
+    the facade's read-only handle finds what a writable one finds."""
+    path = tmp_path / "state.db"
+    with SessionDB(path) as db:
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "hello world")
+    with SessionDB(path, read_only=True) as ro:
+        assert [m["session_id"] for m in ro.search_messages("hello")] == ["s1"]
+    if hermes_state is not None:  # where Hermes is installed, check that it still differs so
+        Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+        other = tmp_path / "hermes.db"
+        db = Real(other)
+        db.create_session("s1", "cli")
+        db.append_message("s1", "user", "hello world")
+        db.close()
+        ro = Real(other, read_only=True)
+        try:
+            assert ro.search_messages("hello") == []
+        finally:
+            ro.close()
