@@ -327,3 +327,21 @@ def test_a_read_only_handle_searches_where_hermes_answers_nothing(tmp_path: Path
             assert ro.search_messages("hello") == []
         finally:
             ro.close()
+
+
+def test_update_system_prompt_on_a_read_only_handle_binds_the_id_first(path: Path) -> None:
+    """Hermes binds the prompt and then the id of its UPDATE before the read-only connection
+    refuses it: an id sqlite3 cannot bind raises its binding error, not OperationalError."""
+    SessionDB(path).close()
+    ro = SessionDB(path, read_only=True)
+    try:
+        with pytest.raises(OverflowError):
+            ro.update_system_prompt(2**63, "P")  # type: ignore[arg-type]
+        with pytest.raises(UnicodeEncodeError):
+            ro.update_system_prompt("s\ud800", "P")
+        with pytest.raises(sqlite3.ProgrammingError):
+            ro.update_system_prompt(["s1"], "P")  # type: ignore[arg-type]
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            ro.update_system_prompt("s1", "P")
+    finally:
+        ro.close()

@@ -609,7 +609,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         """The assembled system prompt snapshot (nothing is written when it is unchanged)."""
         value = sql_value(system_prompt, "system_prompt")
-        if self.read_only:  # Hermes runs its UPDATE even when it would change nothing
+        if self.read_only:  # Hermes binds and runs its UPDATE even when it would change nothing
+            sql_value(session_id)
             raise _read_only_error()
         # The common case (every agent init re-stores the same prompt) answers from a read: the
         # call takes effect at that read, no writer is waited for.
