@@ -29,12 +29,17 @@ Export writes the stored bytes verbatim. Import reads such a file back:
   or hash on any line) claims nothing: it is checked as ``eventlog append`` checks its input
   (the catalogue, sessions that exist), and its seqs name the target log's own. Erased events
   (stubs, no data) and the log's own records are not appended anew: they belong to the chain
-  they were written in (a verbatim import keeps them).
+  they were written in (a verbatim import keeps them). A file given with ``again`` is read
+  once for each of these checks and once more to append, a line at a time, each reading
+  checked against a digest of the first's lines: bounded memory here too.
 """
 from __future__ import annotations
 
 import bisect
+import hashlib
 import heapq
+import itertools
+import os
 from dataclasses import asdict, dataclass
 from typing import IO, Any, Callable, Iterable, Iterator, Literal, Sequence, overload
 
@@ -48,7 +53,9 @@ from eventlog.sessions.rules import event_time
 from sqlite_export.errors import converted
 
 CHUNK = 2000
+CHUNK_BYTES = 1 << 18  # events appended anew: at most this many bytes of the file per append
 Progress = Callable[[int, int], None]
+Item = tuple[int, bytes, dict[str, Any]]  # (line number, the line's bytes, its envelope)
 
 
 def _note_parent(parents: dict[str, str | None], env: dict[str, Any] | None) -> None:
@@ -157,22 +164,33 @@ class ImportResult:
 
 
 def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    for n, raw in _nonblank(lines):
+        yield n, raw, _decoded(n, raw)
+
+
+def _nonblank(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes]]:
+    """(line number, the line's bytes stripped) of each line that holds something."""
     for n, line in enumerate(lines, 1):
         try:
             raw = line.encode() if isinstance(line, str) else bytes(line)
         except UnicodeEncodeError:
             raise ValidationError(f"line {n}", "holds text that is not valid Unicode (a lone surrogate)") from None
         raw = raw.strip()
-        if not raw:
-            continue
-        try:
-            env = codec.decode(raw)
-        except ValueError as e:
-            env = with_lone_surrogates(raw, e)  # read as `eventlog append` reads it (stored as U+FFFD)
-            if not isinstance(env, dict):
-                raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
+        if raw:
+            yield n, raw
+
+
+def _decoded(n: int, raw: bytes, *, checked: bool = False) -> dict[str, Any]:
+    """Line ``n``'s envelope. ``checked``: these bytes passed once already (no wide ints to look for)."""
+    try:
+        env = codec.decode(raw)
+    except ValueError as e:
+        env = with_lone_surrogates(raw, e)  # read as `eventlog append` reads it (stored as U+FFFD)
+        if not isinstance(env, dict):
+            raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
+    if not checked:
         codec.refuse_wide_ints(raw, f"line {n}")  # orjson read it as a float: refused, not imported changed
-        yield n, raw, env
+    return env
 
 
 def _stored_form(raw: bytes, env: dict[str, Any]) -> bytes:
@@ -200,13 +218,17 @@ def _check_chain(items: list[tuple[int, bytes, dict[str, Any]]]) -> bool:
 
 def _first_break(items: list[tuple[int, bytes, dict[str, Any]]]) -> str:
     """Where the file stops being one intact chain from seq 1 (for :func:`_check_chain`'s False)."""
-    res = _chain(items)
+    return _break_at(_chain(items), items)
+
+
+def _break_at(res: VerifyResult, items: Iterable[tuple[int, bytes, dict[str, Any]]]) -> str:
+    """Where the file whose lines ``items`` are stops being one chain, as ``res`` judged it."""
     seq = res.first_bad_seq or 1
-    if 1 <= seq <= len(items):
-        n, _, env = items[seq - 1]
-        if env.get("seq") != seq:
-            return f"line {n} holds seq {env.get('seq')!r} where seq {seq} belongs (lines missing or out of order)"
-        return f"line {n} (seq {seq}): {res.reason}"
+    for k, (n, _, env) in enumerate(items, 1):
+        if k == seq:
+            if env.get("seq") != seq:
+                return f"line {n} holds seq {env.get('seq')!r} where seq {seq} belongs (lines missing or out of order)"
+            return f"line {n} (seq {seq}): {res.reason}"
     return str(res.reason)
 
 
@@ -243,14 +265,25 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
     whole chain: nothing in an export records the head it was taken at; compare the head hash
     that ``log verify`` reports at the source.)
 
-    ``again``: the same lines read anew from the start (a file, not a pipe). A whole-log export
-    then goes in with bounded memory: one pass checks the chain line by line, a second writes it
-    (in one ``append_sealed`` call); only a file appended as new events is held in memory."""
+    ``again``: the same lines read anew from the start (a file, not a pipe). The import then
+    holds one line at a time, not the file: a whole-log export is checked on one reading and
+    written from a second (in one ``append_sealed`` call); a file appended as new events is
+    read once for each of its checks and once more to write it, and each reading must find the
+    lines the first found (else :class:`IntegrityError`: the file changed). What it keeps of
+    the file is a few dozen bytes an event (ids, seqs, a digest of each line)."""
     if again is not None:
         streamed = _verbatim_streamed(log, lines, again, progress)
         if streamed is not None:
             return streamed
-        lines = again()  # not a whole chain this log can take verbatim: judged as a whole below
+        reading = _Rereading(again)  # not a whole chain this log can take verbatim: judged below
+        count, res, missing = _scan(reading())
+        if count == 0:
+            return ImportResult("appended", 0, 0, 0)
+        if missing is not None:
+            raise missing
+        if whole and not res.ok:
+            _refuse_not_whole(_break_at(res, reading()))
+        return _append_anew(log, reading, count, onto_other_history, progress)
     try:
         items = list(_parse(lines))
     except EventLogError:
@@ -280,42 +313,69 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         return ImportResult("verbatim", len(items), len(rest), head)
     if chain and head > len(items) and (log.get(len(items)) or {}).get("hash") == items[-1][2]["hash"]:
         return ImportResult("verbatim", len(items), 0, len(items))  # the start of this log: all there
-
     if whole and not chain:
-        raise IntegrityError(f"the file is not one whole chain from seq 1: {_first_break(canon)}; nothing was imported",
-                             hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
-                                  "to append a session's export as new events")
+        _refuse_not_whole(_first_break(canon))
+    del canon
+    return _append_anew(log, lambda: items, len(items), onto_other_history, progress)
+
+
+def _refuse_not_whole(where: str) -> None:
+    raise IntegrityError(f"the file is not one whole chain from seq 1: {where}; nothing was imported",
+                         hint="import an untouched whole-log export (`eventlog export`), or drop --whole "
+                              "to append a session's export as new events")
+
+
+def _append_anew(log: Log, read: Callable[[], Iterable[Item]], count: int, onto_other_history: bool,
+                 progress: Progress | None) -> ImportResult:
+    """The second mode (new seqs and hashes) for a file of ``count`` lines that ``read`` gives,
+    afresh at each call: each check reads the file through, keeping what later ones need of it
+    (its ids, the seqs it carries, which lines are new here), and a last reading appends."""
+    head = log.head()[0]
     # Another history: check every line's own hash and every id first, so a conflict imports nothing.
-    hashed = any("hash" in env for _, _, env in items)
-    for n, _, env in items:
-        why = _tampered(env)
-        if why is None and hashed and "hash" not in env:  # an export's lines all carry theirs
-            why = "it has no hash where the file's other lines have theirs"
-        if why is not None:
-            raise IntegrityError(f"line {n} (seq {env.get('seq')!r}): {why}; nothing was imported",
-                                 hint="the file was changed after it was exported: import an untouched export")
+    hashed, plain = False, True
+    tampered: tuple[int, Any, str] | None = None  # the first line whose own hash does not vouch for it
+    unhashed: tuple[int, Any] | None = None  # the first line without a hash
+    disorder: IntegrityError | None = None
     last: tuple[int, int] | None = None  # (line, seq) of the last line that carried a seq
-    for n, _, env in items:  # an export writes its events in seq order, and appending keeps the file's order
+    refs = _References(log)
+    for n, _, env in read():
+        if "hash" in env:
+            hashed = True
+        elif unhashed is None:
+            unhashed = (n, env.get("seq"))
+        plain = plain and not any(k in env for k in ("seq", "prev", "hash"))
+        if tampered is None and (why := _tampered(env)) is not None:
+            tampered = (n, env.get("seq"), why)
         seq = env.get("seq")
-        if type(seq) is not int:
-            continue
-        if last is not None and seq <= last[1]:
-            raise IntegrityError(f"line {n} holds seq {seq} after seq {last[1]} (line {last[0]}): the lines are "
-                                 "out of order; nothing was imported",
-                                 hint="an export's lines are in seq order: import an untouched export, each "
-                                      "export on its own")
-        last = (n, seq)
-    plain = not any(k in env for _, _, env in items for k in ("seq", "prev", "hash"))
-    refs = _References(items, log)
-    fresh: list[tuple[int, dict[str, Any]]] = []  # (line, event)
-    present = 0
+        if type(seq) is int:  # an export writes its events in seq order, and appending keeps the file's order
+            if disorder is None and last is not None and seq <= last[1]:
+                disorder = IntegrityError(
+                    f"line {n} holds seq {seq} after seq {last[1]} (line {last[0]}): the lines are out of order; "
+                    "nothing was imported",
+                    hint="an export's lines are in seq order: import an untouched export, each export on its own")
+            last = (n, seq)
+        refs.note(env)
+    refs.noted()
+    if hashed and unhashed is not None and (tampered is None or unhashed[0] < tampered[0]):
+        tampered = (*unhashed, "it has no hash where the file's other lines have theirs")  # an export's lines all carry theirs
+    if tampered is not None:
+        raise IntegrityError(f"line {tampered[0]} (seq {tampered[1]!r}): {tampered[2]}; nothing was imported",
+                             hint="the file was changed after it was exported: import an untouched export")
+    if disorder is not None:
+        raise disorder
+
+    def event_of(n: int, env: dict[str, Any]) -> dict[str, Any]:
+        return _plain_event(n, env) if plain else _exported_event(n, env, refs)
+
+    fresh = bytearray(count)  # 1 for each line (by its place in the file) whose event is appended anew
+    appended = present = 0
     seen: set[str] = set()
-    for n, raw, env in items:
+    for k, (n, raw, env) in enumerate(read()):
         if codec.is_stub(env) or str(env["type"]).startswith("log."):
             continue  # an erased event (its content is gone) and the log's own records are not appended anew
         if plain:
             refuse_duplicate_keys(raw, f"line {n}")
-        event = _plain_event(n, env) if plain else _exported_event(n, env, refs)
+        event = event_of(n, env)
         try:
             prepared = codec.prepare(event, n)
         except ValidationError as e:
@@ -325,7 +385,8 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         seen.add(prepared.id)
         seq = log.event_seq(prepared.id)
         if seq is None:
-            fresh.append((n, event if plain else _source_time(event, env)))
+            fresh[k] = 1
+            appended += 1
             continue
         stored = log.get(seq) or {}
         renumbered = refs.renumbered(event)
@@ -333,22 +394,32 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
                 codec.prepare(form, n).same_content(stored) for form in (renumbered, _source_time(renumbered, env))):
             raise DuplicateEventError(prepared.id, seq)
         present += 1
+    del seen
     # A file whose events are all here is a no-op; a log that holds only this file's events is an
     # import of it that stopped part way (killed between chunks), and goes on.
-    if fresh and not onto_other_history and head > 0 and present < head:
+    if appended and not onto_other_history and head > 0 and present < head:
         raise ConflictError("profile", f"already holds {head} events that are not the start of this export",
                             hint="import into a new profile (--profile NEW); appended after other history the "
                                  "events would get new seqs and times")
+
+    def new_events() -> Iterator[tuple[int, dict[str, Any], int]]:
+        """(line, event, the line's size) of each line appended anew, as it is appended (before
+        renumbering)."""
+        for k, (n, raw, env) in enumerate(read()):
+            if fresh[k]:
+                event = event_of(n, env)
+                yield n, event if plain else _source_time(event, env), len(raw)
+
     # Sessions that exist, as `eventlog append` checks them (the messages an export's events
     # name are the file's own, renumbered: _exported_event checked they are carried).
     # An extension's events (and the log layer's own test types) are left to their extension.
-    ours = [(n, ev) for n, ev in fresh if ev["type"] in CURRENT_VERSIONS]
-    check_sessions(log, [f"line {n}" for n, _ in ours], [ev for _, ev in ours], references=plain)
-    done = 0
+    wheres, ours = itertools.tee((f"line {n}", ev) for n, ev, _ in new_events() if ev["type"] in CURRENT_VERSIONS)
+    check_sessions(log, (where for where, _ in wheres), (ev for _, ev in ours), references=plain)
+    done = size = 0
     chunk: list[dict[str, Any]] = []
 
     def flush() -> None:
-        nonlocal done
+        nonlocal done, size
         if not chunk:
             return
         seqs = log.append(chunk)
@@ -357,17 +428,100 @@ def import_jsonl(log: Log, lines: Iterable[bytes | str], *, progress: Progress |
         refs.landed(chunk, seqs)
         done += len(chunk)
         chunk.clear()
+        size = 0
         if progress:
-            progress(done, len(fresh))
+            progress(done, appended)
 
-    for _, event in fresh:
-        if refs.waits_on(event, chunk):
-            flush()  # the event names an event of this chunk by seq: that seq must be known first
-        chunk.append(refs.renumbered(event))
-        if len(chunk) >= CHUNK:
-            flush()
+    try:
+        for _, event, length in new_events():
+            if refs.waits_on(event, chunk):
+                flush()  # the event names an event of this chunk by seq: that seq must be known first
+            chunk.append(refs.renumbered(event))
+            size += length
+            if len(chunk) >= CHUNK or size >= CHUNK_BYTES:  # an append holds several copies of its events
+                flush()
+    except _FileChanged as e:  # the lines read before the change were appended, as by an import killed there
+        raise IntegrityError(f"{e.what}; {done} of the {appended} events it appends anew were appended before",
+                             hint="import the file again once no other process writes it: the events already "
+                                  "appended are found and skipped") from None
     flush()
-    return ImportResult("appended", len(items), len(fresh), present)
+    return ImportResult("appended", count, appended, present)
+
+
+class _FileChanged(IntegrityError):
+    """A reading of the file found other lines than its first reading (see :class:`_Rereading`)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what}; nothing was imported", hint="import a file no other process writes")
+        self.what = what
+
+
+class _Rereading:
+    """A file's parsed lines, read anew at each call. The first reading keeps a keyed digest of
+    each line (8 bytes); every later one checks its lines against them before it gives them, so
+    each check of the import, and its write, sees the lines that the first reading found, or
+    raises :class:`_FileChanged` at the first that differs (or at its end, when lines are
+    missing)."""
+
+    def __init__(self, again: Callable[[], Iterable[bytes | str]]) -> None:
+        self.again = again
+        self.key = os.urandom(16)
+        self.digests: bytearray | None = None
+
+    def _digest(self, n: int, raw: bytes) -> bytes:
+        return hashlib.blake2b(raw, digest_size=8, key=self.key, salt=n.to_bytes(16, "big")).digest()
+
+    def __call__(self) -> Iterator[Item]:
+        if self.digests is None:
+            self.digests = bytearray()
+            for n, raw, env in _read(self.again()):
+                self.digests += self._digest(n, raw)
+                yield n, raw, env
+            return
+        k = 0
+        try:
+            for n, raw in _nonblank(self.again()):
+                if 8 * k >= len(self.digests):
+                    raise _FileChanged(f"the file changed while it was imported (it grew: line {n} is past the "
+                                       f"{k} lines its first reading found)")
+                if self.digests[8 * k:8 * k + 8] != self._digest(n, raw):
+                    raise _FileChanged(f"the file changed while it was imported (line {n} is not what its first "
+                                       "reading found)")
+                k += 1
+                yield n, raw, _decoded(n, raw, checked=True)
+        except EventLogError:
+            raise
+        except (OSError, ValueError) as e:  # the input failed to read
+            raise converted(e, "reading the import") from e
+        if 8 * k != len(self.digests):
+            raise _FileChanged(f"the file changed while it was imported ({k} lines where the first reading found "
+                               f"{len(self.digests) // 8})")
+
+
+def _scan(items: Iterable[Item]) -> tuple[int, VerifyResult, ValidationError | None]:
+    """Of a file read through: its number of lines, the file judged as a whole log (see
+    :func:`_chain`), and the first line's missing key (:func:`_refuse_missing_keys`), if any."""
+    count, last = 0, codec.ZERO_HASH
+    missing: ValidationError | None = None
+
+    def stored() -> Iterator[tuple[int, bytes]]:
+        nonlocal count, last, missing
+        for n, raw, env in items:
+            if missing is None:
+                try:
+                    _refuse_missing_keys(n, env)
+                except ValidationError as e:
+                    missing = e
+            count += 1
+            last = str(env.get("hash"))
+            seq = env.get("seq")
+            yield (seq if type(seq) is int else -1), _stored_form(raw, env)
+
+    lines = stored()
+    res = verify_chain(lines, lambda: (count, last))
+    for _ in lines:  # the rest of the file, after the first break
+        pass
+    return count, res, missing
 
 
 def _refuse_missing_keys(n: int, env: dict[str, Any]) -> None:
@@ -536,16 +690,21 @@ class _References:
     lines carry their seq). A seq the file does not carry is left as it is; a plain-events file
     names the target log's own seqs."""
 
-    def __init__(self, items: list[tuple[int, bytes, dict[str, Any]]], log: Log) -> None:
+    def __init__(self, log: Log) -> None:
         self.log = log
         self.ids: dict[int, str] = {}  # file seq -> event id, of the events appended or present
-        for _, _, env in items:
-            seq = env.get("seq")
-            if type(seq) is int and not codec.is_stub(env) and not str(env.get("type")).startswith("log.") \
-                    and isinstance(env.get("id"), str):
-                self.ids[seq] = env["id"]
-        self.order = sorted(self.ids)
+        self.order: list[int] = []
         self.new: dict[str, int] = {}  # event id -> its seq in this log
+
+    def note(self, env: dict[str, Any]) -> None:
+        """Take in one line of the file (each, in order, then :meth:`noted`)."""
+        seq = env.get("seq")
+        if type(seq) is int and not codec.is_stub(env) and not str(env.get("type")).startswith("log.") \
+                and isinstance(env.get("id"), str):
+            self.ids[seq] = env["id"]
+
+    def noted(self) -> None:
+        self.order = sorted(self.ids)
 
     def _target(self, event: dict[str, Any]) -> tuple[str, int] | None:
         """The field of ``event`` that names a seq, and the file seq it names (None: none)."""

@@ -240,7 +240,7 @@ def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool =
 
         assert source is not None
         again: Callable[[], Iterator[bytes]] | None = None
-        if file != "-" and source.seekable():  # a file, not a pipe: read twice, a whole-log export in bounded memory
+        if file != "-" and source.seekable():  # a file, not a pipe: read anew for each pass, in bounded memory
             again = functools.partial(_reread, source, source.tell())
 
         with c.open_log(create=True) as lg, progress_bar("importing") as update:

@@ -4,7 +4,7 @@ anything is appended. Judged from the log alone: a writer never brings the proje
 date (the next reader does)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable
 
 from eventlog.errors import ValidationError
 from eventlog.sessions.events import CURRENT_VERSIONS, MESSAGE_REFERENCES, make_event
@@ -104,17 +104,16 @@ def stream_life(log: Log, session_id: str) -> tuple[bool, str | None]:
     return created and not gone, parent if isinstance(parent, str) else None
 
 
-def check_sessions(log: Log, wheres: Sequence[str], batch: Sequence[dict[str, Any]], *,
+def check_sessions(log: Log, wheres: Iterable[str], batch: Iterable[dict[str, Any]], *,
                    references: bool = True) -> None:
     """Refuse, before anything is appended, what SessionStore refuses about sessions: an event
     of a session that does not exist (never created, or deleted — its own stream or an
     ancestor's), a ``session.created`` whose id was used before or whose parent does not exist,
     a reaction or rewind naming what is not a message of its session. Earlier events of the
     batch count. An event whose ``id`` is already in the log is left to the log (an idempotent
-    replay, or refused). ``wheres[i]`` names event i in errors (``line 3``). ``references=False``
+    replay, or refused). The i-th of ``wheres`` names event i in errors (``line 3``); both are
+    read once, in step, so an import can give them lazily. ``references=False``
     leaves the messages that reactions and rewinds name to the caller (an import renumbers them)."""
-    if not any(ev.get("session") is not None for ev in batch):
-        return
     empty = log.head()[0] == 0  # an empty log holds no session yet
     known: dict[str, bool] = {}
     own: dict[str, bool] = {}  # of the sessions looked at: whether their own stream is live
