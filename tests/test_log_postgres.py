@@ -294,3 +294,54 @@ def test_a_second_administrator_is_told_why_it_cannot_create_a_profile(pg_url: s
     with superuser(pg_url) as c:
         c.execute(f'GRANT "{pg_url.split("://", 1)[1].split(":", 1)[0]}" TO "{name}"')
     PostgresLog.open(other, profile=pg_profile + "-b").close()  # as a member of the owner's role it may
+
+
+def _backends(url: str, db: str) -> int:
+    """Connections open on database ``db`` other than the one asking."""
+    with superuser(url) as c:
+        row = c.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                        (db,)).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def _until_no_backends(url: str, db: str) -> int:
+    """The count of :func:`_backends` once it reaches 0, or after 10 s (a closed connection's
+    backend ends a moment after the close)."""
+    deadline = time.monotonic() + 10
+    while (n := _backends(url, db)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return n
+
+
+def test_a_log_closed_while_its_dictionary_trains_leaves_no_connection_open(
+        pg_server: Any, pg_profile: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two handles on one profile: one imports an export verbatim (append_sealed), past the
+    count at which a log trains its compression dictionary; the other's next append starts the
+    training on a thread of its own, and the handle is closed meanwhile, then the first verifies
+    and closes. The training's reader connection, taken or given back after the close, went
+    back into the closed handle's pool and stayed open (a ResourceWarning, 'connection deleted
+    while still open', and a server backend, until garbage collection). A closed pool hands out
+    no connection and closes each given back."""
+    from eventlog.log import postgres as pg_module
+
+    monkeypatch.setattr(pg_module, "DICT_TRAIN_AFTER", 100)
+    db = f"leak_{pg_profile}".replace("-", "_")
+    pg_server.create_database(db)
+    url = pg_server.url(db)
+    admin = pg_server.url()
+    with EventLog.open(tmp_path / "src", profile="p") as src:
+        src.append([ev("s", text="alpha beta gamma " * 8, i=i) for i in range(150)])
+        raws = stored(src)
+    for trial in range(8):
+        a = PostgresLog.open(url, profile=f"p{trial}")
+        b = PostgresLog.open(url, profile=f"p{trial}")
+        assert a.append_sealed(raws) == 150
+        b.append([ev("s", text="one more")])  # past DICT_TRAIN_AFTER: b trains its dictionary on a thread
+        b.close()
+        assert a.verify().ok
+        a.close()
+        for t in threading.enumerate():
+            if t.name == "eventlog-pg-train-dict":
+                t.join(30)
+        assert _until_no_backends(admin, db) == 0, f"trial {trial}: a connection of a closed log is still open"

@@ -197,13 +197,16 @@ class _Request:
 
 
 class _Pool:
-    """Idle reader connections, reused; a connection that failed is dropped, never reused."""
+    """Idle reader connections, reused; a connection that failed is dropped, never reused. Once
+    closed it hands out none, and closes each connection given back (a read of another thread,
+    the dictionary's training, was in flight when its log closed: kept, it stayed open)."""
 
     def __init__(self, make: Callable[[], psycopg.Connection[Any]], keep: int = 4) -> None:
         self._make = make
         self._keep = keep
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     @contextmanager
     def conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -218,6 +221,8 @@ class _Pool:
     def take(self) -> psycopg.Connection[Any]:
         """An idle connection, or a new one; hand it back with :meth:`give`."""
         with self._lock:
+            if self._closed:
+                raise ClosedError("the event log is closed", hint="open the log again")
             c = self._idle.pop() if self._idle else None
         if c is None or c.closed:
             c = self._make()
@@ -228,7 +233,7 @@ class _Pool:
         kept = False
         if ok and not c.closed and c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
             with self._lock:
-                if len(self._idle) < self._keep:
+                if not self._closed and len(self._idle) < self._keep:
                     self._idle.append(c)
                     kept = True
         if not kept:
@@ -236,6 +241,7 @@ class _Pool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for c in idle:
             _quiet_close(c)
