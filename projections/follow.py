@@ -35,6 +35,7 @@ class Follower:
         self.stopped_by_itself = False
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._switch = threading.Lock()  # start and stop from several threads: one at a time
         self.failures = 0
         """Consecutive failed steps (0 while it keeps up)."""
 
@@ -44,20 +45,22 @@ class Follower:
 
     def start(self, poll: float = FOLLOW_POLL) -> None:
         """Start following (idempotent)."""
-        if self.running:
-            return
-        self._stop.clear()
-        self._presence.announce()
-        self._thread = threading.Thread(target=self._run, args=(poll,), name="eventlog-projector", daemon=True)
-        self._thread.start()
+        with self._switch:
+            if self.running:
+                return
+            self._stop.clear()
+            self._presence.announce()
+            self._thread = threading.Thread(target=self._run, args=(poll,), name="eventlog-projector", daemon=True)
+            self._thread.start()
 
     def stop(self) -> None:
         """Stop and join the thread, then withdraw the presence. Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        self._presence.withdraw()
+        with self._switch:
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+            self._presence.withdraw()
 
     def _run(self, poll: float) -> None:
         while not self._stop.is_set():

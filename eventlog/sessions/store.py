@@ -319,6 +319,7 @@ class _Shared:
         self.projector = projector
         self.refs = 0
         self.followers = 0  # handles that asked for a follower: it runs while any is open
+        self._follower_lock = threading.Lock()
         self.last_seq = 0  # the last append of any handle: reads see every handle's writes
         self._seq_lock = threading.Lock()
         self._registry: Registry | None = registry
@@ -379,15 +380,22 @@ class _Shared:
             if seq > self.last_seq:
                 self.last_seq = seq
 
+    # A handle's close drops its follower outside the open lock, while another thread may open
+    # one: the count and the follower's start or stop change together, under _follower_lock.
+    # Unlocked, a start that found the stopping thread still alive did nothing (a store left
+    # without its follower), a close raised RuntimeError joining a thread not yet started, and
+    # a thread started while a stop was joining the old one kept running after the last close.
     def want_follower(self) -> None:
-        self.followers += 1
-        if self.followers == 1 and self.projector is not None:
-            self.projector.start_follower()
+        with self._follower_lock:
+            self.followers += 1
+            if self.followers == 1 and self.projector is not None:
+                self.projector.start_follower()
 
     def drop_follower(self) -> None:
-        self.followers -= 1
-        if self.followers == 0 and self.projector is not None:
-            self.projector.stop_follower()
+        with self._follower_lock:
+            self.followers -= 1
+            if self.followers == 0 and self.projector is not None:
+                self.projector.stop_follower()
 
     def close(self) -> None:
         try:
