@@ -48,6 +48,16 @@ def _overwrite(pointer: Path) -> None:
         f.write(b"garbage!" * 512)
 
 
+def _three_checkpoints(saver: EventlogSaver, cfg: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Thread t1 given three checkpoints: the config of the last and their ids, oldest first."""
+    ids = []
+    for n in range(3):
+        c = _checkpoint(saver, n)
+        cfg = saver.put(cfg, c, {"step": n}, c["channel_versions"])  # type: ignore[arg-type]
+        ids.append(c["id"])
+    return cfg, ids
+
+
 @pytest.mark.parametrize("step", ["apply", "sync_fts"])
 @pytest.mark.parametrize("fault", [_delete, _overwrite], ids=["deleted", "overwritten"])
 def test_state_db_broken_between_the_steps_of_a_catch_up_heals_and_the_read_answers(
@@ -55,11 +65,7 @@ def test_state_db_broken_between_the_steps_of_a_catch_up_heals_and_the_read_answ
     home = tmp_path / "home"
     cfg = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     with EventlogSaver(home=home) as saver:
-        ids = []
-        for n in range(3):
-            c = _checkpoint(saver, n)
-            cfg = saver.put(cfg, c, {"step": n}, c["channel_versions"])  # type: ignore[arg-type]
-            ids.append(c["id"])
+        cfg, ids = _three_checkpoints(saver, cfg)
         struck = _once_after(step, monkeypatch, fault, home / "profiles" / "default")
         listed = [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})]
         assert struck, "the catch-up ran"
@@ -90,11 +96,7 @@ def test_a_damaged_page_that_the_read_model_read_meets_is_repaired_and_the_read_
     home = tmp_path / "home"
     cfg = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     with EventlogSaver(home=home) as saver:
-        ids = []
-        for n in range(3):
-            c = _checkpoint(saver, n)
-            cfg = saver.put(cfg, c, {"step": n}, c["channel_versions"])  # type: ignore[arg-type]
-            ids.append(c["id"])
+        cfg, ids = _three_checkpoints(saver, cfg)
         struck = _once_after("apply", monkeypatch, _overwrite_schema_cells, home / "profiles" / "default")
         for _ in range(2):
             assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "t1"}})] == ids[::-1]

@@ -27,11 +27,11 @@ TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "gateway_
           "sqlite_sequence", "messages_fts", "messages_fts_trigram")
 
 
-def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+def dump(path: Path, tables: tuple[str, ...] = TABLES) -> dict[str, list[tuple[Any, ...]]]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         return {t: [tuple((type(v).__name__, v) for v in r)
-                    for r in conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid")] for t in TABLES}
+                    for r in conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid")] for t in tables}
     finally:
         conn.close()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import sys
 import time as real_time
-import types
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,10 @@ from typing import Any
 import pytest
 
 from eventlog.adapters.hermes import SessionDB
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_hermes_adapter import dump as adapter_dump  # noqa: E402
+from test_hermes_differential import Clock  # noqa: E402
 
 try:
     import hermes_state
@@ -26,12 +30,7 @@ TABLES = ("sessions", "messages", "session_model_usage", "state_meta", "compress
 
 
 def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {t: [tuple((type(v).__name__, v) for v in r)
-                    for r in conn.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid")] for t in TABLES}
-    finally:
-        conn.close()
+    return adapter_dump(path, TABLES)
 
 
 def head(db: SessionDB) -> int:
@@ -189,18 +188,6 @@ CASES: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("try_acquire_compression_lock", ("s1", ["h"]), {}), ("try_acquire_compression_lock", ("s1", 2**63), {}),
     ("refresh_compression_lock", ("s1", {"h": 1}), {}), ("record_compression_failure_cooldown", ("s1", [1.0]), {}),
 ]
-
-
-class Clock(types.ModuleType):
-    def __init__(self) -> None:
-        super().__init__("time")
-        self.now = 1_750_000_000.25
-
-    def time(self) -> float:
-        return self.now
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(real_time, name)
 
 
 def typed_rows(path: Path) -> dict[str, Any]:
