@@ -242,6 +242,13 @@ class Projector:
         """The projections' health; reads only (see :meth:`projections.heal.Healer.health`)."""
         return self._healer.health(full)
 
+    def fault(self, e: sqlite3.Error, action: str) -> tuple[bool, Exception]:
+        """What an SQLite error met while ``action`` means to a layer that may not classify it
+        itself (the session facade): whether :meth:`heal` may mend it (a damaged, missing or
+        unusable file: never a full disk or a read-only file system), and the typed error to
+        raise when it may not (:func:`projections.db.converted`)."""
+        return sql.is_fault(e, self.dir), sql.converted(e, action)
+
     def heal(self, full: bool = False, timeout: float | None = None, catch_up: bool = True) -> dict[str, Any]:
         """Detect and repair: rebuild whatever is not healthy, then bring the projections up
         to the log as a read would (:meth:`Visibility.before_read`; healthy but behind and

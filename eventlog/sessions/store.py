@@ -203,6 +203,7 @@ class Projections(Protocol):
     def following(self) -> bool: ...
     def read_model(self, name: str, to_seq: int, wait: float = 30.0) -> Any: ...
     def heal(self, full: bool = False, timeout: float | None = None, catch_up: bool = True) -> dict[str, Any]: ...
+    def fault(self, e: sqlite3.Error, action: str) -> tuple[bool, Exception]: ...
     def purge(self, timeout: float | None = None, *, after: int | None = None) -> dict[str, Any]: ...
     def advance_read_model(self, name: str, to_seq: int, wait: float = 30.0) -> None: ...
     def start_follower(self) -> None: ...
@@ -1245,8 +1246,6 @@ class SessionStore:
         target = self._core.last_seq if projector.following else max(self._core.last_seq, self.log.head()[0])
         version = self._core.registry.read_models[name].version
         deadline = time.monotonic() + wait
-        from projections import db as sql  # the facade may import projections
-
         healed = False
         while True:
             damaged = False
@@ -1261,8 +1260,9 @@ class SessionStore:
                     # connection) is repaired once and read again, as the core reads do: it was a
                     # raw sqlite3 error on every read until another process or `doctor --fix`
                     # rebuilt the file (outside audit, helper-67).
-                    if healed or not sql.is_fault(e, getattr(projector, "dir", None)):
-                        raise sql.converted(e, f"reading the read model {name!r}") from e
+                    mendable, typed = projector.fault(e, f"reading the read model {name!r}")
+                    if healed or not mendable:
+                        raise typed from e
                     damaged = healed = True
                     pin = None
                 if pin is not None:
