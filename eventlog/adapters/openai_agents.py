@@ -63,7 +63,6 @@ except ModuleNotFoundError as e:
 
 from eventlog.adapters import _shared
 from eventlog.adapters._ids import incarnation_id, map_id
-from eventlog.adapters._shared import settled as _settled
 from eventlog.errors import (
     ClosedError,
     ConcurrencyError,
@@ -734,7 +733,7 @@ class EventlogSession:
         batch = list(items)  # only the list is copied on the loop: a large item costs the loop nothing
         if not batch:
             return
-        await _settled(self._call(self._add_items, batch))
+        await _shared.settled(self._call(self._add_items, batch))
 
     def _add_items(self, store: SessionStore, items: list[Any]) -> None:
         messages = [item_to_message(item, i) for i, item in enumerate(items)]
@@ -774,7 +773,7 @@ class EventlogSession:
     async def pop_item(self, *, wrapper: Any = None) -> Any | None:
         """Remove the latest item from the history (a rewind: the log keeps it) and return it;
         None when the session has none."""
-        return await _settled(self._call(self._pop_item))
+        return await _shared.settled(self._call(self._pop_item))
 
     def _pop_item(self, store: SessionStore) -> Any | None:
         while True:
@@ -797,7 +796,7 @@ class EventlogSession:
         items are gone from every file, an audit record stays, and the session goes on, empty,
         in its next incarnation (a new eventlog session: an erased id stays taken; see
         docs/ADAPTERS.md). On a session that was never written it does nothing."""
-        await _settled(self._call(self._erase if erase else self._clear))
+        await _shared.settled(self._call(self._erase if erase else self._clear))
 
     def _erase(self, store: SessionStore) -> None:
         with self._history_lock:

@@ -581,12 +581,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         expires_at = now + ttl_seconds
         self._open()
         if self.read_only:  # Hermes' first statement (the expired lock's DELETE) fails: it answers False
-            try:
-                sql_value(session_id)  # bound before the statement steps: OverflowError is raised
-                raise _read_only_error()
-            except sqlite3.Error as exc:
-                log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, exc)
-                return False
+            sql_value(session_id)  # bound before the statement steps: OverflowError is raised
+            log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, _read_only_error())
+            return False
         return bool(self._best_effort("try_acquire_compression_lock", session_id,
                                       lambda tx: tx.emit("hermes.compression_lock_acquired", session_id, {
                                           "holder": sql_value(holder), "now": now,
