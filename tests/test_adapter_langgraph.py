@@ -206,6 +206,39 @@ def test_prune_and_delete_for_runs_reach_ids_with_nul(saver: EventlogSaver) -> N
     assert len(list(saver.list(cfg("nul\x00a")))) == 1
 
 
+def test_none_ids_are_refused_not_stored_as_the_text_none(saver: EventlogSaver) -> None:
+    """A None thread id or namespace was stored as the text "None": one thread (or namespace) with
+    the real id "None" another caller passes, each reading the other's checkpoints."""
+    store = saver._open()
+    head = store.log.head()[0]
+    for conf, field in (({"thread_id": None, "checkpoint_ns": ""}, "thread_id"),
+                        ({"thread_id": "t", "checkpoint_ns": None}, "checkpoint_ns")):
+        with pytest.raises(ValidationError) as info:
+            saver.put({"configurable": conf}, checkpoint({"v": 1}, {"v": 1}), {"step": 0}, {"v": 1})
+        assert info.value.field == field
+        with pytest.raises(ValidationError) as info:
+            saver.put_writes({"configurable": {**conf, "checkpoint_id": "c"}}, [("v", 1)], "task")
+        assert info.value.field == field
+    assert store.log.head()[0] == head
+    saver.put(cfg("t", "None"), checkpoint({"v": "named None"}, {"v": 1}), {"step": 0}, {"v": 1})
+    saver.put(cfg("t"), checkpoint({"v": "root"}, {"v": 1}), {"step": 0}, {"v": 1})
+    # Reading, a None namespace is the root namespace (as one left out), never the one named "None".
+    got = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": None}})
+    assert got is not None and got.checkpoint["channel_values"] == {"v": "root"}
+
+
+def test_one_string_of_ids_is_one_id_not_its_characters(saver: EventlogSaver) -> None:
+    """delete_for_runs("r1") and prune("t1") iterated the string: runs "r" and "1", threads "t"
+    and "1" -- removing other runs' and threads' checkpoints, and not the one asked for."""
+    for tid, run in (("t1", "r1"), ("t", "r"), ("1", "1")):
+        saver.put(cfg(tid), checkpoint({"v": 1}, {"v": 1}), {"step": 0, "run_id": run}, {"v": 1})
+    saver.delete_for_runs("r1")  # type: ignore[arg-type]
+    assert saver.get_tuple(cfg("t1")) is None
+    assert saver.get_tuple(cfg("t")) is not None and saver.get_tuple(cfg("1")) is not None
+    saver.prune("t", strategy="delete")  # type: ignore[arg-type]
+    assert saver.get_tuple(cfg("t")) is None and saver.get_tuple(cfg("1")) is not None
+
+
 def test_bad_input_is_refused_before_anything_is_written(saver: EventlogSaver) -> None:
     store = saver._open()
     head = store.log.head()[0]

@@ -72,7 +72,10 @@ def _text(value: Any, field: str = "id") -> str:
     """Ids as the saver keys them: strings (a UUID or int id becomes its text). An id with a
     surrogate code point cannot be stored as it is (neither JSON nor SQLite text holds one), and
     any replacement would make two ids one thread (an outside audit read one thread's checkpoint
-    through another id): refused, ValidationError naming ``field``."""
+    through another id): refused, ValidationError naming ``field``. So is None: stored as its text
+    "None" it was one thread with the real id "None" that another caller passes."""
+    if value is None:
+        raise ValidationError(field, "must be given (None is not an id)")
     text = value if isinstance(value, str) else str(value)
     try:
         text.encode("utf-8")
@@ -86,6 +89,23 @@ PART_BYTES = model.COPY_PART_BYTES
 ``langgraph.checkpoint_put`` event carries: the writes of one ``put_writes``, or the channel values
 of one ``put``, that add up to more go as several events in one atomic batch (they were refused
 whole once past the log's 16 MiB event limit, where LangGraph's own savers store them)."""
+
+
+def _namespace(conf: Any, *, writing: bool) -> str:
+    """The config's ``checkpoint_ns``: absent is the root namespace ``""``. A None namespace is
+    refused on writes (stored as the text "None" it would be one namespace with a real one of
+    that name; LangGraph's PostgreSQL saver refuses it too) and read as the root namespace."""
+    ns = conf.get("checkpoint_ns", "")
+    if ns is None:
+        if writing:
+            raise ValidationError("checkpoint_ns", 'must be a string (leave it out or pass "" for the root namespace)')
+        ns = ""
+    return _text(ns, "checkpoint_ns")
+
+
+def _ids(values: Any, field: str) -> builtins.set[str]:
+    """The ids of a ``Sequence[str]`` argument; one string is one id (not its characters)."""
+    return {_text(v, field) for v in ([values] if isinstance(values, str) else values)}
 
 
 def _parts(rows: builtins.list[dict[str, Any]]) -> builtins.list[builtins.list[dict[str, Any]]]:
@@ -690,7 +710,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
+        tid, ns = _text(conf["thread_id"], "thread_id"), _namespace(conf, writing=False)
         cid = get_checkpoint_id(config)
         cid = _text(cid, "checkpoint_id") if cid else None
         store = self._open()
@@ -810,7 +830,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
+        tid, ns = _text(conf["thread_id"], "thread_id"), _namespace(conf, writing=True)
         parent = conf.get("checkpoint_id")
         dumps = self.serde.dumps_typed
         stripped = dict(checkpoint)
@@ -926,7 +946,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
                    task_path: str = "") -> None:
         self._check_open()
         conf = config["configurable"]
-        tid, ns = _text(conf["thread_id"], "thread_id"), _text(conf.get("checkpoint_ns", ""), "checkpoint_ns")
+        tid, ns = _text(conf["thread_id"], "thread_id"), _namespace(conf, writing=True)
         rows, raws = [], []
         for idx, (channel, value) in enumerate(writes):
             kind, raw = self.serde.dumps_typed(value)
@@ -1017,7 +1037,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         # LangGraph drops NUL from metadata before a saver sees it (a run "a\x00b" is stored as
         # "ab"), so the ids asked for are matched the same way.
         self._check_open()
-        runs = sorted({_text(r, "run_ids").replace("\x00", "") for r in run_ids})
+        runs = sorted({r.replace("\x00", "") for r in _ids(run_ids, "run_ids")})
         if not runs:
             return
         store = self._open()
@@ -1081,7 +1101,7 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         self._check_open()
         if strategy not in ("keep_latest", "delete"):
             raise ValidationError("strategy", "must be 'keep_latest' or 'delete'")
-        tids = sorted({_text(t, "thread_ids") for t in thread_ids})
+        tids = sorted(_ids(thread_ids, "thread_ids"))
         if not tids:
             return
         store = self._open()
