@@ -169,12 +169,16 @@ def _parse(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes, dict[str,
 
 
 def _nonblank(lines: Iterable[bytes | str]) -> Iterator[tuple[int, bytes]]:
-    """(line number, the line's bytes stripped) of each line that holds something."""
+    """(line number, the line's bytes stripped) of each line that holds something. A UTF-8 byte
+    order mark opening the file (as Windows editors save it) is not part of line 1: RFC 8259 lets
+    a JSON reader ignore it, and refused it read as "line 1: not a JSON object"."""
     for n, line in enumerate(lines, 1):
         try:
             raw = line.encode() if isinstance(line, str) else bytes(line)
         except UnicodeEncodeError:
             raise ValidationError(f"line {n}", "holds text that is not valid Unicode (a lone surrogate)") from None
+        if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
         raw = raw.strip()
         if raw:
             yield n, raw

@@ -393,6 +393,28 @@ def test_import_jsonl_into_other_history_is_refused(profile_home: Path, tmp_path
     assert r.returncode == 0 and "mode=verbatim" in r.stdout
 
 
+def test_an_export_saved_with_a_byte_order_mark_imports_as_without(profile_home: Path, tmp_path: Path) -> None:
+    """A file a Windows editor saved (UTF-8 with a BOM) was refused as "line 1: not a JSON
+    object": both modes (a whole export restored verbatim, a session's appended) take it."""
+    whole, session = tmp_path / "all.jsonl", tmp_path / "s2.jsonl"
+    assert run(profile_home, "export", str(whole)).returncode == 0
+    assert run(profile_home, "export", "--session", "s2", str(session)).returncode == 0
+    for f in (whole, session):
+        f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes())
+    home = tmp_path / "h"
+    r = run(home, "import", str(whole), "--json", profile="restored")
+    assert r.returncode == 0 and json.loads(r.stdout)["mode"] == "verbatim", r.stderr
+    assert (json.loads(run(home, "log", "verify", "--json", profile="restored").stdout)["head_hash"]
+            == json.loads(run(profile_home, "log", "verify", "--json").stdout)["head_hash"])
+    r = run(home, "import", str(session), "--json", profile="copy")
+    assert r.returncode == 0 and json.loads(r.stdout)["mode"] == "appended", r.stderr
+    assert json.loads(r.stdout)["imported"] >= 1
+    # A BOM anywhere but the file's start is no part of JSON: still refused, naming its line.
+    text = whole.read_bytes()[3:].splitlines(keepends=True)
+    (tmp_path / "mid.jsonl").write_bytes(b"".join([text[0], b"\xef\xbb\xbf" + text[1], *text[2:]]))
+    assert "line 2" in one_line_error(run(home, "import", str(tmp_path / "mid.jsonl"), profile="mid"))
+
+
 def test_importing_what_the_profile_already_holds_is_a_no_op_not_a_conflict(profile_home: Path,
                                                                              tmp_path: Path) -> None:
     """A session's export imported a second time, and the start of a profile's own export,
