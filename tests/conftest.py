@@ -64,16 +64,12 @@ def pg_profile() -> str:
     return f"t{os.getpid()}-{next(_PG_NAMES)}"
 
 
-_PG_TESTS: set[str] = set()
-
-
-def pytest_collection_modifyitems(items: list[Any]) -> None:
-    _PG_TESTS.update(item.nodeid for item in items if item.get_closest_marker("postgres"))
-
-
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    # A report's keywords carry its test's markers, also when an xdist worker ran it (the
+    # controlling process collects nothing itself).
     counts = {k: sum(1 for r in terminalreporter.stats.get(k, [])
-                     if getattr(r, "nodeid", None) in _PG_TESTS and getattr(r, "when", "call") in ("call", "setup"))
+                     if "postgres" in (getattr(r, "keywords", None) or {})
+                     and getattr(r, "when", "call") in ("call", "setup"))
               for k in ("passed", "failed", "skipped", "error")}
     ran = counts["passed"] + counts["failed"]
     if ran or counts["skipped"] or counts["error"]:
