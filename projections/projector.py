@@ -440,22 +440,27 @@ class Projector:
             self._wal_dirty = not self.truncate_wal()
         else:
             pointed = (files.read_pointer(self.state_pointer()), files.read_pointer(self.fts_pointer()))
-            if pointed != self._pointed:
-                self._pointed = pointed
-                self._let_go_replaced()
+            if pointed != self._pointed and self._let_go_replaced():
+                self._pointed = pointed  # (not let go: tried again at the next idle poll)
 
-    def _let_go_replaced(self) -> None:
+    def _let_go_replaced(self) -> bool:
         """After another process's rebuild swapped a pointer: move this process's connections to
         the new generations, so that the replaced files go now rather than at its next read,
         write or close (an idle gateway kept a whole state.db and its WAL). Never waits for the
-        lease."""
+        lease: False when the write connection is still on a replaced generation because the
+        lease was taken (the rebuilding process still holds it right after its swap; a follower
+        that took that for done kept the old files until it next wrote)."""
         self.cursor()  # the probe reader (the store's reads) reopens on what the pointers name
-        if self._writer.replaced() and not self._closed and self.lease.acquire(0):
-            try:
-                if self._writer.replaced():
-                    self._writer.close()
-            finally:
-                self.lease.release()
+        if not self._writer.replaced() or self._closed:
+            return True
+        if not self.lease.acquire(0):
+            return False
+        try:
+            if self._writer.replaced():
+                self._writer.close()
+            return True
+        finally:
+            self.lease.release()
 
     def truncate_wal(self) -> bool:
         """Checkpoint the projections' WALs and cut them to zero bytes, if the lease is free

@@ -361,6 +361,41 @@ def test_an_idle_follower_lets_go_of_the_generations_another_process_replaced(tm
     check(log, directory)
 
 
+HOLD_LEASE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)  # the projector lease (projections/lease.py)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_follower_that_met_the_lease_taken_lets_go_of_replaced_generations_later(tmp_path: Path,
+                                                                                      made: EventLog) -> None:
+    # The follower marked a swap as seen before it could let go of it: when the lease was taken at
+    # that poll (the rebuilding process holds it right after its swap), it never tried again, and
+    # an idle gateway kept the old state.db and fts.db (a fresh-clone CI run under load).
+    log, directory = made, tmp_path / "p"
+    with Projector(directory, log, "p") as p:
+        p.advance()  # its write connection is on the first generations
+        p._follow_step()  # idle polls: the first empties the WALs, the next ones look at the pointers
+        p._follow_step()
+        old = [files.read_pointer(directory / f"{k}.db") for k in ("state", "fts")]
+        proc = spawn(OTHER_REBUILD, tmp_path / "log", directory)
+        assert proc.wait(60) == 0
+        holder = spawn(HOLD_LEASE, directory)
+        try:
+            ready(holder)
+            p._follow_step()  # an idle poll sees the swap; the lease is taken
+            assert all(g is not None and g.path.exists() for g in old)
+        finally:
+            kill(holder)
+        p._follow_step()  # the next idle poll
+        assert not [g for g in old if g is not None and g.path.exists()]
+        assert p.reader().search("needle")["results"]
+    check(log, directory)
+
+
 def test_a_file_size_limit_far_above_every_file_does_not_stop_a_rebuild(tmp_path: Path, made: EventLog) -> None:
     # Any finite `ulimit -f` read as "no room": with a limit of gigabytes, a missing state.db was
     # never rebuilt (every read failed "state.db is unusable: missing") and doctor said the disk
