@@ -62,7 +62,7 @@ def test_sessions_new_list_show(home: Path) -> None:
 def test_title_conflict_exits_1_and_creates_nothing(home: Path) -> None:
     new(home, "--title", "Taken")
     code, out, err = cli(home, "sessions", "new", "--title", "Taken")
-    assert code == 1 and out == "" and err.startswith("error: title:") and err.count("\n") == 1
+    assert code == 1 and out == "" and err.startswith("error: --title:") and err.count("\n") == 1
     assert len(json.loads(cli(home, "sessions", "list", "--json")[1])) == 1
 
 

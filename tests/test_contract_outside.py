@@ -200,3 +200,26 @@ def test_append_each_json_says_what_landed_before_a_refusal(tmp_path: Path) -> N
 
     r = run(home, "append", input='{"type":"session.created","session":"e3","data":{"title":"Dup"}}\n')
     assert r.returncode == 1 and r.stdout == "" and "e.g. 'Dup #2'" in r.stderr, r
+
+
+def test_a_taken_title_is_refused_naming_the_option(tmp_path: Path) -> None:
+    """A title another session holds, given as `sessions new --title` or `sessions title ID
+    TITLE`: the one line names `--title` / `TITLE`, as the other refusals of those values do
+    ("invalid --title: ...", "invalid TITLE: ..."). It said "title: ...", the Python field, while
+    `--id` already named its option; exit 1, nothing appended."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1", "--title", "Dup").returncode == 0
+    assert run(home, "sessions", "new", "--id", "s2").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+
+    r = run(home, "sessions", "new", "--id", "s3", "--title", "Dup")
+    assert r.returncode == 1 and r.stdout == "", r
+    assert r.stderr == ("error: --title: 'Dup' is already used by session 's1' "
+                        "(hint: choose another title, e.g. 'Dup #2')\n"), r.stderr
+    r = run(home, "sessions", "title", "s2", "Dup")
+    assert r.returncode == 1 and r.stdout == "", r
+    assert r.stderr == ("error: TITLE: 'Dup' is already used by session 's1' "
+                        "(hint: choose another title, e.g. 'Dup #2')\n"), r.stderr
+    r = run(home, "sessions", "title", "s2", "   ")  # the other refusal of the same argument, for comparison
+    assert r.returncode == 1 and r.stderr.startswith("error: invalid TITLE: "), r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing appended

@@ -125,7 +125,8 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
     """A ValidationError about a field the user gave as an option names the option: ``names``
     maps the event's field (``data.`` or ``messages[i].`` left off) to it (``"title": "--title"``).
     So does a plain ConflictError about such a field (a session id already taken), its hint too:
-    "omit id" is the Python call's word, ``--id`` the command line's."""
+    "omit id" is the Python call's word, ``--id`` the command line's; and a title another session
+    holds (``--title``, ``TITLE``), whose hint :func:`free_title_hint` words."""
     try:
         yield
     except ValidationError as e:
@@ -134,9 +135,15 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
             raise type(e)(names[field], e.problem, hint=e.hint) from None
         raise
     except ConflictError as e:
-        if type(e) is not ConflictError or e.field not in names or not e.message.startswith(f"{e.field}: "):
+        if type(e) not in (ConflictError, TitleConflictError) or e.field not in names \
+                or not e.message.startswith(f"{e.field}: "):
             raise
         option = names[e.field]
+        if isinstance(e, TitleConflictError):  # kept as it is (title, holder, a free title in its hint), renamed
+            e.message = f"{option}: {e.message[len(e.field) + 2:]}"
+            e.args = (e.message,)
+            e.field = option
+            raise
         hint = re.sub(rf"\b{re.escape(e.field)}\b", option, e.hint) if e.hint else e.hint
         raise ConflictError(option, e.message[len(e.field) + 2:], hint=hint) from None
 
