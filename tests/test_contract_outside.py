@@ -223,3 +223,23 @@ def test_a_taken_title_is_refused_naming_the_option(tmp_path: Path) -> None:
     r = run(home, "sessions", "title", "s2", "   ")  # the other refusal of the same argument, for comparison
     assert r.returncode == 1 and r.stderr.startswith("error: invalid TITLE: "), r.stderr
     assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
+
+
+def test_a_malformed_session_id_is_refused_naming_the_argument(tmp_path: Path) -> None:
+    """`eventlog sessions archive 'bad id'` (and every command taking a session id argument):
+    the line named "session", the event envelope's key, where `--help` shows SESSION_ID and
+    the other arguments and options are named as given (TITLE, --reason). Now "invalid
+    SESSION_ID: ...", exit 1, nothing appended."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    for args in (["sessions", "archive"], ["sessions", "unarchive"], ["sessions", "pin"], ["sessions", "unpin"],
+                 ["sessions", "delete"], ["sessions", "end"], ["sessions", "erase", "--reason", "r"],
+                 ["messages", "add", "--role", "user", "--content", "x"]):
+        r = run(home, *args[:2], "bad id", *args[2:])
+        assert r.returncode == 1 and r.stdout == "", (args, r)
+        assert r.stderr.startswith("error: invalid SESSION_ID: must be 1-128 characters"), (args, r.stderr)
+        assert r.stderr.count("\n") == 1, r.stderr
+    r = run(home, "sessions", "title", "bad id", "T")
+    assert r.returncode == 1 and r.stderr.startswith("error: invalid SESSION_ID: "), r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing appended

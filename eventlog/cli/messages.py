@@ -58,7 +58,7 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
     else:
         raise click.UsageError("give exactly one of --content and --content-file")
     options = {"content": "--content-file" if content_file is not None else "--content",
-               "tool_name": "--tool-name", "role": "--role"}
+               "tool_name": "--tool-name", "role": "--role", "session": "SESSION_ID"}
     with c.open_store() as store, options_named(options):
         mid = store.append_message(session_id, role, text, tool_name=tool_name)
     if as_json:

@@ -21,6 +21,9 @@ from eventlog.cli.common import (
 )
 from eventlog.errors import NotFoundError, printable
 
+SESSION_ARG = {"session": "SESSION_ID"}
+"""A refused session id names the argument, as ``--help`` shows it."""
+
 
 @click.group()
 def sessions() -> None:
@@ -135,7 +138,7 @@ def _simple_session_command(name: str, method: str, done: str, doc: str) -> None
     @pass_ctx
     @handled
     def cmd(c: Ctx, session_id: str) -> None:
-        with c.open_store() as store:
+        with c.open_store() as store, options_named(SESSION_ARG):
             seq = getattr(store, method)(session_id)
         click.echo(f"{done.format(session_id)} (event seq {seq})")
 
@@ -160,7 +163,7 @@ for _name, _method, _done, _doc in [
 @handled
 def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None:
     """Set a session's title (titles are unique in a profile)."""
-    with c.open_store() as store, options_named({"title": "TITLE"}), free_title_hint(store):
+    with c.open_store() as store, options_named({**SESSION_ARG, "title": "TITLE"}), free_title_hint(store):
         seq = store.set_title(session_id, title, provenance)
     click.echo("kept the existing higher-provenance title" if seq is None
                else f"titled session {session_id} (event seq {seq})")
@@ -175,7 +178,7 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
 def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
     """Erase a session and its descendants: their content is gone from every file; the log keeps
     an audit record and still verifies."""
-    with c.open_store() as store, options_named({"reason": "--reason"}):
+    with c.open_store() as store, options_named({**SESSION_ARG, "reason": "--reason"}):
         out = store.erase_session(session_id, reason)
     if as_json:
         emit_json(out)
@@ -193,6 +196,6 @@ def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
 @handled
 def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
     """End a session."""
-    with c.open_store() as store, options_named({"reason": "--reason"}):
+    with c.open_store() as store, options_named({**SESSION_ARG, "reason": "--reason"}):
         seq = store.end_session(session_id, reason)
     click.echo("already ended" if seq is None else f"ended session {session_id} (event seq {seq})")
