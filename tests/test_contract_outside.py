@@ -243,3 +243,27 @@ def test_a_malformed_session_id_is_refused_naming_the_argument(tmp_path: Path) -
     r = run(home, "sessions", "title", "bad id", "T")
     assert r.returncode == 1 and r.stderr.startswith("error: invalid SESSION_ID: "), r.stderr
     assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
+
+
+def test_a_busy_writer_hint_gives_no_python_option(tmp_path: Path) -> None:
+    """Another process holds the log's writer lock past the lock timeout: a command's one line
+    named that process (as before) but its hint said "raise the lock timeout for long waits", a
+    SessionStore/EventLog option no command has. Now the hint says how long a command waits;
+    exit 1, nothing written."""
+    import fcntl
+
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    fd = os.open(home / "profiles" / "p" / "log" / "writer.lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # this test's process is the writer the command waits for
+        r = run(home, "messages", "add", "s1", "--role", "user", "--content", "x")
+    finally:
+        os.close(fd)
+    assert r.returncode == 1 and r.stdout == "", r
+    assert f"is being written by process {os.getpid()} (running)" in r.stderr, r.stderr
+    assert r.stderr.endswith("(hint: retry once that process's write is done "
+                             "(a command waits for it at most 10 s))\n"), r.stderr
+    assert "lock timeout" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing written

@@ -26,6 +26,7 @@ from eventlog.errors import (
     OutcomeUnknownError,
     TitleConflictError,
     ValidationError,
+    WriterBusyError,
     printable,
 )
 
@@ -188,7 +189,8 @@ def _refuse_undecodable(values: dict[str, Any]) -> None:
 
 def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The CLI's error boundary: a library error becomes one line on stderr (its hint included;
-    a "not found" gets one saying where to look) and exit status 1; so does an ``OSError`` of
+    a "not found" gets one saying where to look, a busy writer one without the Python lock
+    timeout) and exit status 1; so does an ``OSError`` of
     the command's own files (an output path that cannot be written). A closed stdout (``| head``)
     ends the command quietly with status 0."""
 
@@ -200,6 +202,11 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
         except NotFoundError as e:
             if e.kind in NOT_FOUND_HINTS and e.hint == NotFoundError.HINTS.get(e.kind):
                 e.hint = NOT_FOUND_HINTS[e.kind]  # the command-line words for it
+            fail(str(e))
+        except WriterBusyError as e:
+            if e.hint and "raise the lock timeout" in e.hint:  # a Python option: a command has none
+                e.hint = (f"retry once that process's write is done (a command waits for it at most "
+                          f"{e.timeout:g} s)")
             fail(str(e))
         except OutcomeUnknownError as e:
             # The library's advice (append them again under these ids) needs the ids, which a
