@@ -242,3 +242,24 @@ def test_append_refuses_a_title_another_session_holds(tmp_path: Path) -> None:
                                                      "data": {"title": "T2"}}))[0] == 0
     code, out, _ = run(tmp_path, "sessions", "show", "b", "--json")
     assert json.loads(out)["session"]["title"] == "T2"
+
+
+def test_init_with_a_log_directory_prints_that_directory(tmp_path: Path) -> None:
+    """`eventlog --log-url DIR init` says where the log is. It printed DIR's parent, which is
+    right only when DIR is a profile's `log/`: for `--log-url /srv/chatlog` it said `/srv`,
+    neither the log nor the profile's directory. Now DIR itself; without --log-url the profile's
+    directory (holding log/), as before."""
+    exe = str(Path(sys.executable).with_name("eventlog"))
+    home, log_dir = tmp_path / "home", tmp_path / "srv" / "chatlog"
+    log_dir.parent.mkdir()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in __import__("os").environ.items() if k != "EVENTLOG_LOG_URL"}
+        return subprocess.run([exe, "--home", str(home), *args], capture_output=True, text=True, env=env, timeout=60)
+
+    for _ in range(2):  # created, then already there
+        r = cli("--log-url", str(log_dir), "init")
+        assert r.returncode == 0 and r.stdout == f"{log_dir}\n" and r.stderr == "", r
+    assert (log_dir / "data.mdb").exists()
+    r = cli("init")
+    assert r.returncode == 0 and r.stdout == f"{home / 'profiles' / 'default'}\n", r

@@ -17,10 +17,11 @@ from eventlog.errors import EventLogError, ValidationError
 def init(c: Ctx) -> None:
     """Create the profile (its directory and log) if it does not exist.
 
-    Prints where its log is: the profile's directory, or the server (without a password)."""
+    Prints where its log is: the profile's directory (which holds log/), the log directory
+    --log-url names, or the server (without a password)."""
     with c.open_log(create=True) as log:
-        if log.path is not None:
-            click.echo(str(log.path.parent))
+        if log.path is not None:  # the log directory --log-url names is no profile's: it is shown itself
+            click.echo(str(log.path if c.log_url is not None else log.path.parent))
         else:  # a log on a server (--log-url): its address, without a password, and the profile
             from eventlog.log.pg_schema import redact
 
