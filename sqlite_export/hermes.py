@@ -651,8 +651,10 @@ class _Counter:
             self.progress(self.done, self.total)
 
 
-def _is_active(value: Any) -> bool:
-    """Whether Hermes shows a message (its reads ask ``active = 1``)."""
+def _is_active(data: dict[str, Any]) -> bool:
+    """Whether Hermes shows a message (its reads ask ``active = 1``). A database from before the
+    column (no ``active`` key) shows every message: Hermes' own migration adds the column as 1."""
+    value = data.get("active", 1)
     return type(value) in (int, float, bool) and value == 1
 
 
@@ -745,7 +747,7 @@ def _survey(conn: sqlite3.Connection, report: ImportReport, counter: _Counter) -
             d = ev["data"]
             found[ev["session"]] = _Source(ev["session"], hermes_session_of(ev), d.get("started_at"), d.get("title"),
                                            d.get("ended_at"), d.get("end_reason"))
-        elif kind == "message.appended" and _is_active(ev["data"].get("active")):
+        elif kind == "message.appended" and _is_active(ev["data"]):
             s = found.get(ev["session"])
             if s is not None:
                 s.active += 1
@@ -822,7 +824,7 @@ def _append_rows(conn: sqlite3.Connection, log: Any, plan: _Plan, report: Import
         if stream is not None and stream in plan.gone:
             continue
         if kind == "message.appended":
-            if not _is_active(ev["data"].get("active")):
+            if not _is_active(ev["data"]):
                 runs.setdefault(stream, ev)
             elif stream in runs:
                 rewind(runs.pop(stream), blocked=log.event_seq(ev["id"]) is not None)

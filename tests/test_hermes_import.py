@@ -250,6 +250,25 @@ def test_legacy_schema(tmp_path: Path) -> None:
     assert out.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'walrus'").fetchone()[0] == 1
 
 
+def test_a_legacy_database_without_active_shows_every_message(tmp_path: Path) -> None:
+    """A database from before Hermes' ``active`` column, imported where Hermes is not installed
+    (so its migration, which adds the column as 1, does not run): every message was taken for
+    one Hermes no longer shows and hidden with ``messages.rewound`` (`eventlog sessions list`:
+    0 msgs; rewinds=2). Hermes shows them all; so does the import now, with no rewind."""
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "old.db"
+    fx.make_legacy(path)
+    home = tmp_path / "home"
+    with SessionStore.open(home, "p", follower=False) as store:
+        report = import_hermes(store, path)  # no upgrade: Hermes is not installed here
+        assert (report.messages, report.rewinds) == (4, 0)
+        counts = {s["id"]: s["message_count"] for s in store.list_sessions()}
+        assert counts == {map_session_id("old-1"): 3, map_session_id("old-2"): 1}
+        assert [m["content"] for m in store.get_messages(map_session_id("old-1"))] == [
+            "an ancient walrus question", "who said this", "an ancient answer"]
+        assert [r["snippet"] for r in store.search("walrus")["results"]] == ["an ancient «walrus» question"]
+
+
 def test_live_wal_source_is_snapshotted(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     path = tmp_path / "src" / "live.db"
