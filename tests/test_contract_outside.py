@@ -267,3 +267,32 @@ def test_a_busy_writer_hint_gives_no_python_option(tmp_path: Path) -> None:
                              "(a command waits for it at most 10 s))\n"), r.stderr
     assert "lock timeout" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert run(home, "log", "verify", "--json").stdout == head  # nothing written
+
+
+def test_a_command_reading_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> None:
+    """Started with stdin closed (`<&-`, a supervisor that closes it), `append`, `import -` and
+    `messages add --content-file -` ended in an AttributeError / RuntimeError traceback (Python
+    sets sys.stdin to None). Each is now click's usage error naming the closed stdin (exit 2),
+    with nothing appended and no profile created."""
+    home = tmp_path / "home"
+
+    def closed_stdin(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "EVENTLOG_LOG_URL"}
+        return subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", EXE, "--home", str(home), "--profile", "p", *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    for args, said in ((["append"], "Error: append reads the events from stdin, but stdin is closed"),
+                       (["import", "-"], "Error: FILE '-' reads the export from stdin, but stdin is closed")):
+        r = closed_stdin(*args)
+        assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r
+        assert said in r.stderr, r.stderr
+    assert not (home / "profiles" / "p").exists()  # neither created the profile
+
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    r = closed_stdin("messages", "add", "s1", "--role", "user", "--content-file", "-")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r
+    assert "Invalid value for '--content-file': '-' reads stdin, but stdin is closed" in r.stderr, r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
+    r = run(home, "messages", "add", "s1", "--role", "user", "--content-file", "-", input="from stdin\n")
+    assert r.returncode == 0, r  # an open stdin is read as before

@@ -7,7 +7,16 @@ from typing import Any, Iterator
 
 import click
 
-from eventlog.cli.common import Ctx, bounded_lines, emit_json, free_title_hint, handled, json_option, pass_ctx
+from eventlog.cli.common import (
+    Ctx,
+    bounded_lines,
+    emit_json,
+    free_title_hint,
+    handled,
+    json_option,
+    need_stdin,
+    pass_ctx,
+)
 from eventlog.errors import EventLogError, ValidationError
 
 
@@ -68,6 +77,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     """
     from eventlog.sessions.inputs import check_sessions, prepare_input  # not at import: `append --help` stays light
 
+    need_stdin("append reads the events from stdin")
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
     seqs: list[int] = []

@@ -107,6 +107,25 @@ def bounded_lines(stream: IO[Any], limit: int | None = None) -> Iterator[Any]:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
+CLOSED_STDIN = "stdin is closed (the command was started with it closed: `<&-`, a supervisor)"
+
+
+def need_stdin(what: str) -> None:
+    """A usage error (exit 2) when the command must read stdin and the process has none: Python
+    sets ``sys.stdin`` to None, and the read ended in an ``AttributeError`` traceback."""
+    if sys.stdin is None:
+        raise click.UsageError(f"{what}, but {CLOSED_STDIN}")
+
+
+class InputFile(click.File):
+    """``click.File`` that refuses ``-`` as a usage error when stdin is closed (click raised a
+    ``RuntimeError`` traceback while converting the value)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value == "-" and sys.stdin is None:
+            self.fail(f"'-' reads stdin, but {CLOSED_STDIN}", param, ctx)
+        return super().convert(value, param, ctx)
+
 
 def fail(message: str) -> None:
     """Print ``error: <message>`` as one line on stderr and exit 1."""

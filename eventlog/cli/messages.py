@@ -5,7 +5,7 @@ from typing import IO
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, options_named, pass_ctx
+from eventlog.cli.common import Ctx, InputFile, emit_json, handled, json_option, options_named, pass_ctx
 
 
 def _utf8(raw: bytes) -> str:
@@ -42,7 +42,7 @@ def messages() -> None:
 @click.argument("session_id")
 @click.option("--role", required=True, type=click.Choice(["system", "user", "assistant", "tool", "session_meta"]))
 @click.option("--content", default=None, help="The message text.")
-@click.option("--content-file", type=click.File("rb"), default=None,
+@click.option("--content-file", type=InputFile("rb"), default=None,
               help="Read the message text from a file ('-' for stdin).")
 @click.option("--tool-name", default=None, help="Tool name (for role tool).")
 @json_option

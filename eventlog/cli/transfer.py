@@ -22,6 +22,7 @@ from eventlog.cli.common import (
     emit_json,
     handled,
     json_option,
+    need_stdin,
     output_path,
     pass_ctx,
     progress_bar,
@@ -204,6 +205,7 @@ def import_cmd(c: Ctx, fmt: str, whole: bool, file: str, as_json: bool) -> None:
                                       hint="to import an agent state.db, use --format hermes")
             source = opened
     elif fmt == "jsonl":
+        need_stdin("FILE '-' reads the export from stdin")
         source = sys.stdin.buffer
     with contextlib.ExitStack() as stack:
         if source is not None and file != "-":
