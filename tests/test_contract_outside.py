@@ -296,3 +296,19 @@ def test_a_command_reading_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> No
     assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
     r = run(home, "messages", "add", "s1", "--role", "user", "--content-file", "-", input="from stdin\n")
     assert r.returncode == 0, r  # an open stdin is read as before
+
+
+def test_an_export_to_a_closed_stdout_is_a_usage_error(tmp_path: Path) -> None:
+    """`eventlog export -` (and `--format md|html --session ID -`) started with stdout closed
+    (`>&-`) ended in an AttributeError traceback ('NoneType' object has no attribute 'buffer',
+    then 'flush'). Now click's usage error naming the closed stdout, exit 2."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "EVENTLOG_LOG_URL"}
+    for fmt in ("jsonl", "md", "html"):
+        args = ["export", "--format", fmt, *(["--session", "s1"] if fmt != "jsonl" else []), "-"]
+        r = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", EXE, "--home", str(home), "--profile", "p", *args],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r
+        assert f"Error: OUT '-' writes the {fmt} export to stdout, but stdout is closed" in r.stderr, r.stderr
+        assert run(home, *args).returncode == 0  # an open stdout gets it as before

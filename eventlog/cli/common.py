@@ -117,6 +117,13 @@ def need_stdin(what: str) -> None:
         raise click.UsageError(f"{what}, but {CLOSED_STDIN}")
 
 
+def need_stdout(what: str) -> None:
+    """A usage error (exit 2) when the command must write its output to stdout (``-``) and the
+    process has none (``>&-``): the write ended in an ``AttributeError`` traceback."""
+    if sys.stdout is None:
+        raise click.UsageError(f"{what}, but stdout is closed (the command was started with it closed: `>&-`)")
+
+
 class InputFile(click.File):
     """``click.File`` that refuses ``-`` as a usage error when stdin is closed (click raised a
     ``RuntimeError`` traceback while converting the value)."""
