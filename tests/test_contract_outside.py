@@ -193,7 +193,7 @@ def test_append_each_json_says_what_landed_before_a_refusal(tmp_path: Path) -> N
     r = run(home, "append", "--each", "--json", input=lines)
     assert r.returncode == 1, r
     assert json.loads(r.stdout) == {"seqs": [1]}
-    assert r.stderr == ("error: title: 'Dup' is already used by session 'e1' "
+    assert r.stderr == ("error: line 2.data.title: 'Dup' is already used by session 'e1' "
                         "(hint: choose another title, e.g. 'Dup #2')\n"), r.stderr
     tail = run(home, "log", "tail", "--json")
     assert [json.loads(x)["session"] for x in tail.stdout.splitlines()] == ["e1"]
@@ -312,3 +312,26 @@ def test_an_export_to_a_closed_stdout_is_a_usage_error(tmp_path: Path) -> None:
         assert r.returncode == 2 and "Traceback" not in r.stderr, r
         assert f"Error: OUT '-' writes the {fmt} export to stdout, but stdout is closed" in r.stderr, r.stderr
         assert run(home, *args).returncode == 0  # an open stdout gets it as before
+
+
+def test_append_names_the_line_whose_title_is_taken(tmp_path: Path) -> None:
+    """`eventlog append` names every refused value by its line ("line 2.data.role: ..."), but a
+    title another session holds said "title: 'Dup' is already used ...", leaving the user to find
+    the line. Now "line N.data.title: ...": with --each the line that was refused, in one batch
+    the first line giving the title to a session other than its holder (which may be a session
+    of the same input). Exit 1, nothing of the batch appended."""
+    home = tmp_path / "home"
+    assert run(home, "append", input='{"type":"session.created","session":"e1","data":{"title":"Dup"}}\n').returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    lines = ('{"type":"session.created","session":"e2","data":{}}\n'
+             '{"type":"session.created","session":"e3","data":{"title":"Fresh"}}\n'
+             '{"type":"session.titled","session":"e2","data":{"title":"Dup"}}\n')
+    r = run(home, "append", input=lines)
+    assert r.returncode == 1 and r.stdout == "", r
+    assert r.stderr.startswith("error: line 3.data.title: 'Dup' is already used by session 'e1' "), r.stderr
+    lines = ('{"type":"session.created","session":"e4","data":{"title":"Twin"}}\n'
+             '{"type":"session.created","session":"e5","data":{"title":"Twin"}}\n')
+    r = run(home, "append", input=lines)
+    assert r.returncode == 1 and r.stderr.startswith("error: line 2.data.title: 'Twin' is already used by "
+                                                     "session 'e4' "), r.stderr
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing appended

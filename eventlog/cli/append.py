@@ -17,7 +17,7 @@ from eventlog.cli.common import (
     need_stdin,
     pass_ctx,
 )
-from eventlog.errors import EventLogError, ValidationError
+from eventlog.errors import EventLogError, TitleConflictError, ValidationError
 
 
 @click.command()
@@ -63,6 +63,19 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
         yield n, obj
 
 
+def _name_title_line(e: TitleConflictError, events: list[dict[str, Any]], numbers: list[int]) -> None:
+    """Rename the title conflict's field ``title`` to ``line N.data.title``: the first line giving
+    that title to a session other than its holder (the holder may be a session of the input)."""
+    for n, ev in zip(numbers, events):
+        if (ev["type"] in ("session.created", "session.titled") and ev.get("session") != e.holder
+                and ev["data"].get("title") == e.title and e.message.startswith(f"{e.field}: ")):
+            field = f"line {n}.data.title"
+            e.message = f"{field}: {e.message[len(e.field) + 2:]}"
+            e.args = (e.message,)
+            e.field = field
+            return
+
+
 @click.command()
 @click.option("--each", is_flag=True, help="Append every line as its own batch (default: one atomic batch).")
 @json_option
@@ -94,6 +107,15 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
         else:
             write = log.append
         check_sessions(log, [f"line {n}" for n, _ in lines], batch)
+        numbers = [n for n, _ in lines]
+        unnamed = write
+
+        def write(events: list[dict[str, Any]]) -> list[int]:  # a title conflict names its line, as every refusal
+            try:
+                return unnamed(events)
+            except TitleConflictError as e:
+                _name_title_line(e, events, numbers[len(seqs):] if each else numbers)
+                raise
         if store is not None:  # a title another session holds: the hint names a free one, not a Python API
             stack.enter_context(free_title_hint(store))
         if each:
