@@ -227,6 +227,21 @@ def test_a_relative_workspace_is_this_folder_s(home: Path, tmp_path: Path, monke
         assert code == 0 and [s["id"] for s in json.loads(out)] == [here], (arg, out, err)
 
 
+def test_a_relative_cwd_is_this_folder_s(home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sessions new --cwd .` stored the text '.', so `sessions list --workspace .` (read from the
+    current folder since helper-42) could never find the session, nor could any other folder.
+    A relative --cwd is now read from the current folder too; an absolute one is kept as given."""
+    work = tmp_path / "work"
+    (work / "app").mkdir(parents=True)
+    monkeypatch.chdir(work)
+    dot, sub = new(home, "--cwd", "."), new(home, "--cwd", "app")
+    given = new(home, "--cwd", "/elsewhere/x")
+    cwds = {s["id"]: s["cwd"] for s in json.loads(cli(home, "sessions", "list", "--json")[1])}
+    assert cwds == {dot: str(work), sub: str(work / "app"), given: "/elsewhere/x"}
+    code, out, err = cli(home, "sessions", "list", "--workspace", ".", "--json")
+    assert code == 0 and {s["id"] for s in json.loads(out)} == {dot, sub}, (out, err)
+
+
 def test_messages_add_content_file_refuses_bytes_that_are_not_utf8(home: Path, tmp_path: Path) -> None:
     """It stored them as U+FFFD, changing the message without a word (found by an outside audit)."""
     sid = new(home)

@@ -35,13 +35,15 @@ def sessions() -> None:
 @click.option("--source", default=None, help="Where the session comes from (cli, gateway, cron, ...).")
 @click.option("--title", default=None, help="A title; must not be held by another session.")
 @click.option("--model", default=None, help="Model name.")
-@click.option("--cwd", default=None, help="Working directory.")
+@click.option("--cwd", default=None, help="Working directory (relative to this folder).")
 @click.option("--parent", default=None, help="Parent session id (a continuation or branch).")
 @pass_ctx
 @handled
 def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None, model: str | None,
                  cwd: str | None, parent: str | None) -> None:
     """Create a session and print its id."""
+    if cwd and not os.path.isabs(cwd):
+        cwd = os.path.abspath(cwd)  # `--cwd .` is this folder, as `sessions list --workspace .` reads it
     with c.open_store(create=True) as store, options_named({"id": "--id", "session": "--id", "source": "--source",
                                                         "title": "--title", "model": "--model", "cwd": "--cwd",
                                                         "parent_session_id": "--parent"}), free_title_hint(store):
