@@ -334,4 +334,7 @@ def test_append_names_the_line_whose_title_is_taken(tmp_path: Path) -> None:
     r = run(home, "append", input=lines)
     assert r.returncode == 1 and r.stderr.startswith("error: line 2.data.title: 'Twin' is already used by "
                                                      "session 'e4' "), r.stderr
+    # The hint's free title counts the batch's own holder: it suggested the refused 'Twin' itself.
+    assert "e.g. 'Twin #2'" in r.stderr, r.stderr
+    assert "e.g. 'Dup #2'" in run(home, "append", input=lines.replace("Twin", "Dup")).stderr  # held in the log
     assert run(home, "log", "verify", "--json").stdout == head  # nothing appended

@@ -182,7 +182,8 @@ def free_title_hint(store: SessionStore) -> Iterator[None]:
         yield
     except TitleConflictError as e:
         try:
-            free = store.next_title(e.title)
+            # also_taken: the holder may be an earlier line of the same batch (not in the log yet)
+            free = store.next_title(e.title, also_taken=(e.title,))
         except EventLogError:
             free = f"{e.title} #2"
         e.hint = f"choose another title, e.g. {free!r}"

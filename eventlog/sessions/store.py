@@ -969,9 +969,11 @@ class SessionStore:
 
         return self._append_ruled(sid, make)
 
-    def next_title(self, base: str) -> str:
-        """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ..."""
-        return ev.next_title(base, self._fresh().titles())
+    def next_title(self, base: str, *, also_taken: Iterable[str] = ()) -> str:
+        """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ...
+        ``also_taken``: titles to count as held though the log does not hold them yet (those
+        of earlier events in a batch being written)."""
+        return ev.next_title(base, self._fresh().titles() | set(also_taken))
 
     def _flag(self, which: str, session_id: str) -> int:
         sid = ev.validate_session_id(session_id)
