@@ -785,7 +785,11 @@ def test_children_created_while_their_lineage_is_erased_go_with_it_or_are_refuse
     made = tmp_path / "made"
     child = subprocess.Popen([sys.executable, "-c", CHILD_MAKER, str(tmp_path), json.dumps(roots), str(made)])
     try:
-        time.sleep(0.8)
+        # The erase starts once the maker has made a child (a fixed 0.8 s was not enough for the
+        # maker to start under four xdist workers on 2 cores: no child was made before the erase).
+        deadline = time.monotonic() + 30
+        while not (made.exists() and made.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+            time.sleep(0.02)
         with SessionStore.open(tmp_path, "p", follower=False) as store:
             if how == "retention":  # the children are as old as their roots: the lineages go whole
                 store.retention(30 * 86400)
