@@ -96,7 +96,14 @@ def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, p
         at_crash = lg.head()[0]
     assert at_crash > 0, "the writers should be appending before the crash"
     down = pg_server.restart_after_crash()  # pg_ctl stop -m immediate, then start again
-    time.sleep(2.0)  # the writers reconnect and go on
+    # The writers reconnect and go on: wait (up to 30 s) until the log is well past the crash,
+    # where a fixed 2 s could end before they resumed on a machine busy with other tests.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+            if lg.head()[0] > at_crash + 100:
+                break
+        time.sleep(0.2)
     for p in writers:
         p.send_signal(signal.SIGKILL)
     acked: dict[str, int] = {}
