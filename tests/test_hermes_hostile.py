@@ -208,12 +208,56 @@ def outcome(db: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         return ("raised", type(e).__name__)
 
 
-@pytest.mark.hermes
-@pytest.mark.parametrize("read_only", [False, True])
-def test_hostile_arguments_match_the_real_sessiondb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    read_only: bool) -> None:
-    """Each case on a fresh pair of databases: the same result or exception type, the same rows
-    afterwards (read_only: a sample of the cases, on a handle opened read-only over the rows)."""
+Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+
+
+class Pair:
+    """Runs calls on a fresh pair of databases, Hermes' real class and the facade, both on one
+    clock; each starts with session ``s1`` (source cli, model gpt)."""
+
+    def __init__(self, tmp_path: Path, clock: Clock) -> None:
+        assert hermes_state is not None
+        self.real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+        self.tmp_path, self.clock, self.runs = tmp_path, clock, 0
+
+    def differences(self, cases: list[list[Call]], read_only: bool = False, closed: bool = False,
+                    rebuild: bool = False) -> list[Any]:
+        """Per case (calls run in order on one pair): the cases whose results or exception types,
+        or typed rows afterwards, differ. ``read_only``: the calls go to a handle opened
+        read-only over the rows; ``closed``: to a handle already closed; ``rebuild``: the
+        facade's rows must also be what a rebuild from its log alone makes."""
+        found = []
+        for calls in cases:
+            self.runs += 1
+            outcomes, rows = [], []
+            for cls in (self.real, SessionDB):
+                path = self.tmp_path / f"{self.runs}-{cls.__module__}" / "state.db"
+                path.parent.mkdir()
+                self.clock.now = 1_750_000_000.25
+                db = cls(path)
+                db.create_session("s1", "cli", model="gpt")
+                if read_only:
+                    db.close()
+                    db = cls(path, read_only=True)
+                if closed:
+                    db.close()
+                try:
+                    outcomes.append([outcome(db, name, args, kwargs) for name, args, kwargs in calls])
+                finally:
+                    db.close()
+                rows.append(typed_rows(path))
+                if cls is SessionDB and rebuild:
+                    with SessionDB(path) as again:
+                        assert again._engine is not None
+                        again._engine.rebuild()
+                    rows.append(typed_rows(path))
+            if outcomes[0] != outcomes[1] or any(r != rows[0] for r in rows[1:]):
+                found.append((calls, outcomes, [r for r in rows[1:] if r != rows[0]][:1]))
+        return found
+
+
+@pytest.fixture
+def pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pair:
     if hermes_state is None:
         pytest.skip("needs hermes_state (python3 run compat)")
     import importlib
@@ -227,27 +271,40 @@ def test_hostile_arguments_match_the_real_sessiondb(tmp_path: Path, monkeypatch:
         module = importlib.import_module(f"{facade.__name__}.{info.name}")
         if getattr(module, "time", None) is real_time:
             monkeypatch.setattr(module, "time", clock)
-    Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
-    differences = []
-    for i, (name, args, kwargs) in enumerate(CASES[::5] + CASES[-7:] if read_only else CASES):
-        paths = (tmp_path / f"{i}-hermes" / "state.db", tmp_path / f"{i}-facade" / "state.db")
-        outcomes, rows = [], []
-        for cls, path in zip((Real, SessionDB), paths):
-            path.parent.mkdir()
-            clock.now = 1_750_000_000.25
-            db = cls(path)
-            db.create_session("s1", "cli", model="gpt")
-            if read_only:
-                db.close()
-                db = cls(path, read_only=True)
-            try:
-                outcomes.append(outcome(db, name, args, kwargs))
-            finally:
-                db.close()
-            rows.append(typed_rows(path))
-        if outcomes[0] != outcomes[1] or rows[0] != rows[1]:
-            differences.append((name, args, kwargs, outcomes))
-    assert differences == []
+    return Pair(tmp_path, clock)
+
+
+@pytest.mark.hermes
+@pytest.mark.parametrize("read_only", [False, True])
+def test_hostile_arguments_match_the_real_sessiondb(pair: Pair, read_only: bool) -> None:
+    """Each case on a fresh pair of databases: the same result or exception type, the same rows
+    afterwards (read_only: a sample of the cases, on a handle opened read-only over the rows)."""
+    cases = [[case] for case in (CASES[::5] + CASES[-7:] if read_only else CASES)]
+    assert pair.differences(cases, read_only=read_only) == []
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.hermes
+def test_usage_with_nan_and_infinite_values_matches_the_real_sessiondb(pair: Pair) -> None:
+    """NaN and +/-inf in the usage calls' numbers, alone and added onto a stored row (inf + -inf
+    is NaN, which SQLite stores as NULL), and as the session id: results, rows, and the rows a
+    rebuild from the log makes. Hermes inserts the session row of a usage call in a write of its
+    own, also for a NaN or None id (a row with a NULL id: SQLite lets a TEXT primary key be NULL),
+    before the usage fails on ``session_model_usage.session_id``; the facade wrote no row."""
+    numbers = ("input_tokens", "reasoning_tokens", "estimated_cost_usd")
+    cases: list[list[Call]] = [
+        [("record_auxiliary_usage", ("s1", "title"), {name: a}), ("record_auxiliary_usage", ("s1", "title"), {name: b})]
+        for name in numbers for a in (NAN, INF, -INF, 2.0) for b in (NAN, INF, -INF)]
+    cases += [[("update_token_counts", ("s1",), {"input_tokens": a}), ("update_token_counts", ("s1",), {"input_tokens": b})]
+              for a in (INF, -INF) for b in (NAN, INF, -INF)]
+    cases += [[("record_auxiliary_usage", (sid, "title"), usage)]
+              for sid in (NAN, INF, "new") for usage in ({}, {"input_tokens": 2}, {"estimated_cost_usd": NAN})]
+    cases += [[("update_token_counts", (sid,), usage)]
+              for sid in (None, NAN, INF) for usage in ({}, {"input_tokens": 1}, {"actual_cost_usd": 1.0},
+                                                      {"input_tokens": 1, "absolute": True})]
+    assert pair.differences(cases, rebuild=True) == []
 
 
 def test_list_sessions_rich_reads_its_queries_in_every_order(path: Path) -> None:

@@ -91,7 +91,7 @@ def _tool_call_count(tool_calls: Any) -> int:
 
 
 
-_USAGE_COLUMNS = ("model", "billing_provider", "billing_base_url", "billing_mode", "task", "api_call_count",
+_USAGE_COLUMNS = ("session_id", "model", "billing_provider", "billing_base_url", "billing_mode", "task", "api_call_count",
                   "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens",
                   "estimated_cost_usd", "actual_cost_usd")
 """``session_model_usage``'s NOT NULL columns in table order (the order SQLite checks them)."""
@@ -105,10 +105,13 @@ def _nan_usage_column(**values: Any) -> Optional[str]:
     so it stays) and each counter as given; a NaN is bound as NULL and the NOT NULL constraint of
     the first such column in table order fails the call's transaction with IntegrityError. The
     session row Hermes inserts before that transaction stays. ``values``: the call's value per
-    column name (columns it does not bind may be left out)."""
+    column name (columns it does not bind may be left out). The session id is bound as given:
+    None is NULL there too (Hermes' session row, inserted first, then has a NULL id: SQLite lets
+    a TEXT primary key be NULL)."""
     for column in _USAGE_COLUMNS:
         value = values.get(column)
-        if isinstance(value, float) and math.isnan(value):
+        if (isinstance(value, float) and math.isnan(value)) or (column == "session_id" and value is None
+                                                                and "session_id" in values):
             return column
     return None
 
@@ -647,7 +650,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         per_model = (not absolute) and bool(any(tokens) or api_call_count or estimated_cost_usd)
         if per_model:
             self._refuse_nan_usage(session_id, model, _nan_usage_column(
-                model=model, billing_provider=billing_provider, billing_base_url=billing_base_url,
+                session_id=session_id, model=model, billing_provider=billing_provider, billing_base_url=billing_base_url,
                 billing_mode=billing_mode, api_call_count=api_call_count, estimated_cost_usd=estimated_cost_usd,
                 actual_cost_usd=actual_cost_usd, **dict(zip(_TOKENS, tokens))))
         data: dict[str, Any] = {}
@@ -716,7 +719,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if not session_id or not task:
             return
         self._refuse_nan_usage(session_id, None, _nan_usage_column(
-            model=model, billing_provider=billing_provider, billing_base_url=billing_base_url, task=task,
+            session_id=session_id, model=model, billing_provider=billing_provider, billing_base_url=billing_base_url, task=task,
             input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cache_read_tokens,
             cache_write_tokens=cache_write_tokens, reasoning_tokens=reasoning_tokens,
             estimated_cost_usd=estimated_cost_usd))
