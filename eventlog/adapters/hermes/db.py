@@ -27,7 +27,7 @@ import orjson
 
 from eventlog.adapters.hermes import text
 from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, next_message_id, numbered
-from eventlog.adapters.hermes.engine import Engine, Tx, finalizer, is_corrupt
+from eventlog.adapters.hermes.engine import Engine, Tx, closed_error, finalizer, is_corrupt
 from eventlog.adapters.hermes.events import sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
 from eventlog.adapters.hermes.raw import RawConnection, UnsupportedRawWrite, capture
@@ -261,7 +261,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         with self._lock:
             conn = self._reader
             if conn is None:
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+                raise closed_error()
             engine = self._engine
             if engine is not None and engine.generation != self._generation:
                 self._connect_reader()
@@ -319,7 +319,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return self._read_only_write(fn, statement)
         engine = self._engine
         if engine is None or self._reader is None:
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            raise closed_error()
         result = engine.write(fn)
         self._write_count += 1
         if self._write_count % self._OPTIMIZE_EVERY_N_WRITES == 0:
@@ -458,6 +458,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 v is None or _same(row[6 + i], v) for i, v in enumerate(optional.values()))
 
         if self.read_only:  # Hermes binds, then runs its UPDATE whatever the row holds
+            self._open()
             for k, v in {**values, **optional}.items():
                 sql_value(v, k)
             raise _read_only_error()
@@ -505,8 +506,9 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         clears a known value)."""
         if not session_id or not cwd:
             return
-        data: dict[str, Any] = {"cwd": sql_value(cwd, "cwd")}
         branch, root = (git_branch or "").strip(), (git_repo_root or "").strip()
+        self._open()
+        data: dict[str, Any] = {"cwd": sql_value(cwd, "cwd")}
         if branch:
             data["git_branch"] = sql_value(branch)
         if root:
@@ -519,10 +521,11 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             self._write(lambda tx: tx.emit("hermes.repo_roots_backfilled", None, {"pairs": pairs}))
 
     def _open(self) -> None:
-        """Raise what every call on a closed handle raises. Hermes' best-effort calls catch only
-        sqlite3.Error, which its closed handle does not raise (AttributeError): the call fails."""
+        """Raise what every call on a closed handle raises (:func:`closed_error`), before what a
+        read_only handle or a best-effort guard would answer: Hermes' closed handle fails at the
+        first statement, whatever the handle's mode, and its guards catch only sqlite3.Error."""
         if self._reader is None:
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            raise closed_error()
 
     def _best_effort(self, what: str, session_id: str, fn: Callable[[Tx], Any], default: Any = None) -> Any:
         self._open()
@@ -603,11 +606,13 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     # ---- session metadata ----------------------------------------------------------------
 
     def update_session_meta(self, session_id: str, model_config_json: str, model: Optional[str] = None) -> None:
+        self._open()
         data = {"model_config_json": sql_value(model_config_json), "model": sql_value(model)}
         self._write(lambda tx: tx.emit("hermes.model_config_set", session_id, data))
 
     def update_system_prompt(self, session_id: str, system_prompt: str) -> None:
         """The assembled system prompt snapshot (nothing is written when it is unchanged)."""
+        self._open()
         value = sql_value(system_prompt, "system_prompt")
         if self.read_only:  # Hermes binds and runs its UPDATE even when it would change nothing
             sql_value(session_id)
@@ -631,6 +636,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def update_session_billing_route(self, session_id: str, *, provider: str, base_url: str,
                                      billing_mode: Optional[str] = None) -> None:
+        self._open()
         data = {"provider": sql_value(provider), "base_url": sql_value(base_url), "billing_mode": sql_value(billing_mode)}
         self._write(lambda tx: tx.emit("hermes.billing_route_set", session_id, data))
 
@@ -834,19 +840,27 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                        api_content: Optional[str] = None) -> int:
         """Append a message; returns its id. The session's message count grows by one and its
         tool-call count by the number of tool calls."""
-        data: dict[str, Any] = {"role": sql_value(role, "role"), "timestamp": sql_value(_when(timestamp, time.time()))}
-        _put_content(data, text.encode_content(content))
+        # Hermes encodes (JSON, content) before its first statement, and binds in that statement:
+        # on a closed handle only the encoding can fail otherwise than a closed handle does.
+        encoded = {"reasoning_details_json": text.json_text(reasoning_details),
+                   "codex_reasoning_items_json": text.json_text(codex_reasoning_items),
+                   "codex_message_items_json": text.json_text(codex_message_items),
+                   "tool_calls_json": text.json_text(tool_calls)}
+        stored = text.encode_content(content)
+        stamp = _when(timestamp, time.time())
+        self._open()
+        data: dict[str, Any] = {"role": sql_value(role, "role"), "timestamp": sql_value(stamp)}
+        _put_content(data, stored)
         _put(data, "tool_call_id", tool_call_id)
-        _put(data, "tool_calls_json", text.json_text(tool_calls))
+        _put(data, "tool_calls_json", encoded["tool_calls_json"])
         _put(data, "tool_name", text.scrub_if_text(tool_name))
         _put(data, "effect_disposition", effect_disposition)
         _put(data, "token_count", token_count)
         _put(data, "finish_reason", finish_reason)
         _put(data, "reasoning", text.scrub_if_text(reasoning))
         _put(data, "reasoning_content", text.scrub_if_text(reasoning_content))
-        _put(data, "reasoning_details_json", text.json_text(reasoning_details))
-        _put(data, "codex_reasoning_items_json", text.json_text(codex_reasoning_items))
-        _put(data, "codex_message_items_json", text.json_text(codex_message_items))
+        for key in ("reasoning_details_json", "codex_reasoning_items_json", "codex_message_items_json"):
+            _put(data, key, encoded[key])
         _put(data, "platform_message_id", platform_message_id)
         if observed:
             data["observed"] = 1
@@ -901,6 +915,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def replace_messages(self, session_id: str, messages: list[dict[str, Any]], active_only: bool = False) -> None:
         """Replace the session's stored messages (only the active ones with ``active_only``) atomically."""
+        self._open()
         rows = self._message_rows(messages)
         flags: dict[str, Any] = {"active_only": True} if active_only else {}
         self._write(lambda tx: tx.emit("hermes.messages_replaced", session_id,
@@ -909,14 +924,17 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict[str, Any]]) -> int:
         """Compaction that keeps history: active messages become archived (compacted, still
         searchable), the compacted transcript becomes the active set. Returns its size."""
+        self._open()
         rows = self._message_rows(compacted_messages)
         return int(self._write(lambda tx: tx.emit("hermes.messages_compacted", session_id,
                                                   {"messages": numbered(tx.conn, rows)})) or 0)
 
     def set_latest_user_api_content(self, session_id: str, content: Any, api_content: str) -> int:
         """The API-content sidecar on the newest active user message, if it holds ``content``."""
+        stored = text.encode_content(content)
+        self._open()
         data: dict[str, Any] = {"api_content": sql_value(text.scrub_if_text(api_content), "api_content")}
-        _put_content(data, text.encode_content(content))
+        _put_content(data, stored)
         return int(self._write(lambda tx: tx.emit("hermes.api_content_set", session_id, data)) or 0)
 
     def clear_messages(self, session_id: str) -> None:
@@ -1058,6 +1076,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     # ---- key/value -----------------------------------------------------------------------
 
     def set_meta(self, key: str, value: str) -> None:
+        self._open()
         data = {"key": sql_value(key, "key"), "value": sql_value(value, "value")}
         self._write(lambda tx: tx.emit("hermes.meta_set", None, data))
 
@@ -1066,6 +1085,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def save_gateway_routing_entry(self, session_key: str, entry_json: str, *, scope: str = "") -> None:
         if not session_key or not entry_json:
             return
+        self._open()
         data = {"scope": sql_value(scope), "session_key": sql_value(session_key), "entry_json": sql_value(entry_json),
                 "updated_at": time.time()}
         self._write(lambda tx: tx.emit("hermes.routing_saved", None, data))
@@ -1079,6 +1099,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         them, and their ``updated_at`` is part of the rows (an earlier version skipped that write
         and kept the old stamps; the differential test found it)."""
         now = time.time()
+        self._open()
         pairs = [(k, v) for k, v in entries.items() if k and v] if entries else []
         encoded = [[sql_value(k), sql_value(v)] for k, v in pairs]
         scope_value = sql_value(scope)
@@ -1109,6 +1130,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def delete_gateway_routing_entries(self, session_keys: list[str], *, scope: str = "") -> None:
         if not session_keys:
             return
+        self._open()
         data = {"scope": sql_value(scope), "keys": [sql_value(k) for k in session_keys]}
         self._write(lambda tx: tx.emit("hermes.routing_deleted", None, data))
 
@@ -1186,6 +1208,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     # ---- handoff -----------------------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
+        self._open()
         data = {"platform": sql_value(platform)}
         return int(self._write(lambda tx: tx.emit("hermes.handoff_requested", session_id, data)) or 0) > 0
 
@@ -1196,6 +1219,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         self._write(lambda tx: tx.emit("hermes.handoff_completed", session_id, {}))
 
     def fail_handoff(self, session_id: str, error: str) -> None:
+        self._open()
         data = {"error": sql_value(error[:500])}
         self._write(lambda tx: tx.emit("hermes.handoff_failed", session_id, data))
 
@@ -1209,7 +1233,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 return fn(conn)
         engine = self._engine
         if engine is None:
-            raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            raise closed_error()
         with engine._held(), engine.lease:
             return fn(engine._connection())
 
@@ -1297,7 +1321,7 @@ def _erase_deleted(engine: Optional[Engine]) -> None:
     if not engine.closing:
         try:
             engine.erase("deleted through Hermes' SessionDB")
-        except sqlite3.ProgrammingError:
+        except AttributeError:  # closed_error()
             if not engine.closing:
                 raise
 

@@ -623,9 +623,16 @@ class Engine:
             return path
 
 
+def closed_error() -> AttributeError:
+    """What a call on a closed handle raises. Hermes' ``close()`` sets its connection to None, so
+    every call made after it fails at its first statement with this AttributeError (not an
+    sqlite3.Error: callers' ``except sqlite3.Error`` guards let it through)."""
+    return AttributeError("'NoneType' object has no attribute 'execute'")
+
+
 def _refuse_closed(engine: Engine) -> None:
     if engine.closing:
-        raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+        raise closed_error()
 
 
 def is_corrupt(error: BaseException) -> bool:

@@ -395,6 +395,7 @@ class Reads:
         chain: list[Any] = []
         current: Any = session_id
         seen: set[Any] = set()
+        hash(session_id)  # Hermes looks it up in its set before reading: a list fails so, closed or not
         with self._reading() as conn:
             for _ in range(100):
                 if not current or current in seen:
