@@ -392,6 +392,34 @@ def test_calls_on_a_closed_handle_raise_hermes_attribute_error(path: Path, read_
     assert db._conn is None
 
 
+def test_a_read_only_handle_refuses_a_write_at_its_first_statement(path: Path) -> None:
+    """Hermes' read-only connection refuses a call at its first write statement, after binding
+    that statement's values and before the rest of the call runs. The facade looked at the
+    messages or entries first (TypeError, AttributeError for ones that are not a list or a dict),
+    bound every key of a delete (Hermes binds the first), and left the session id of
+    ``record_gateway_session_peer`` unbound (Hermes binds it last, before the refusal)."""
+    with SessionDB(path) as db:
+        db.create_session("s1", "cli")
+    ro = SessionDB(path, read_only=True)
+    try:
+        for call in (lambda: ro.replace_messages("s1", None), lambda: ro.archive_and_compact("s1", 5),  # type: ignore[arg-type]
+                     lambda: ro.replace_messages("s1", "not a list"),  # type: ignore[arg-type]
+                     lambda: ro.replace_gateway_routing_entries(5),  # type: ignore[arg-type]
+                     lambda: ro.delete_gateway_routing_entries("s\ud800")):  # 's' first, refused before the surrogate
+            with pytest.raises(sqlite3.OperationalError, match="attempt to write a readonly database"):
+                call()
+        with pytest.raises(OverflowError):
+            ro.record_gateway_session_peer(2**63, source="tg", session_key="k")  # type: ignore[arg-type]
+        with pytest.raises(OverflowError):
+            ro.replace_messages(2**63, [])  # type: ignore[arg-type]
+        with pytest.raises(UnicodeEncodeError):
+            ro.delete_gateway_routing_entries(["s\ud800", "k"])
+        # Hermes' lock call swallows what sqlite3 refuses: False, as for the read-only refusal.
+        assert ro.try_acquire_compression_lock(["s1"], "h") is False  # type: ignore[arg-type]
+    finally:
+        ro.close()
+
+
 def test_a_read_only_handle_searches_where_hermes_answers_nothing(tmp_path: Path) -> None:
     """The one read the facade keeps apart from Hermes 0.19.0 (docs/HERMES.md, Reads): Hermes'
     read-only handle never sets its FTS flag and answers ``[]`` to every ``search_messages``;
@@ -532,3 +560,32 @@ def test_a_closed_handle_fails_every_call_as_hermes_does(pair: Pair, read_only: 
     a read_only handle, which Hermes answers with [] whatever it is asked (docs/HERMES.md)."""
     names = [n for n in PUBLIC if not (read_only and n == "search_messages")]
     assert pair.each(with_odd_values(names), read_only=read_only, closed=True) == []
+
+
+WRITES = [n for n in PUBLIC if n not in {
+    "load_gateway_routing_entries", "list_gateway_sessions", "find_session_by_origin",
+    "find_latest_gateway_session_for_peer", "get_compression_failure_cooldown", "get_compression_fallback_streak",
+    "get_compression_lock_holder", "get_session", "resolve_session_id", "get_session_title", "get_session_by_title",
+    "resolve_session_by_title", "get_next_title_in_lineage", "get_compression_tip", "distinct_session_cwds",
+    "list_sessions_rich", "list_cron_job_runs", "has_archived_messages", "get_messages", "get_messages_around",
+    "get_anchored_view", "resolve_resume_session_id", "get_messages_as_conversation", "get_resume_conversations",
+    "get_ancestor_display_prefix", "get_conversation_root", "list_recent_user_messages", "search_messages",
+    "search_sessions_by_id", "search_sessions", "session_count", "message_count", "has_platform_message_id",
+    "get_compression_lineage", "export_session", "export_session_lineage", "export_all", "count_empty_sessions",
+    "list_prune_candidates", "get_meta", "is_telegram_topic_mode_enabled", "get_telegram_topic_binding",
+    "list_telegram_topic_bindings_for_chat", "get_telegram_topic_binding_by_session",
+    "is_telegram_session_linked_to_topic", "list_unlinked_telegram_sessions_for_user", "get_handoff_state",
+    "list_pending_handoffs"}]
+
+
+@pytest.mark.hermes
+def test_a_read_only_handle_refuses_odd_writes_as_hermes_does(pair: Pair) -> None:
+    """Every write method on a read_only handle, with each argument in turn an odd value: the
+    same result or exception type as Hermes' read-only connection gives. That connection refuses
+    a call at its first write statement, after binding that statement's values and before what
+    the call does next: ``replace_messages``/``archive_and_compact``/
+    ``replace_gateway_routing_entries`` fail with OperationalError whatever their messages or
+    entries are (the facade raised TypeError or AttributeError iterating them first),
+    ``delete_gateway_routing_entries`` binds only its first key, and
+    ``record_gateway_session_peer`` binds the session id (last) before the refusal."""
+    assert pair.each(with_odd_values(WRITES), read_only=True) == []

@@ -457,11 +457,8 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
             return row is not None and all(_same(row[i], v) for i, v in enumerate(values.values())) and all(
                 v is None or _same(row[6 + i], v) for i, v in enumerate(optional.values()))
 
-        if self.read_only:  # Hermes binds, then runs its UPDATE whatever the row holds
-            self._open()
-            for k, v in {**values, **optional}.items():
-                sql_value(v, k)
-            raise _read_only_error()
+        if self.read_only:  # Hermes binds (the id last), then runs its UPDATE whatever the row holds
+            self._refuse_read_only(*values.values(), *optional.values(), session_id)
         if unchanged(self._row(peer_sql, (session_id,))):  # the gateway re-records it every turn
             return
 
@@ -527,6 +524,17 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if self._reader is None:
             raise closed_error()
 
+    def _refuse_read_only(self, *bound: Any) -> None:
+        """On a read_only handle, fail as the call's first write statement fails there: after
+        binding ``bound`` (what that statement binds, in order: a value sqlite3 cannot bind
+        raises its binding error), with OperationalError -- before anything the call does after
+        that statement (iterating messages or entries that are not iterable). No-op otherwise."""
+        self._open()
+        if self.read_only:
+            for value in bound:
+                sql_value(value)
+            raise _read_only_error()
+
     def _best_effort(self, what: str, session_id: str, fn: Callable[[Tx], Any], default: Any = None) -> Any:
         self._open()
         try:
@@ -587,8 +595,12 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         expires_at = now + ttl_seconds
         self._open()
         if self.read_only:  # Hermes' first statement (the expired lock's DELETE) fails: it answers False
-            sql_value(session_id)  # bound before the statement steps: OverflowError is raised
-            log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, _read_only_error())
+            try:
+                sql_value(session_id)  # bound before the statement steps: OverflowError is raised,
+                error: Exception = _read_only_error()
+            except sqlite3.Error as exc:  # what sqlite3 refuses (a list) is caught as the refusal is
+                error = exc
+            log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, error)
             return False
         return bool(self._best_effort("try_acquire_compression_lock", session_id,
                                       lambda tx: tx.emit("hermes.compression_lock_acquired", session_id, {
@@ -915,7 +927,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
 
     def replace_messages(self, session_id: str, messages: list[dict[str, Any]], active_only: bool = False) -> None:
         """Replace the session's stored messages (only the active ones with ``active_only``) atomically."""
-        self._open()
+        self._refuse_read_only(session_id)
         rows = self._message_rows(messages)
         flags: dict[str, Any] = {"active_only": True} if active_only else {}
         self._write(lambda tx: tx.emit("hermes.messages_replaced", session_id,
@@ -924,7 +936,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
     def archive_and_compact(self, session_id: str, compacted_messages: list[dict[str, Any]]) -> int:
         """Compaction that keeps history: active messages become archived (compacted, still
         searchable), the compacted transcript becomes the active set. Returns its size."""
-        self._open()
+        self._refuse_read_only(session_id)
         rows = self._message_rows(compacted_messages)
         return int(self._write(lambda tx: tx.emit("hermes.messages_compacted", session_id,
                                                   {"messages": numbered(tx.conn, rows)})) or 0)
@@ -1099,7 +1111,7 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         them, and their ``updated_at`` is part of the rows (an earlier version skipped that write
         and kept the old stamps; the differential test found it)."""
         now = time.time()
-        self._open()
+        self._refuse_read_only(scope)  # Hermes' first statement (a DELETE of the scope) refuses it
         pairs = [(k, v) for k, v in entries.items() if k and v] if entries else []
         encoded = [[sql_value(k), sql_value(v)] for k, v in pairs]
         scope_value = sql_value(scope)
@@ -1131,7 +1143,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         if not session_keys:
             return
         self._open()
-        data = {"scope": sql_value(scope), "keys": [sql_value(k) for k in session_keys]}
+        keys = list(session_keys)
+        if self.read_only:  # Hermes' DELETEs bind one key at a time: the first one's is refused
+            self._refuse_read_only(scope, *keys[:1])
+        data = {"scope": sql_value(scope), "keys": [sql_value(k) for k in keys]}
         self._write(lambda tx: tx.emit("hermes.routing_deleted", None, data))
 
     # ---- Telegram topic mode ---------------------------------------------------------------
