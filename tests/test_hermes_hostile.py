@@ -257,8 +257,9 @@ class Pair:
 
 
     def each(self, calls: list[Call], read_only: bool = False, closed: bool = False) -> list[Any]:
-        """Each call on one pair of handles that no call can change (``read_only`` or ``closed``):
-        the calls whose result or exception type differ, and the rows if any call changed them."""
+        """Each call on one pair of handles that no call can change (``read_only`` or ``closed``),
+        over ``s1`` (titled 'T', one message) and its untitled child: the calls whose result or
+        exception type differ, and the rows if any call changed them."""
         assert read_only or closed
         handles, paths = [], []
         for cls in (self.real, SessionDB):
@@ -269,6 +270,8 @@ class Pair:
             db = cls(path)
             db.create_session("s1", "cli", model="gpt")
             db.append_message("s1", "user", "hello world")
+            db.set_session_title("s1", "T")
+            db.create_session("child", "cli", parent_session_id="s1")
             db.close()
             handles.append(cls(path, read_only=read_only))
             paths.append(path)
@@ -400,6 +403,7 @@ def test_a_read_only_handle_refuses_a_write_at_its_first_statement(path: Path) -
     ``record_gateway_session_peer`` unbound (Hermes binds it last, before the refusal)."""
     with SessionDB(path) as db:
         db.create_session("s1", "cli")
+        db.set_session_title("s1", "T")
     ro = SessionDB(path, read_only=True)
     try:
         for call in (lambda: ro.replace_messages("s1", None), lambda: ro.archive_and_compact("s1", 5),  # type: ignore[arg-type]
@@ -414,6 +418,8 @@ def test_a_read_only_handle_refuses_a_write_at_its_first_statement(path: Path) -
             ro.replace_messages(2**63, [])  # type: ignore[arg-type]
         with pytest.raises(UnicodeEncodeError):
             ro.delete_gateway_routing_entries(["s\ud800", "k"])
+        # Hermes' only-if-empty title reads first: nothing to write, so nothing refused.
+        assert ro.set_auto_title_if_empty("s1", "") is False and ro.set_auto_title_if_empty("missing", None) is False
         # Hermes' lock call swallows what sqlite3 refuses: False, as for the read-only refusal.
         assert ro.try_acquire_compression_lock(["s1"], "h") is False  # type: ignore[arg-type]
     finally:
@@ -587,5 +593,8 @@ def test_a_read_only_handle_refuses_odd_writes_as_hermes_does(pair: Pair) -> Non
     ``replace_gateway_routing_entries`` fail with OperationalError whatever their messages or
     entries are (the facade raised TypeError or AttributeError iterating them first),
     ``delete_gateway_routing_entries`` binds only its first key, and
-    ``record_gateway_session_peer`` binds the session id (last) before the refusal."""
+    ``record_gateway_session_peer`` binds the session id (last) before the refusal;
+    ``set_auto_title_if_empty`` with an empty title returns False for a session that has a title
+    (or none), before any write statement (the facade ran its no-op UPDATE, which the read-only
+    connection refused)."""
     assert pair.each(with_odd_values(WRITES), read_only=True) == []

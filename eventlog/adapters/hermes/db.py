@@ -802,6 +802,10 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
         data: dict[str, Any] = {"only_if_empty": True} if only_if_empty else {}
 
         def fn(tx: Tx) -> int:
+            if only_if_empty:  # Hermes reads first and returns without a write statement
+                row = tx.conn.execute("SELECT title FROM sessions WHERE id = ?", (session_id,)).fetchone()
+                if row is None or row[0] is not None:
+                    return 0
             if clean:
                 # A compression ancestor holding the title hands it over: that is recorded in the
                 # ancestor's own stream, so it stays when this session is deleted and its events
