@@ -128,10 +128,24 @@ CONTENT_JSON_PREFIX = "\x00json:"
 
 # ---- SQL values in event data -------------------------------------------------------------------
 
+_BASE_TYPES = frozenset({type(None), bool, str, int, float, bytes})
+
+
 def sql_value(value: Any, field: str = "value") -> Any:
     """``value`` as it can travel in event data, or what ``sqlite3`` would raise binding it
-    (``ProgrammingError``, ``OverflowError``, ``UnicodeEncodeError``)."""
+    (``ProgrammingError``, ``OverflowError``, ``UnicodeEncodeError``). A type with an adapter
+    registered in ``sqlite3`` (the standard library's for ``datetime``/``date``: ISO text; any a
+    program registers), or a ``__conform__`` method, is bound as what that gives, as sqlite3
+    binds it in Hermes' process."""
     t = type(value)
+    adapter = sqlite3.adapters.get((t, sqlite3.PrepareProtocol))
+    if adapter is not None:
+        value = adapter(value)
+        t = type(value)
+    elif t not in _BASE_TYPES and hasattr(value, "__conform__"):
+        conformed = value.__conform__(sqlite3.PrepareProtocol)
+        if conformed is not None:
+            value, t = conformed, type(conformed)
     if value is None or t is bool:
         return value
     if t is str:
@@ -183,6 +197,10 @@ def hermes_event(type_: str, session_id: Any, data: dict[str, Any], event_id: st
     """An input event for ``Log.append`` about Hermes session ``session_id`` (None: profile-wide);
     a catalogue type carries the catalogue's current version (so no upcaster rewrites it)."""
     stream = None
+    if session_id is not None and type(session_id) is not str:
+        bound = sql_value(session_id, "session_id")
+        if type(bound) is str:  # a str subclass, or a type sqlite3 adapts to text: the same id as that text
+            session_id = bound
     if session_id is not None:
         if type(session_id) is str and _ID_RE.fullmatch(session_id):
             stream = session_id

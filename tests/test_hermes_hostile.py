@@ -5,6 +5,7 @@ type, the result and every row afterwards. The unmarked tests check the facade a
 what Hermes was seen to do; the ``hermes`` ones compare with the real class."""
 from __future__ import annotations
 
+import datetime
 import math
 import sqlite3
 import sys
@@ -598,3 +599,56 @@ def test_a_read_only_handle_refuses_odd_writes_as_hermes_does(pair: Pair) -> Non
     (or none), before any write statement (the facade ran its no-op UPDATE, which the read-only
     connection refused)."""
     assert pair.each(with_odd_values(WRITES), read_only=True) == []
+
+
+class _Text(str):
+    """A str subclass (as an enum.StrEnum member or a typed id is): sqlite3 binds its text."""
+
+
+class _Conforms:
+    def __conform__(self, protocol: Any) -> str:
+        return "conformed"
+
+
+def test_values_sqlite3_adapts_are_stored_as_what_it_binds(path: Path) -> None:
+    """sqlite3 binds a datetime (the standard library's adapter: ISO text), a value of any type
+    a program registered an adapter for, and one with ``__conform__`` as what they give, and a
+    str subclass as its text. Hermes stored them so; the facade refused the first ones
+    (ProgrammingError) and failed a str-subclass session id with eventlog's ValidationError
+    (its stream id was not a str). Rows, and the rows a rebuild makes, hold the text."""
+    when = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    db = SessionDB(path)
+    db.create_session(_Text("s1"), "cli")
+    db.set_meta("when", when)  # type: ignore[arg-type]
+    db.set_meta("day", when.date())  # type: ignore[arg-type]
+    db.set_meta("conformed", _Conforms())  # type: ignore[arg-type]
+    db.append_message("s1", "user", "x", platform_message_id=when)  # type: ignore[arg-type]
+    db.ensure_session(when)  # type: ignore[arg-type]
+    db.append_message("2025-01-02 03:04:05", "user", "same session")
+    # Hermes compares the stored holder with the given one: the text is not the datetime.
+    assert db.try_acquire_compression_lock("s1", when) is False  # type: ignore[arg-type]
+    assert db.get_compression_lock_holder("s1") == "2025-01-02 03:04:05"
+    rows = dump(path)
+    assert db.get_meta("when") == "2025-01-02 03:04:05" and db.get_meta("day") == "2025-01-02"
+    assert db.get_meta("conformed") == "conformed"
+    assert [type(s["id"]) for s in db.list_sessions_rich()] == [str, str]
+    assert db.get_session("2025-01-02 03:04:05")["message_count"] == 1
+    assert db.get_messages("s1")[0]["platform_message_id"] == "2025-01-02 03:04:05"
+    assert db._engine is not None
+    db._engine.rebuild()
+    assert dump(path) == rows
+    db.close()
+
+
+@pytest.mark.hermes
+def test_values_sqlite3_adapts_match_the_real_sessiondb(pair: Pair) -> None:
+    when = datetime.datetime(2025, 1, 2, 3, 4, 5)
+    cases: list[list[Call]] = [
+        [("create_session", (_Text("sub"), "cli"), {}), ("append_message", ("sub", "user", "x"), {})],
+        [("update_token_counts", (_Text("new"), 3, 4), {}), ("record_auxiliary_usage", (_Text("new"), "t"), {})],
+        [("ensure_session", (when,), {}), ("append_message", (when, "user", "x"), {"platform_message_id": when})],
+        [("set_meta", ("k", when), {}), ("set_meta", ("d", when.date()), {}), ("set_meta", ("c", _Conforms()), {})],
+        [("try_acquire_compression_lock", ("s1", when), {}), ("try_acquire_compression_lock", ("s1", _Text("h")), {})],
+        [("replace_messages", ("s1", [{"role": "user", "content": "x", "tool_name": when}]), {})],
+    ]
+    assert pair.differences(cases, rebuild=True) == []

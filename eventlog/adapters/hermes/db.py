@@ -28,7 +28,7 @@ import orjson
 from eventlog.adapters.hermes import text
 from eventlog.adapters.hermes.apply import compression_ancestors, compression_lineage, next_message_id, numbered
 from eventlog.adapters.hermes.engine import Engine, Tx, closed_error, finalizer, is_corrupt
-from eventlog.adapters.hermes.events import sql_value
+from eventlog.adapters.hermes.events import from_json, sql_value
 from eventlog.adapters.hermes.imports import ImportSessions
 from eventlog.adapters.hermes.raw import RawConnection, UnsupportedRawWrite, capture
 from eventlog.adapters.hermes.reads import Reads, prune_filter
@@ -602,11 +602,14 @@ class SessionDB(Reads, RuntimeReads, ImportSessions):
                 error = exc
             log.warning("try_acquire_compression_lock(%s) failed: %s", session_id, error)
             return False
-        return bool(self._best_effort("try_acquire_compression_lock", session_id,
+        held = bool(self._best_effort("try_acquire_compression_lock", session_id,
                                       lambda tx: tx.emit("hermes.compression_lock_acquired", session_id, {
                                           "holder": sql_value(holder), "now": now,
                                           "expires_at": sql_value(expires_at)}),
                                       False))
+        # Hermes compares the stored holder with the one given: a value sqlite3 adapted to store
+        # it (a datetime, stored as text) is never equal to it, so Hermes answers False.
+        return held and from_json(sql_value(holder)) == holder
 
     def release_compression_lock(self, session_id: str, holder: str) -> None:
         if not session_id:
