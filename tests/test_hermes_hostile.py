@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from eventlog.adapters.hermes import SessionDB
+from eventlog.adapters.hermes.db import UnsupportedRawWrite
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_hermes_adapter import dump as adapter_dump  # noqa: E402
@@ -652,3 +653,23 @@ def test_values_sqlite3_adapts_match_the_real_sessiondb(pair: Pair) -> None:
         [("replace_messages", ("s1", [{"role": "user", "content": "x", "tool_name": when}]), {})],
     ]
     assert pair.differences(cases, rebuild=True) == []
+
+
+def test_a_raw_statement_sqlite_cannot_compile_fails_with_its_own_error(path: Path) -> None:
+    """A raw statement that is neither a read nor a write nor transaction control was refused as
+    a schema change (UnsupportedRawWrite: 'raw schema changes are not supported') before SQLite
+    saw it, also a typo ('SELEC 1') or a drop of a table that does not exist, where Hermes'
+    connection raises SQLite's own OperationalError ('near "SELEC": syntax error', 'no such
+    table'). It is compiled first now; a schema change SQLite accepts is still refused."""
+    db = SessionDB(path)
+    assert db._conn is not None
+    for sql, message in (("SELEC 1", 'near "SELEC": syntax error'), ("DROP TABLE nope", "no such table: nope"),
+                         ("CREATE TABLE sessions (x)", "table sessions already exists")):
+        with pytest.raises(sqlite3.OperationalError, match=message) as caught:
+            db._conn.execute(sql)
+        assert type(caught.value) is sqlite3.OperationalError
+        with pytest.raises(sqlite3.OperationalError, match=message):
+            db._conn.executescript(sql + ";")
+    with pytest.raises(UnsupportedRawWrite):
+        db._conn.execute("ALTER TABLE sessions ADD COLUMN extra TEXT")
+    db.close()

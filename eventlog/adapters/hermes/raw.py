@@ -366,6 +366,9 @@ class RawConnection:
 
 def _run(conn: sqlite3.Connection, sql: str, parameters: Any, kind: str) -> Result:
     if kind == "ddl" and not ddl_is_noop(conn, sql):
+        # Compiled, not run: what SQLite cannot compile (a typo, a missing table) fails with its
+        # own error, as on Hermes' connection, rather than as a schema change.
+        conn.execute("EXPLAIN " + sql, parameters)
         raise UnsupportedRawWrite(f"raw schema changes are not supported by eventlog's SessionDB: {sql.strip()[:80]}")
     if kind in ("ddl", "noop", "maintenance"):
         return Result([], -1, None, None)
