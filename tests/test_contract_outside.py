@@ -298,20 +298,31 @@ def test_a_command_reading_a_closed_stdin_is_a_usage_error(tmp_path: Path) -> No
     assert r.returncode == 0, r  # an open stdin is read as before
 
 
-def test_an_export_to_a_closed_stdout_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_command_started_with_stdout_closed_is_a_usage_error_before_any_work(tmp_path: Path) -> None:
     """`eventlog export -` (and `--format md|html --session ID -`) started with stdout closed
     (`>&-`) ended in an AttributeError traceback ('NoneType' object has no attribute 'buffer',
-    then 'flush'). Now click's usage error naming the closed stdout, exit 2."""
+    then 'flush'); `sessions new` and `append` did their work and exited 0 with the new id / seqs
+    lost. Now click's usage error naming the closed stdout, exit 2, before anything is written."""
     home = tmp_path / "home"
     assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
     env = {k: v for k, v in os.environ.items() if k != "EVENTLOG_LOG_URL"}
+
+    def closed_stdout(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", EXE, "--home", str(home), "--profile", "p", *args],
+                              input=input, capture_output=True, text=True, timeout=60, env=env)
+
     for fmt in ("jsonl", "md", "html"):
         args = ["export", "--format", fmt, *(["--session", "s1"] if fmt != "jsonl" else []), "-"]
-        r = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", EXE, "--home", str(home), "--profile", "p", *args],
-                           capture_output=True, text=True, timeout=60, env=env)
+        r = closed_stdout(*args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r
-        assert f"Error: OUT '-' writes the {fmt} export to stdout, but stdout is closed" in r.stderr, r.stderr
+        assert "Error: stdout is closed" in r.stderr, r.stderr
         assert run(home, *args).returncode == 0  # an open stdout gets it as before
+    for args, stdin in ((["sessions", "new"], None), (["append"], '{"type":"session.created","session":"s2","data":{}}\n'),
+                        (["messages", "add", "s1", "--role", "user", "--content", "hi"], None)):
+        r = closed_stdout(*args, input=stdin)
+        assert r.returncode == 2 and "Error: stdout is closed" in r.stderr and "Traceback" not in r.stderr, r
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing was written
 
 
 def test_append_names_the_line_whose_title_is_taken(tmp_path: Path) -> None:

@@ -117,11 +117,15 @@ def need_stdin(what: str) -> None:
         raise click.UsageError(f"{what}, but {CLOSED_STDIN}")
 
 
-def need_stdout(what: str) -> None:
-    """A usage error (exit 2) when the command must write its output to stdout (``-``) and the
-    process has none (``>&-``): the write ended in an ``AttributeError`` traceback."""
+def need_stdout() -> None:
+    """A usage error (exit 2), before any work, when the process has no stdout (started with it
+    closed: ``>&-``). Every command reports there what it did -- a new session's id, the seqs
+    appended, the export itself with ``-``: ``sessions new`` created a session and exited 0 with
+    its id lost, ``export -`` ended in an ``AttributeError`` traceback."""
     if sys.stdout is None:
-        raise click.UsageError(f"{what}, but stdout is closed (the command was started with it closed: `>&-`)")
+        raise click.UsageError("stdout is closed (the command was started with it closed: `>&-`), and the "
+                               "command reports what it did there; start it with stdout open "
+                               "(`>/dev/null` to discard the report)")
 
 
 class InputFile(click.File):

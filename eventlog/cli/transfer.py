@@ -23,7 +23,6 @@ from eventlog.cli.common import (
     handled,
     json_option,
     need_stdin,
-    need_stdout,
     output_path,
     pass_ctx,
     progress_bar,
@@ -95,8 +94,6 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
         raise click.UsageError("--format sqlite snapshots the whole profile; drop --session")
     if out != "-":
         output_path(out, "OUT", c, stream=fmt != "sqlite")
-    else:
-        need_stdout(f"OUT '-' writes the {fmt} export to stdout")
     if fmt == "jsonl":
         from sqlite_export.jsonl import export_jsonl
 
