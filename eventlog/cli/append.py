@@ -16,6 +16,7 @@ from eventlog.cli.common import (
     json_option,
     need_stdin,
     pass_ctx,
+    rename_field,
 )
 from eventlog.errors import EventLogError, TitleConflictError, ValidationError
 
@@ -69,10 +70,7 @@ def _name_title_line(e: TitleConflictError, events: list[dict[str, Any]], number
     for n, ev in zip(numbers, events):
         if (ev["type"] in ("session.created", "session.titled") and ev.get("session") != e.holder
                 and ev["data"].get("title") == e.title and e.message.startswith(f"{e.field}: ")):
-            field = f"line {n}.data.title"
-            e.message = f"{field}: {e.message[len(e.field) + 2:]}"
-            e.args = (e.message,)
-            e.field = field
+            rename_field(e, f"line {n}.data.title")
             return
 
 

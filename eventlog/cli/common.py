@@ -151,6 +151,14 @@ NOT_FOUND_HINTS = {
 }
 
 
+def rename_field(e: ConflictError, field: str) -> None:
+    """Make the conflict ``e`` (its message ``"<field>: ..."``) name ``field`` instead, in place:
+    its type and attributes (a title conflict's title and holder) stay as they are."""
+    e.message = f"{field}: {e.message[len(e.field) + 2:]}"
+    e.args = (e.message,)
+    e.field = field
+
+
 @contextlib.contextmanager
 def options_named(names: dict[str, str]) -> Iterator[None]:
     """A ValidationError about a field the user gave as an option names the option: ``names``
@@ -171,9 +179,7 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
             raise
         option = names[e.field]
         if isinstance(e, TitleConflictError):  # kept as it is (title, holder, a free title in its hint), renamed
-            e.message = f"{option}: {e.message[len(e.field) + 2:]}"
-            e.args = (e.message,)
-            e.field = option
+            rename_field(e, option)
             raise
         hint = re.sub(rf"\b{re.escape(e.field)}\b", option, e.hint) if e.hint else e.hint
         raise ConflictError(option, e.message[len(e.field) + 2:], hint=hint) from None
