@@ -284,3 +284,14 @@ def test_output_in_an_encoding_that_is_not_utf8_escapes_what_it_cannot_show(home
     assert "👍 é" in found["results"][0]["snippet"]
     tail = [json.loads(line) for line in run("log", "tail", "--json").stdout.splitlines()]
     assert tail[-1]["data"]["content"] == "thumbs 👍 é"
+
+
+def test_search_in_an_unknown_session_is_not_found(home: Path) -> None:
+    """`search --session ID` with an id no session has exits 1 naming it, as `sessions show` and
+    `export --session` do: a mistyped id used to answer exit 0 with no results, indistinguishable
+    from a session holding no match. A known session without a match still answers exit 0."""
+    sid = new(home, "--title", "t")
+    code, out, err = cli(home, "search", "hi", "--session", "nope", "--json")
+    assert code == 1 and out == "" and "session 'nope' not found" in err
+    code, out, _ = cli(home, "search", "hi", "--session", sid, "--json")
+    assert code == 0 and json.loads(out)["results"] == []

@@ -15,7 +15,7 @@ from eventlog.cli.common import (
     read_flags,
     warn_flags,
 )
-from eventlog.errors import printable
+from eventlog.errors import NotFoundError, printable
 
 
 @click.command()
@@ -31,6 +31,9 @@ from eventlog.errors import printable
 def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | None, as_json: bool) -> None:
     """Full-text search over messages (any text is accepted as a query)."""
     with c.open_store() as store, options_named({"session_id": "--session"}):
+        if session_id is not None and store.get_session(session_id) is None:
+            # as `sessions show` and `export --session` say: a mistyped id is not an empty answer
+            raise NotFoundError("session", session_id)
         res = store.search(query, role=role, session_id=session_id, limit=limit)
         flags = read_flags(store)
     warn_flags(flags)
