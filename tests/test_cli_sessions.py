@@ -295,3 +295,15 @@ def test_search_in_an_unknown_session_is_not_found(home: Path) -> None:
     assert code == 1 and out == "" and "session 'nope' not found" in err
     code, out, _ = cli(home, "search", "hi", "--session", sid, "--json")
     assert code == 0 and json.loads(out)["results"] == []
+
+
+def test_an_empty_source_is_not_shown_as_cli(home: Path) -> None:
+    """A session created with `--source ""` was listed and shown with source "cli", which
+    `sessions list --source cli` does not find (a null source is the one that reads as "cli")."""
+    empty = new(home, "--source", "")
+    plain = new(home)
+    listed = {line.split()[0]: line for line in cli(home, "sessions", "list")[1].splitlines()}
+    assert ' "" ' in listed[empty] and " cli " not in listed[empty]
+    assert " cli " in listed[plain]
+    assert cli(home, "sessions", "show", empty)[1].splitlines()[1].startswith('source ""  model')
+    assert [r["id"] for r in json.loads(cli(home, "sessions", "list", "--source", "cli", "--json")[1])] == [plain]

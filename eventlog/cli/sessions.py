@@ -25,6 +25,13 @@ SESSION_ARG = {"session": "SESSION_ID"}
 """A refused session id names the argument, as ``--help`` shows it."""
 
 
+def shown_source(source: str | None) -> str:
+    """A session's source as text output shows it: none given reads as "cli" (as the source filter
+    matches it); an empty one as "" -- shown as "cli" it was listed under a source `--source cli`
+    does not find."""
+    return "cli" if source is None else (printable(source) if source else '""')
+
+
 @click.group()
 def sessions() -> None:
     """Create, list, show and change sessions."""
@@ -79,7 +86,7 @@ def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned
     for r in rows:
         flags = ("P" if r["pinned"] else "-") + ("A" if r["archived"] else "-") + ("H" if r.get("hidden") else "")
         click.echo(f"{r['id']}  {flags}  {iso(r['last_activity_at'])}  {r['message_count']:>5} msgs  "
-                   f"{printable(r.get('source') or 'cli'):<8} {printable(r.get('title') or '')}")
+                   f"{shown_source(r.get('source')):<8} {printable(r.get('title') or '')}")
 
 
 @sessions.command("show")
@@ -102,7 +109,7 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
         return
 
     click.echo(f"{session['id']}  {printable(session.get('title') or '(untitled)')}")
-    click.echo(f"source {printable(session.get('source') or 'cli')}  model {printable(session.get('model') or '-')}  "
+    click.echo(f"source {shown_source(session.get('source'))}  model {printable(session.get('model') or '-')}  "
                f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
     for m in messages:
         flag = "" if m.get("active", True) else " (rewound)"
