@@ -194,6 +194,8 @@ class WriterBusyError(StorageError):
         )
         self.pid = pid
         self.timeout = timeout
+        self.stopped = state == "stopped" and bool(pid)
+        """The holder is a stopped process (the hint then says how to resume it)."""
 
 
 def process_state(pid: int | None) -> str | None:

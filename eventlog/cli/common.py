@@ -241,7 +241,7 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
                 e.hint = NOT_FOUND_HINTS[e.kind]  # the command-line words for it
             fail(str(e))
         except WriterBusyError as e:
-            if e.hint and "raise the lock timeout" in e.hint:  # a Python option: a command has none
+            if not e.stopped:  # the library's hint names a Python option (the lock timeout): a command has none
                 e.hint = (f"retry once that process's write is done (a command waits for it at most "
                           f"{e.timeout:g} s)")
             fail(str(e))
