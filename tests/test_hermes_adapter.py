@@ -408,6 +408,43 @@ def test_raw_sql_writes_are_recorded_and_survive_a_rebuild(path: Path) -> None:
     db.close()
 
 
+RAW_CALLBACKS: dict[str, Callable[[sqlite3.Connection], Any]] = {
+    "rollback only": lambda c: c.rollback(),
+    "write, rollback": lambda c: (c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), c.rollback(), 1)[-1],
+    "write, rollback, write": lambda c: (c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), c.rollback(),
+                                         c.execute("UPDATE sessions SET model = 'm' WHERE id = 's1'"), 2)[-1],
+    "write, commit, write, rollback": lambda c: (c.execute("UPDATE sessions SET title = 'y' WHERE id = 's1'"),
+                                                 c.commit(), c.execute("UPDATE sessions SET model = 'n' WHERE id = 's1'"),
+                                                 c.rollback(), 3)[-1],
+    "rollback, BEGIN, write, ROLLBACK, write": lambda c: (
+        c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), c.rollback(), c.execute("BEGIN"),
+        c.execute("UPDATE sessions SET model = 'o' WHERE id = 's1'"), c.execute("ROLLBACK"),
+        c.execute("UPDATE sessions SET title = 'z' WHERE id = 's1'"), 4)[-1],
+}
+"""``_execute_write`` callbacks that end or undo the transaction themselves, and what each leaves
+of session s1 (title, model) on Hermes 0.19.0's own SessionDB (whose connection is in autocommit
+mode: a write after the callback's rollback or commit is kept at once). The hermes-marked test in
+test_hermes_hostile.py checks these against the real class."""
+RAW_OUTCOMES = {"rollback only": (None, None, None), "write, rollback": (1, None, None),
+                "write, rollback, write": (2, None, "m"), "write, commit, write, rollback": (3, "y", "n"),
+                "rollback, BEGIN, write, ROLLBACK, write": (4, "z", None)}
+
+
+@pytest.mark.parametrize("name", sorted(RAW_CALLBACKS))
+def test_a_raw_callback_that_commits_or_rolls_back_leaves_what_hermes_leaves(path: Path, name: str) -> None:
+    """A callback's ``rollback()`` rolled back the facade's whole transaction (the call failed
+    with "no such table: temp.eventlog_touched"), and its ``commit()`` committed the projection
+    before the log append. Now both act as on Hermes' connection, and what is left is in the log
+    (the same after a rebuild)."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    result = db._execute_write(RAW_CALLBACKS[name])
+    session = db.get_session("s1")
+    assert (result, session["title"], session["model"]) == RAW_OUTCOMES[name]
+    same_live_and_rebuilt(db, lambda: dump(path), dump(path))
+    db.close()
+
+
 def test_raw_schema_changes_are_refused_and_reach_nothing(path: Path) -> None:
     db = SessionDB(path)
     db.create_session("s1", "cli")

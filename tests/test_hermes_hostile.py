@@ -20,6 +20,7 @@ from eventlog.adapters.hermes import SessionDB
 from eventlog.adapters.hermes.db import UnsupportedRawWrite
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_hermes_adapter import RAW_CALLBACKS, RAW_OUTCOMES  # noqa: E402
 from test_hermes_adapter import dump as adapter_dump  # noqa: E402
 from test_hermes_differential import Clock  # noqa: E402
 
@@ -673,3 +674,21 @@ def test_a_raw_statement_sqlite_cannot_compile_fails_with_its_own_error(path: Pa
     with pytest.raises(UnsupportedRawWrite):
         db._conn.execute("ALTER TABLE sessions ADD COLUMN extra TEXT")
     db.close()
+
+
+@pytest.mark.hermes
+@pytest.mark.parametrize("name", sorted(RAW_CALLBACKS))
+def test_raw_callback_transaction_control_as_hermes(tmp_path: Path, name: str) -> None:
+    """The outcomes test_hermes_adapter.py expects of ``_execute_write`` callbacks that commit
+    or roll back themselves are Hermes' own."""
+    if hermes_state is None:
+        pytest.skip("needs hermes_state (python3 run compat)")
+    Real = getattr(hermes_state, "HermesSessionDB", hermes_state.SessionDB)
+    db = Real(tmp_path / "state.db")
+    try:
+        db.create_session("s1", "cli")
+        result = db._execute_write(RAW_CALLBACKS[name])
+        session = db.get_session("s1")
+        assert (result, session["title"], session["model"]) == RAW_OUTCOMES[name]
+    finally:
+        db.close()

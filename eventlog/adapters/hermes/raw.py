@@ -112,20 +112,72 @@ def check_target(sql: str) -> None:
                                   "(only Hermes' data tables are recorded in the log); see docs/HERMES.md")
 
 
+_MARK = "eventlog_raw"
+"""The savepoint a raw-SQL callback's ``commit()``/``rollback()`` move and roll back to."""
+
+
 class _Checked:
-    """The projection writer as a raw-SQL callback sees it: every statement's target is checked."""
+    """The projection writer as a raw-SQL callback sees it: every statement's target is checked,
+    and transaction control behaves as on Hermes' own connection (autocommit mode, inside the
+    ``BEGIN IMMEDIATE`` its ``_execute_write`` opened): ``rollback()`` undoes the callback's
+    writes since that ``BEGIN`` (or its last ``commit()``), and a write made after either is kept
+    at once, as an autocommitted statement is. It all goes into the log as one write when the
+    callback returns. (A ``rollback()`` rolled back the facade's whole transaction and the call
+    failed with "no such table: temp.eventlog_touched"; a ``commit()`` committed the projection
+    before the log held its rows.) One difference is left: when the callback raises, nothing of
+    it is written, where Hermes keeps what it had committed before the raise."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
+        self._open = True  # inside the transaction _execute_write began (or one the callback began)
 
     def execute(self, sql: str, parameters: Any = ()) -> Any:
-        if classify(sql) != "read":
+        kind = classify(sql)
+        if kind == "noop":
+            return self._control(sql)
+        if kind != "read":
             check_target(sql)
-        return self._conn.execute(sql, parameters)
+        cursor = self._conn.execute(sql, parameters)
+        if kind != "read" and not self._open:
+            self._keep()  # autocommitted: a later rollback() does not undo it
+        return cursor
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> Any:
         check_target(sql)
-        return self._conn.executemany(sql, seq_of_parameters)
+        cursor = self._conn.executemany(sql, seq_of_parameters)
+        if not self._open:
+            self._keep()
+        return cursor
+
+    def rollback(self) -> None:
+        if self._open:
+            self._conn.execute(f"ROLLBACK TO {_MARK}")
+            self._open = False
+
+    def commit(self) -> None:
+        if self._open:
+            self._keep()
+            self._open = False
+
+    def _keep(self) -> None:
+        self._conn.execute(f"RELEASE {_MARK}")
+        self._conn.execute(f"SAVEPOINT {_MARK}")
+
+    def _control(self, sql: str) -> Any:
+        words = without_comments(sql).upper().replace(";", " ").split()
+        word = words[0] if words else ""
+        if word == "BEGIN":
+            if self._open:
+                raise sqlite3.OperationalError("cannot start a transaction within a transaction")
+            self._open = True
+        elif word in ("COMMIT", "END") or (word == "ROLLBACK" and "TO" not in words):
+            if not self._open:
+                action = "commit" if word != "ROLLBACK" else "rollback"
+                raise sqlite3.OperationalError(f"cannot {action} - no transaction is active")
+            self.rollback() if word == "ROLLBACK" else self.commit()
+        else:  # SAVEPOINT, RELEASE, ROLLBACK TO: nested inside the callback's own mark
+            return self._conn.execute(sql)
+        return self._conn.execute("SELECT NULL WHERE 0")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -168,8 +220,10 @@ def _capture(tx: Any, conn: sqlite3.Connection, run: Callable[[sqlite3.Connectio
                             f"{key.format(r=r)});" for r in refs)
             conn.execute(f"CREATE TEMP TRIGGER {name} AFTER {op} ON main.{t} BEGIN {body} END")
             triggers.append(name)
+    conn.execute(f"SAVEPOINT {_MARK}")
     try:
         result = run(_Checked(conn))  # type: ignore[arg-type]
+        conn.execute(f"RELEASE {_MARK}")
     finally:
         for name in triggers:
             conn.execute(f"DROP TRIGGER IF EXISTS temp.{name}")
