@@ -2,8 +2,9 @@
 full figures with ``EVENTLOG_CAMPAIGN=1``):
 
 - a frozen writer: a store writer (two threads appending, a follower projecting) stopped with
-  SIGSTOP at a random moment — holding the log's write lock, the projector lease, or neither —
-  while read-only commands run. Each must answer within 1 s beyond its own time on the live
+  SIGSTOP — the first stop while it holds the projector lease, the second while it holds the
+  log's write lock, the others at random moments — while read-only commands run.
+  Each must answer within 1 s beyond its own time on the live
   profile measured in the same run (the CLI's start-up is not the writer's fault); one that
   does not is counted ``hung``. ``EVENTLOG_FREEZES`` overrides the number of stops.
 - a full disk at random moments: a profile on a small tmpfs filled with a filler of random size,
@@ -34,6 +35,7 @@ from campaign import Child, size
 from campaign.summary import note, record
 from fixtures_fs import tmpfs
 
+from eventlog.profiles import flock_holder
 from eventlog.sessions.store import SessionStore
 
 pytest_plugins = ["campaign.summary"]
@@ -95,6 +97,8 @@ def test_a_frozen_writer_never_holds_a_reader(seeded: Path, tmp_path: Path) -> N
     commands = reads(seeded, tmp_path / "export.jsonl")
     baseline = {name: timed(argv)[0] for name, argv in commands.items()}
     writer = Child("store_writer", seeded, PROFILE, "w", 2, 1_000_000, "projection")
+    profile_dir = seeded / "profiles" / PROFILE
+    held = {"the lease": 0, "the log's writer lock": 0}
     hung: list[str] = []
     tracebacks: list[str] = []
     worst = 0.0
@@ -102,8 +106,20 @@ def test_a_frozen_writer_never_holds_a_reader(seeded: Path, tmp_path: Path) -> N
     try:
         assert writer.wait_line("ACK message.appended", 60) is not None, writer.stderr
         for n in range(stops):
-            time.sleep(rng.uniform(0.0, 0.08))
-            writer.proc.send_signal(signal.SIGSTOP)
+            # The first two stops land while the writer holds the projector lease (a flock on the
+            # profile directory), then the log's writer lock: at random moments alone, a run of 4
+            # stops did not always catch it holding the lease.
+            want = {0: profile_dir, 1: profile_dir / "log" / "writer.lock"}.get(n)
+            for _ in range(2000):
+                time.sleep(rng.uniform(0.0, 0.08) if want is None else rng.uniform(0.0, 0.005))
+                writer.proc.send_signal(signal.SIGSTOP)
+                if want is None or flock_holder(want) == writer.proc.pid:
+                    break
+                writer.proc.send_signal(signal.SIGCONT)
+            else:
+                pytest.fail(f"stop {n}: the writer was never caught holding {want.name} in 2,000 tries")
+            held["the lease"] += flock_holder(profile_dir) == writer.proc.pid
+            held["the log's writer lock"] += flock_holder(profile_dir / "log" / "writer.lock") == writer.proc.pid
             slow: dict[str, float] = {}
             try:
                 names = list(commands) if n < 2 else rng.sample(list(commands), 2)
@@ -134,7 +150,8 @@ def test_a_frozen_writer_never_holds_a_reader(seeded: Path, tmp_path: Path) -> N
         writer.kill()
     record("frozen writer (SIGSTOP at random moments): reads", runs=runs, passed=runs - len(hung) - len(tracebacks),
            hung=len(hung), tracebacks=len(tracebacks))
-    note(f"frozen writer: {stops} stops, {runs} reads, the slowest {worst:.2f} s beyond its live time")
+    note(f"frozen writer: {stops} stops ({', '.join(f'{v} holding {k}' for k, v in held.items())}), {runs} reads, "
+         f"the slowest {worst:.2f} s beyond its live time")
     assert not hung and not tracebacks, "\n".join(hung + tracebacks)
 
 
