@@ -5,8 +5,8 @@ Both renderers take the read-model dicts (``SessionStore.get_session`` and
 a time that is not a number in range shows as ``unknown``, a field of the wrong type is left out.
 
 * Times are ISO-8601 UTC (``2025-01-01T10:00:00Z``).
-* Multimodal content is shown as its text parts; an image part as ``[image]``, other non-text
-  parts as ``[<type>]``.
+* Multimodal content is shown as its text parts (any part's ``text``, a refusal part's
+  ``refusal``); an image part as ``[image]``, other non-text parts as ``[<type>]``.
 * Tool calls and reasoning are folded (``<details>``); tool results too, since they are often
   long machine output.
 * Messages are shown as given: pass ``include_inactive=True`` messages to show rewound ones
@@ -53,17 +53,19 @@ def _part_text(part: Any) -> str:
     if not isinstance(part, dict):
         return json.dumps(part, ensure_ascii=False) if part is not None else ""
     kind = part.get("type")
-    if isinstance(part.get("text"), str) and kind in (None, "text", "input_text", "output_text"):
-        return str(part["text"])
     if kind in _IMAGE_TYPES:
         return "[image]"
+    # Any part that carries its words as text shows them: a reasoning summary (summary_text),
+    # reasoning (reasoning_text) and a refusal are what the model said, not an attachment.
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return str(part["refusal"])
     if isinstance(kind, str):
         name = part.get("name") or part.get("filename")
         if kind == "file" and isinstance(part.get("file"), dict):
             name = name or part["file"].get("filename")
         return f"[{kind}: {name}]" if isinstance(name, str) else f"[{kind}]"
-    if isinstance(part.get("text"), str):
-        return str(part["text"])
     return json.dumps(part, ensure_ascii=False)
 
 

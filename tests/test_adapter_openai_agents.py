@@ -897,3 +897,34 @@ def test_any_item_comes_back_with_its_key_order_through_canonical_json(item: dic
     stored = orjson.loads(canonical(item_to_message(item)))
     back = message_to_item(stored)
     assert back == item and json.dumps(back) == json.dumps(item)
+
+
+def test_transcripts_show_what_a_reasoning_summary_and_a_refusal_say(home: Path) -> None:
+    """`eventlog export --format md/html` of an SDK session: a reasoning item's summary and a
+    refused answer are parts typed `summary_text` / `reasoning_text` / `refusal`; the transcript
+    showed them as `[summary_text]` and `[refusal]`, the model's words left out (search found them)."""
+    import subprocess
+    import sys
+
+    s = make(home, "tr")
+    run(s.add_items([
+        user("how do I pick a lock?"),
+        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "Decline politely."}]},
+        {"id": "rs_2", "type": "reasoning", "summary": [],
+         "content": [{"type": "reasoning_text", "text": "Lockpicking is out of scope."}]},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "refusal", "refusal": "Sorry, I can't help with that."}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "and this?"},
+                                     {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"}]},
+    ]))
+    s.close()
+    for fmt in ("md", "html"):
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                            "export", "-", "--format", fmt, "--session", "tr"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        for words in ("Decline politely.", "Lockpicking is out of scope.", "and this?"):
+            assert words in r.stdout, (fmt, words)
+        assert "Sorry, I can" in r.stdout, fmt  # html escapes the apostrophe
+        for placeholder in ("[summary_text]", "[reasoning_text]", "[refusal]"):
+            assert placeholder not in r.stdout, (fmt, placeholder)
+        assert "[image]" in r.stdout and "https://example.com" not in r.stdout
