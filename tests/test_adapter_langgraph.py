@@ -321,6 +321,29 @@ def test_two_savers_taking_turns_on_a_thread_mirror_each_message_once(tmp_path: 
     assert len(state) == 8 and transcript == state
 
 
+def test_a_message_too_long_for_the_transcript_stays_in_the_checkpoint_only(tmp_path: Path) -> None:
+    """A reply whose text is over eventlog's 8 MiB message limit: the turn succeeds as with
+    LangGraph's own savers (the checkpoint holds it, stored in parts), the transcript leaves it
+    out and mirrors the turn's other messages (docs/ADAPTERS.md)."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="z" * (9 << 20), id="huge"), AIMessage(content="short", id="s")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_edge(START, "bot")
+    config = {"configurable": {"thread_id": "big"}}
+    with EventlogSaver(home=tmp_path) as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"messages": [("user", "write a novel")]}, config)
+        state = graph.get_state(config).values["messages"]
+    assert [len(m.content) for m in state] == [len("write a novel"), 9 << 20, 5]
+    with SessionStore.open(tmp_path) as store:
+        assert [m["content"] for m in store.get_messages(lg_model.thread_session("big"))] == ["write a novel", "short"]
+
+
 def _mirror_counts(home: Path, thread: str) -> tuple[int, int]:
     """(mirrored messages, distinct LangGraph ids among them) of a thread's session."""
     with SessionStore.open(home) as store:
