@@ -8,7 +8,8 @@ a time that is not a number in range shows as ``unknown``, a field of the wrong 
 * Multimodal content is shown as its text parts (any part's ``text``, a refusal part's
   ``refusal``); an image part as ``[image]``, other non-text parts as ``[<type>]``.
 * Tool calls and reasoning are folded (``<details>``); tool results too, since they are often
-  long machine output.
+  long machine output. An assistant message with a ``tool_name`` and no ``tool_calls`` is one
+  tool call, its content the arguments (the OpenAI Agents SDK adapter's function calls).
 * Messages are shown as given: pass ``include_inactive=True`` messages to show rewound ones
   (they are marked "rewound").
 
@@ -107,6 +108,19 @@ def tool_call_parts(call: Any) -> tuple[str, str]:
     return name, json.dumps(args, indent=2, ensure_ascii=False)
 
 
+def _lone_call(message: dict[str, Any], role: str, tool_name: str | None) -> tuple[str, str] | None:
+    """``(name, arguments)`` of an assistant message that is itself one tool call -- a tool name,
+    no ``tool_calls``, the arguments as its content (how the OpenAI Agents SDK adapter stores a
+    function call) -- else None."""
+    calls = message.get("tool_calls")
+    if role != "assistant" or tool_name is None or (isinstance(calls, list) and calls):
+        return None
+    content = message.get("content")
+    if isinstance(content, str):
+        return tool_name, _pretty_json_text(content)
+    return tool_name, "" if content is None else json.dumps(content, indent=2, ensure_ascii=False)
+
+
 def _reasoning_text(message: dict[str, Any]) -> str:
     text = _str(message.get("reasoning")) or ""
     details = message.get("reasoning_details")
@@ -189,9 +203,12 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
         out += ["---", "", heading, ""]
         text = content_text(message.get("content"))
         tool_name = _str(message.get("tool_name"))
+        lone = _lone_call(message, role, tool_name)
         if role == "tool":
             label = f"tool result: {tool_name}" if tool_name else "tool result"
             out += [_md_fold(label, text), ""]
+        elif lone is not None:
+            out += [_md_fold(f"tool call: {lone[0]}", lone[1], "json"), ""]
         elif text:
             out += [text, ""]
         reasoning = _reasoning_text(message)
@@ -280,8 +297,11 @@ def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
         parts.append("</header>")
         text = content_text(message.get("content"))
         tool_name = _str(message.get("tool_name"))
+        lone = _lone_call(message, role, tool_name)
         if role == "tool":
             parts.append(_html_fold(f"tool result: {tool_name}" if tool_name else "tool result", text, "tool-result"))
+        elif lone is not None:
+            parts.append(_html_fold(f"tool call: {lone[0]}", lone[1], "tool-call"))
         elif text:
             parts.append(f'<div class="content">{_e(text)}</div>')
         reasoning = _reasoning_text(message)

@@ -928,3 +928,30 @@ def test_transcripts_show_what_a_reasoning_summary_and_a_refusal_say(home: Path)
         for placeholder in ("[summary_text]", "[reasoning_text]", "[refusal]"):
             assert placeholder not in r.stdout, (fmt, placeholder)
         assert "[image]" in r.stdout and "https://example.com" not in r.stdout
+
+
+def test_a_function_call_reads_as_a_tool_call_in_show_and_transcripts(home: Path) -> None:
+    """A function call item is stored as an assistant message whose content is the arguments,
+    with the tool's name copied into tool_name "for eventlog's own views"; `sessions show` and
+    the md/html transcripts ignored the name and showed the arguments as if the assistant had
+    said `{"city":"Paris"}`. Now they show the call: `-> get_weather(...)`, "tool call: get_weather"."""
+    import subprocess
+    import sys
+
+    s = make(home, "calls")
+    run(s.add_items([user("weather in Paris?"),
+                     {"type": "function_call", "name": "get_weather", "call_id": "c1", "arguments": '{"city":"Paris"}'},
+                     {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]))
+    s.close()
+
+    def cli(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home), *args],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    assert 'assistant: -> get_weather({"city":"Paris"})' in cli("sessions", "show", "calls")
+    md = cli("export", "-", "--format", "md", "--session", "calls")
+    assert "<details><summary>tool call: get_weather</summary>" in md and '"city": "Paris"' in md
+    page = cli("export", "-", "--format", "html", "--session", "calls")
+    assert "tool call: get_weather" in page and "&quot;city&quot;: &quot;Paris&quot;" in page

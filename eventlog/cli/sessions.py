@@ -118,7 +118,8 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
 
 def _message_text(m: dict[str, Any]) -> str:
     """One line for a message: its text (a multimodal part list as JSON), then its tool calls
-    (``-> name(arguments)``); at most 200 characters each."""
+    (``-> name(arguments)``); at most 200 characters each. An assistant message with a tool name
+    and no tool calls is one call, its content the arguments."""
     import orjson
 
     content = m.get("content")
@@ -136,6 +137,9 @@ def _message_text(m: dict[str, Any]) -> str:
                 parts.append(f"-> {orjson.dumps(call).decode()[:200]}")
     if m.get("tool_name") and m.get("role") == "tool":
         parts.insert(0, f"[{m['tool_name']}]")
+    elif isinstance(m.get("tool_name"), str) and m.get("role") == "assistant" and not (isinstance(calls, list) and calls):
+        # one tool call whose content is its arguments (the OpenAI Agents SDK adapter's function calls)
+        parts = [f"-> {m['tool_name']}({' '.join(text.split())[:200]})"]
     return "  ".join(parts) if parts else "(no content)"
 
 
