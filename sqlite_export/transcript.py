@@ -95,12 +95,13 @@ def _pretty_json_text(text: str) -> str:
 
 
 def tool_call_parts(call: Any) -> tuple[str, str]:
-    """``(name, arguments as readable text)`` of one tool call in OpenAI or Anthropic shape."""
+    """``(name, arguments as readable text)`` of one tool call in OpenAI, Anthropic or LangChain
+    shape (``function.arguments``, ``input``, ``args``)."""
     if not isinstance(call, dict):
         return "unknown", json.dumps(call, ensure_ascii=False, indent=2)
     fn: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else {}
     name = _str(fn.get("name")) or _str(call.get("name")) or "unknown"
-    args = fn.get("arguments", call.get("arguments", call.get("input")))
+    args = fn.get("arguments", call.get("arguments", call.get("input", call.get("args"))))
     if isinstance(args, str):
         return name, _pretty_json_text(args)
     if args is None:

@@ -429,6 +429,44 @@ def test_a_real_graph_resumes_its_thread_and_its_messages_are_searchable(tmp_pat
         assert store.get_session("lg:chat-1")["source"] == "langgraph"
 
 
+def test_a_mirrored_tool_call_keeps_its_arguments_in_the_transcripts(tmp_path: Path) -> None:
+    """A LangChain tool call is `{"name", "args", "id"}`: the md/html transcripts of a graph's
+    thread showed "tool call: lookup" over an empty block, the arguments left out."""
+    import subprocess
+    import sys
+
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look a city up."""
+        return f"{city}: sunny"
+
+    def bot(state: MessagesState) -> dict[str, Any]:
+        if state["messages"][-1].type == "tool":
+            return {"messages": [AIMessage(content="It is sunny.")]}
+        return {"messages": [AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"city": "Lisbon"}, "id": "c1"}])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("bot", bot)
+    builder.add_node("tools", ToolNode([lookup]))
+    builder.add_edge(START, "bot")
+    builder.add_conditional_edges("bot", tools_condition)
+    builder.add_edge("tools", "bot")
+    with EventlogSaver(home=tmp_path) as saver:
+        builder.compile(checkpointer=saver).invoke({"messages": [("user", "weather?")]},
+                                                   {"configurable": {"thread_id": "w"}})
+    for fmt, args in (("md", '"city": "Lisbon"'), ("html", "&quot;city&quot;: &quot;Lisbon&quot;")):
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(tmp_path),
+                            "export", "-", "--format", fmt, "--session", "lg:w"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "tool call: lookup" in r.stdout and args in r.stdout, fmt
+        assert "Lisbon: sunny" in r.stdout and "It is sunny." in r.stdout
+
+
 def test_async_graph_and_delete_thread_rewinds_the_mirror(tmp_path: Path) -> None:
     config = {"configurable": {"thread_id": "chat-2"}}
 
