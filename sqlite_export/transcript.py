@@ -9,7 +9,8 @@ a time that is not a number in range shows as ``unknown``, a field of the wrong 
   ``refusal``); an image part as ``[image]``, other non-text parts as ``[<type>]``.
 * Tool calls and reasoning are folded (``<details>``); tool results too, since they are often
   long machine output. An assistant message with a ``tool_name`` and no ``tool_calls`` is one
-  tool call, its content the arguments (the OpenAI Agents SDK adapter's function calls).
+  tool call, its content the arguments (the OpenAI Agents SDK adapter's function calls); a tool
+  result without a ``tool_name`` is named after the call its ``tool_call_id`` answers.
 * Messages are shown as given: pass ``include_inactive=True`` messages to show rewound ones
   (they are marked "rewound").
 
@@ -122,6 +123,23 @@ def _lone_call(message: dict[str, Any], role: str, tool_name: str | None) -> tup
     return tool_name, "" if content is None else json.dumps(content, indent=2, ensure_ascii=False)
 
 
+def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Tool call id -> tool name, from every call the messages make: names a tool result that
+    carries only its call's id (the OpenAI Agents SDK adapter's function call outputs)."""
+    names: dict[str, str] = {}
+    for message in messages:
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict) and _str(call.get("id")):
+                name = tool_call_parts(call)[0]
+                if name != "unknown":
+                    names.setdefault(call["id"], name)
+        lone = _lone_call(message, _role(message), _str(message.get("tool_name")))
+        if lone is not None and _str(message.get("tool_call_id")):
+            names.setdefault(message["tool_call_id"], lone[0])
+    return names
+
+
 def _reasoning_text(message: dict[str, Any]) -> str:
     text = _str(message.get("reasoning")) or ""
     details = message.get("reasoning_details")
@@ -194,6 +212,7 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
     out += [f"- **{label}:** `{value}`" if label in ("Session", "Parent session")
             else f"- **{label}:** {html.escape(value, quote=False)}" for label, value in _facts(session, messages)]
     out.append("")
+    names = _call_names(messages)
     for n, message in enumerate(messages):
         role = _role(message)
         heading = f"## {n + 1}. {role} · {iso_time(message.get('timestamp'))}"
@@ -206,6 +225,7 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
         tool_name = _str(message.get("tool_name"))
         lone = _lone_call(message, role, tool_name)
         if role == "tool":
+            tool_name = tool_name or names.get(_str(message.get("tool_call_id")) or "")
             label = f"tool result: {tool_name}" if tool_name else "tool result"
             out += [_md_fold(label, text), ""]
         elif lone is not None:
@@ -281,6 +301,7 @@ def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
     ]
     parts += [f"<dt>{_e(label)}</dt><dd>{_e(value)}</dd>" for label, value in _facts(session, messages)]
     parts.append("</dl>")
+    names = _call_names(messages)
     for message in messages:
         role = _role(message)
         stamp = iso_time(message.get("timestamp"))
@@ -300,6 +321,7 @@ def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
         tool_name = _str(message.get("tool_name"))
         lone = _lone_call(message, role, tool_name)
         if role == "tool":
+            tool_name = tool_name or names.get(_str(message.get("tool_call_id")) or "")
             parts.append(_html_fold(f"tool result: {tool_name}" if tool_name else "tool result", text, "tool-result"))
         elif lone is not None:
             parts.append(_html_fold(f"tool call: {lone[0]}", lone[1], "tool-call"))

@@ -955,3 +955,24 @@ def test_a_function_call_reads_as_a_tool_call_in_show_and_transcripts(home: Path
     assert "<details><summary>tool call: get_weather</summary>" in md and '"city": "Paris"' in md
     page = cli("export", "-", "--format", "html", "--session", "calls")
     assert "tool call: get_weather" in page and "&quot;city&quot;: &quot;Paris&quot;" in page
+
+
+def test_a_function_call_output_is_named_after_its_call_in_transcripts(home: Path) -> None:
+    """A function_call_output item carries only its call_id: the md/html transcripts said "tool
+    result" with no name, where a Hermes or LangGraph session's say "tool result: <name>". The
+    name now comes from the call the output answers (its tool_call_id)."""
+    import subprocess
+    import sys
+
+    s = make(home, "outputs")
+    run(s.add_items([user("weather?"),
+                     {"type": "function_call", "name": "get_weather", "call_id": "c1", "arguments": "{}"},
+                     {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                     {"type": "function_call_output", "call_id": "unknown-call", "output": "orphan"}]))
+    s.close()
+    for fmt in ("md", "html"):
+        r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                            "export", "-", "--format", fmt, "--session", "outputs"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert "<summary>tool result: get_weather</summary>" in r.stdout, fmt
+        assert "<summary>tool result</summary>" in r.stdout and "orphan" in r.stdout, fmt
