@@ -344,6 +344,24 @@ def test_a_message_too_long_for_the_transcript_stays_in_the_checkpoint_only(tmp_
         assert [m["content"] for m in store.get_messages(lg_model.thread_session("big"))] == ["write a novel", "short"]
 
 
+def test_time_travel_appends_the_new_branch_to_the_transcript_after_the_old_one(tmp_path: Path) -> None:
+    """A run from an earlier checkpoint forks the thread: the transcript keeps the branch it left
+    and appends the new branch's messages, in the order written (docs/ADAPTERS.md)."""
+    config = {"configurable": {"thread_id": "tt"}}
+    with EventlogSaver(home=tmp_path) as saver:
+        graph = _chat_graph(saver)
+        graph.invoke({"messages": [("user", "first")]}, config)
+        graph.invoke({"messages": [("user", "second")]}, config)
+        fork = next(s for s in graph.get_state_history(config)
+                    if [m.content for m in s.values.get("messages", [])] == ["first", "echo: first"])
+        graph.invoke({"messages": [("user", "other")]}, fork.config)
+        state = [m.content for m in graph.get_state(config).values["messages"]]
+    assert state == ["first", "echo: first", "other", "echo: other"]
+    with SessionStore.open(tmp_path) as store:
+        transcript = [m["content"] for m in store.get_messages(lg_model.thread_session("tt"))]
+    assert transcript == ["first", "echo: first", "second", "echo: second", "other", "echo: other"]
+
+
 def _mirror_counts(home: Path, thread: str) -> tuple[int, int]:
     """(mirrored messages, distinct LangGraph ids among them) of a thread's session."""
     with SessionStore.open(home) as store:
