@@ -227,6 +227,33 @@ def test_none_ids_are_refused_not_stored_as_the_text_none(saver: EventlogSaver) 
     assert got is not None and got.checkpoint["channel_values"] == {"v": "root"}
 
 
+def test_ids_the_log_cannot_hold_are_refused_naming_the_callers_field(saver: EventlogSaver) -> None:
+    """A namespace over 65,536 characters, an empty checkpoint or task id: refused by the log's
+    check of the event, as `events[1].data.checkpoint_ns`, a field no caller passed. Now named as
+    the caller gave it, nothing written; the longest accepted namespace still round-trips."""
+    store = saver._open()
+    head = store.log.head()[0]
+    long_ns = "n" * 65537
+    empty_id = checkpoint({"v": 1}, {"v": 1})
+    empty_id["id"] = ""
+    for call, field in (
+            (lambda: saver.put(cfg("t", long_ns), checkpoint({"v": 1}, {"v": 1}), {}, {"v": 1}), "checkpoint_ns"),
+            (lambda: saver.put(cfg("t"), empty_id, {}, {"v": 1}), "checkpoint.id"),
+            (lambda: saver.put(cfg("t", checkpoint_id="p" * 65537), checkpoint({"v": 1}, {"v": 1}), {}, {"v": 1}),
+             "checkpoint_id"),
+            (lambda: saver.put_writes(cfg("t", long_ns, "c"), [("v", 1)], "task"), "checkpoint_ns"),
+            (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], ""), "task_id"),
+            (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], "x" * 65537), "task_id"),
+            (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], "task", "p" * 65537), "task_path")):
+        with pytest.raises(ValidationError) as info:
+            call()
+        assert info.value.field == field
+    assert store.log.head()[0] == head
+    saver.put(cfg("t", "n" * 65536), checkpoint({"v": "longest"}, {"v": 1}), {}, {"v": 1})
+    got = saver.get_tuple(cfg("t", "n" * 65536))
+    assert got is not None and got.checkpoint["channel_values"] == {"v": "longest"}
+
+
 def test_one_string_of_ids_is_one_id_not_its_characters(saver: EventlogSaver) -> None:
     """delete_for_runs("r1") and prune("t1") iterated the string: runs "r" and "1", threads "t"
     and "1" -- removing other runs' and threads' checkpoints, and not the one asked for."""

@@ -103,6 +103,17 @@ def _namespace(conf: Any, *, writing: bool) -> str:
     return _text(ns, "checkpoint_ns")
 
 
+def _stored(text: str, field: str, *, empty: bool = True) -> str:
+    """An id as a write stores it: at most ``model.MAX_TEXT`` characters, and not empty unless
+    ``empty``. Refused here, ValidationError naming ``field`` as the caller passed it (the log's
+    check named the event's field instead, ``events[1].data.checkpoint_ns``)."""
+    if len(text) > model.MAX_TEXT:
+        raise ValidationError(field, f"longer than {model.MAX_TEXT} characters")
+    if not empty and not text:
+        raise ValidationError(field, "must not be empty")
+    return text
+
+
 def _ids(values: Any, field: str) -> builtins.set[str]:
     """The ids of a ``Sequence[str]`` argument; one string is one id (not its characters)."""
     return {_text(v, field) for v in ([values] if isinstance(values, str) else values)}
@@ -848,8 +859,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         meta = get_checkpoint_metadata(config, metadata)
         ctype, craw = dumps(stripped)
         mtype, mraw = dumps(meta)
-        cid = _text(checkpoint["id"], "checkpoint.id")
-        parent_id = _text(parent, "checkpoint_id") if parent else None
+        ns = _stored(ns, "checkpoint_ns")
+        cid = _stored(_text(checkpoint["id"], "checkpoint.id"), "checkpoint.id", empty=False)
+        parent_id = _stored(_text(parent, "checkpoint_id"), "checkpoint_id") if parent else None
         versions = dict(checkpoint.get("channel_versions", {}))
         data: dict[str, Any] = {
             "thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent_id,
@@ -957,7 +969,10 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             return
         store = self._open()
         sid = model.thread_session(tid)
-        cid, task, path = _text(conf["checkpoint_id"], "checkpoint_id"), _text(task_id, "task_id"), _text(task_path, "task_path")
+        ns = _stored(ns, "checkpoint_ns")
+        cid = _stored(_text(conf["checkpoint_id"], "checkpoint_id"), "checkpoint_id", empty=False)
+        task = _stored(_text(task_id, "task_id"), "task_id", empty=False)
+        path = _stored(_text(task_path, "task_path"), "task_path")
         # Several events in one atomic batch when the writes together outgrow one (each event
         # under the log's limit; a single write too large alone is refused: EventTooLargeError).
         events = [*self._creation(store, tid), *({"type": "langgraph.writes_put", "session": sid, "data": {
