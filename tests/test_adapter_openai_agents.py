@@ -976,3 +976,20 @@ def test_a_function_call_output_is_named_after_its_call_in_transcripts(home: Pat
         assert r.returncode == 0, r.stderr
         assert "<summary>tool result: get_weather</summary>" in r.stdout, fmt
         assert "<summary>tool result</summary>" in r.stdout and "orphan" in r.stdout, fmt
+
+
+def test_sessions_show_names_a_function_call_output_after_its_call(home: Path) -> None:
+    """`eventlog sessions show` printed an SDK tool result as `tool: sunny`, where a Hermes or
+    LangGraph session's show `tool: [name]  ...`: the output item carries only its call_id."""
+    import subprocess
+    import sys
+
+    s = make(home, "show-outputs")
+    run(s.add_items([{"type": "function_call", "name": "get_weather", "call_id": "c1", "arguments": "{}"},
+                     {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                     {"type": "function_call_output", "call_id": "nobody", "output": "orphan"}]))
+    s.close()
+    r = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home", str(home),
+                        "sessions", "show", "show-outputs"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "tool: [get_weather]  sunny" in r.stdout and "tool: orphan" in r.stdout

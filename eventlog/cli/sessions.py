@@ -111,15 +111,36 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
     click.echo(f"{session['id']}  {printable(session.get('title') or '(untitled)')}")
     click.echo(f"source {shown_source(session.get('source'))}  model {printable(session.get('model') or '-')}  "
                f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
+    names = _call_names(messages)
     for m in messages:
         flag = "" if m.get("active", True) else " (rewound)"
-        click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {printable(_message_text(m))}")
+        click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {printable(_message_text(m, names))}")
 
 
-def _message_text(m: dict[str, Any]) -> str:
+def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """Tool call id -> tool name of every call the messages make (``tool_calls``, and an assistant
+    message that is one call: a tool name and no tool calls), for a tool result that carries
+    only its call's id (the OpenAI Agents SDK adapter's function call outputs)."""
+    names: dict[str, str] = {}
+    for m in messages:
+        calls = m.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict) and isinstance(call.get("id"), str):
+                fn = call.get("function")
+                name = fn.get("name") if isinstance(fn, dict) else call.get("name")
+                if isinstance(name, str):
+                    names.setdefault(call["id"], name)
+        if (m.get("role") == "assistant" and isinstance(m.get("tool_name"), str) and not calls
+                and isinstance(m.get("tool_call_id"), str)):
+            names.setdefault(m["tool_call_id"], m["tool_name"])
+    return names
+
+
+def _message_text(m: dict[str, Any], names: dict[str, str] | None = None) -> str:
     """One line for a message: its text (a multimodal part list as JSON), then its tool calls
     (``-> name(arguments)``); at most 200 characters each. An assistant message with a tool name
-    and no tool calls is one call, its content the arguments."""
+    and no tool calls is one call, its content the arguments; a tool result without a name is
+    named after the call its ``tool_call_id`` answers (``names``)."""
     import orjson
 
     content = m.get("content")
@@ -135,8 +156,9 @@ def _message_text(m: dict[str, Any]) -> str:
                 parts.append(f"-> {fn.get('name')}({' '.join(args.split())[:200]})")
             else:
                 parts.append(f"-> {orjson.dumps(call).decode()[:200]}")
-    if m.get("tool_name") and m.get("role") == "tool":
-        parts.insert(0, f"[{m['tool_name']}]")
+    tool_name = m.get("tool_name") or (names or {}).get(m.get("tool_call_id") or "")
+    if tool_name and m.get("role") == "tool":
+        parts.insert(0, f"[{tool_name}]")
     elif isinstance(m.get("tool_name"), str) and m.get("role") == "assistant" and not (isinstance(calls, list) and calls):
         # one tool call whose content is its arguments (the OpenAI Agents SDK adapter's function calls)
         parts = [f"-> {m['tool_name']}({' '.join(text.split())[:200]})"]
