@@ -349,3 +349,19 @@ def test_append_names_the_line_whose_title_is_taken(tmp_path: Path) -> None:
     assert "e.g. 'Twin #2'" in r.stderr, r.stderr
     assert "e.g. 'Dup #2'" in run(home, "append", input=lines.replace("Twin", "Dup")).stderr  # held in the log
     assert run(home, "log", "verify", "--json").stdout == head  # nothing appended
+
+
+def test_append_hints_a_title_no_line_of_its_input_gives(tmp_path: Path) -> None:
+    """A title refused because an earlier line holds it was hinted as a title another line of
+    the same input gives: 'Twin' refused got 'Twin #2' (line 2's), 'Twin #2' refused got 'Twin'
+    (line 1's), and the input the hint led to was refused again. Every title of the input now
+    counts as taken: 'Twin #3', which the input then takes."""
+    home = tmp_path / "home"
+    for third in ("Twin", "Twin #2"):
+        lines = ['{"type":"session.created","session":"a","data":{"title":"Twin"}}\n',
+                 '{"type":"session.created","session":"b","data":{"title":"Twin #2"}}\n',
+                 '{"type":"session.created","session":"c","data":{"title":"%s"}}\n']
+        r = run(home, "append", input="".join(lines) % third)
+        assert r.returncode == 1 and r.stderr.startswith(f"error: line 3.data.title: '{third}' is already used"), r
+        assert "e.g. 'Twin #3'" in r.stderr, r.stderr
+    assert run(home, "append", input="".join(lines) % "Twin #3").returncode == 0

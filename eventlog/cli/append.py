@@ -64,6 +64,10 @@ def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
         yield n, obj
 
 
+def _titled(ev: dict[str, Any]) -> bool:
+    return ev["type"] in ("session.created", "session.titled") and ev["data"].get("title") is not None
+
+
 def _name_title_line(e: TitleConflictError, events: list[dict[str, Any]], numbers: list[int]) -> None:
     """Rename the title conflict's field ``title`` to ``line N.data.title``: the first line giving
     that title to a session other than its holder (the holder may be a session of the input)."""
@@ -92,8 +96,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
     lines = list(_read_events(sys.stdin))
     batch = [prepare_input(obj, f"line {n}") for n, obj in lines]
     seqs: list[int] = []
-    titled = any(ev["type"] in ("session.created", "session.titled") and ev["data"].get("title") is not None
-                 for ev in batch)
+    titled = any(_titled(ev) for ev in batch)
     # Titles are unique in a profile: the store checks them on its read model, under its rules lock.
     with contextlib.ExitStack() as stack:
         store = stack.enter_context(c.open_store(create=True)) if titled else None
@@ -115,7 +118,7 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
                 _name_title_line(e, events, numbers[len(seqs):] if each else numbers)
                 raise
         if store is not None:  # a title another session holds: the hint names a free one, not a Python API
-            stack.enter_context(free_title_hint(store))
+            stack.enter_context(free_title_hint(store, [ev["data"]["title"] for ev in batch if _titled(ev)]))
         if each:
             for ev in batch:
                 try:

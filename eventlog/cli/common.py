@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import click
 
@@ -186,14 +186,16 @@ def options_named(names: dict[str, str]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def free_title_hint(store: SessionStore) -> Iterator[None]:
-    """A title conflict's hint names a free title (rather than a Python API)."""
+def free_title_hint(store: SessionStore, batch_titles: Iterable[str] = ()) -> Iterator[None]:
+    """A title conflict's hint names a free title (rather than a Python API). ``batch_titles``:
+    the titles the refused input gives (not in the log yet), none of which the hint may name."""
     try:
         yield
     except TitleConflictError as e:
         try:
-            # also_taken: the holder may be an earlier line of the same batch (not in the log yet)
-            free = store.next_title(e.title, also_taken=(e.title,))
+            # also_taken: the holder may be an earlier line of the same batch (not in the log yet),
+            # and so may be the hint's candidates ('Twin #2' given by another line of it)
+            free = store.next_title(e.title, also_taken=(e.title, *batch_titles))
         except EventLogError:
             free = f"{e.title} #2"
         e.hint = f"choose another title, e.g. {free!r}"
