@@ -408,6 +408,12 @@ def test_raw_sql_writes_are_recorded_and_survive_a_rebuild(path: Path) -> None:
     db.close()
 
 
+def _with_conn(c: sqlite3.Connection) -> int:
+    with c:
+        c.execute("UPDATE sessions SET title = 'w' WHERE id = 's1'")
+    return 7
+
+
 RAW_CALLBACKS: dict[str, Callable[[sqlite3.Connection], Any]] = {
     "rollback only": lambda c: c.rollback(),
     "write, rollback": lambda c: (c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), c.rollback(), 1)[-1],
@@ -420,6 +426,16 @@ RAW_CALLBACKS: dict[str, Callable[[sqlite3.Connection], Any]] = {
         c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), c.rollback(), c.execute("BEGIN"),
         c.execute("UPDATE sessions SET model = 'o' WHERE id = 's1'"), c.execute("ROLLBACK"),
         c.execute("UPDATE sessions SET title = 'z' WHERE id = 's1'"), 4)[-1],
+    # sqlite3's executescript() commits first; a cursor's statements and `with conn` are the
+    # connection's (each of these committed or rolled back the facade's transaction itself)
+    "executescript: write, ROLLBACK, write": lambda c: (
+        c.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"),
+        c.executescript("UPDATE sessions SET model = 'p' WHERE id = 's1'; BEGIN; "
+                        "UPDATE sessions SET title = 'q' WHERE id = 's1'; ROLLBACK;"), 5)[-1],
+    "cursor: write, ROLLBACK, write": lambda c: (lambda cur: (
+        cur.execute("UPDATE sessions SET title = 'x' WHERE id = 's1'"), cur.execute("ROLLBACK"),
+        cur.execute("UPDATE sessions SET model = 'r' WHERE id = 's1'"), 6)[-1])(c.cursor()),
+    "with conn: write": _with_conn,
 }
 """``_execute_write`` callbacks that end or undo the transaction themselves, and what each leaves
 of session s1 (title, model) on Hermes 0.19.0's own SessionDB (whose connection is in autocommit
@@ -427,7 +443,9 @@ mode: a write after the callback's rollback or commit is kept at once). The herm
 test_hermes_hostile.py checks these against the real class."""
 RAW_OUTCOMES = {"rollback only": (None, None, None), "write, rollback": (1, None, None),
                 "write, rollback, write": (2, None, "m"), "write, commit, write, rollback": (3, "y", "n"),
-                "rollback, BEGIN, write, ROLLBACK, write": (4, "z", None)}
+                "rollback, BEGIN, write, ROLLBACK, write": (4, "z", None),
+                "executescript: write, ROLLBACK, write": (5, "x", "p"), "cursor: write, ROLLBACK, write": (6, None, "r"),
+                "with conn: write": (7, "w", None)}
 
 
 @pytest.mark.parametrize("name", sorted(RAW_CALLBACKS))
@@ -435,13 +453,27 @@ def test_a_raw_callback_that_commits_or_rolls_back_leaves_what_hermes_leaves(pat
     """A callback's ``rollback()`` rolled back the facade's whole transaction (the call failed
     with "no such table: temp.eventlog_touched"), and its ``commit()`` committed the projection
     before the log append. Now both act as on Hermes' connection, and what is left is in the log
-    (the same after a rebuild)."""
+    (the same after a rebuild). So do ``executescript()`` and a ``cursor()``'s ``COMMIT`` and
+    ``ROLLBACK``, which still ended the facade's transaction: the projection kept writes the log
+    never got ("no such savepoint: eventlog_raw"); ``with conn:`` was a TypeError."""
     db = SessionDB(path)
     db.create_session("s1", "cli")
     result = db._execute_write(RAW_CALLBACKS[name])
     session = db.get_session("s1")
     assert (result, session["title"], session["model"]) == RAW_OUTCOMES[name]
     same_live_and_rebuilt(db, lambda: dump(path), dump(path))
+    db.close()
+
+
+def test_a_raw_script_with_two_statements_on_one_line_runs_both(path: Path) -> None:
+    """``db._conn.executescript("A; B;")`` was cut into statements at line ends only, and
+    failed "You can only execute one statement at a time"; sqlite3's runs both."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db._conn.executescript("UPDATE sessions SET title = 'a;b' WHERE id = 's1'; /* ; */ "
+                           "UPDATE sessions SET model = 'm' WHERE id = 's1'; -- done;")
+    same_live_and_rebuilt(db, lambda: (db.get_session("s1") or {}).get("title"), "a;b")
+    assert (db.get_session("s1") or {})["model"] == "m"
     db.close()
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.events import from_json, sql_value
@@ -149,6 +149,34 @@ class _Checked:
             self._keep()
         return cursor
 
+    def executescript(self, script: str) -> Any:
+        """As ``sqlite3``'s: what is open is committed first, then each statement runs as
+        :meth:`execute` runs it (checked; its ``BEGIN``/``COMMIT``/``ROLLBACK`` as above).
+        ``sqlite3``'s own committed the facade's transaction and ran the statements unchecked: the
+        projection kept rows the log never got, and the call failed ("no such savepoint")."""
+        self.commit()
+        cursor = None
+        for statement in _split(script):
+            cursor = self.execute(statement)
+        return cursor if cursor is not None else self._conn.execute("SELECT NULL WHERE 0")
+
+    def cursor(self, factory: Any = None) -> "_CheckedCursor":
+        """A cursor whose statements :meth:`execute` runs (a plain one's ``COMMIT`` or ``ROLLBACK``
+        ended the facade's transaction, as :meth:`executescript` did)."""
+        return _CheckedCursor(self)
+
+    def __enter__(self) -> "_Checked":
+        return self
+
+    def __exit__(self, exc_type: Any, *rest: Any) -> Literal[False]:
+        """``with conn:`` commits or, on an exception, rolls back, as on ``sqlite3``'s connection
+        (it was a TypeError: ``_Checked`` is not a context manager)."""
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+        return False
+
     def rollback(self) -> None:
         if self._open:
             self._conn.execute(f"ROLLBACK TO {_MARK}")
@@ -181,6 +209,33 @@ class _Checked:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
+
+
+class _CheckedCursor:
+    """:meth:`_Checked.cursor`: each statement runs through the :class:`_Checked` it came from;
+    results, ``lastrowid``, ``rowcount`` and ``description`` are its last statement's."""
+
+    def __init__(self, checked: _Checked) -> None:
+        self._checked = checked
+        self._cursor: Any = checked._conn.cursor()
+
+    def execute(self, sql: str, parameters: Any = ()) -> "_CheckedCursor":
+        self._cursor = self._checked.execute(sql, parameters)
+        return self
+
+    def executemany(self, sql: str, seq_of_parameters: Iterable[Any]) -> "_CheckedCursor":
+        self._cursor = self._checked.executemany(sql, seq_of_parameters)
+        return self
+
+    def executescript(self, script: str) -> "_CheckedCursor":
+        self._cursor = self._checked.executescript(script)
+        return self
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cursor)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 def ddl_is_noop(conn: sqlite3.Connection, sql: str) -> bool:
@@ -439,13 +494,16 @@ def _run_many(conn: sqlite3.Connection, sql: str, params: list[Any]) -> Result:
 
 
 def _split(script: str) -> list[str]:
+    """The statements of ``script``, cut at each ``;`` that ends one (not one in a string, a
+    comment or a trigger's body); a part that is only comments is none. (Cut at line ends, two
+    statements on one line were one: "You can only execute one statement at a time".)"""
     out, current = [], ""
-    for line in script.splitlines(keepends=True):
-        current += line
+    for piece in re.split(r"(?<=;)", script):
+        current += piece
         if sqlite3.complete_statement(current):
-            if current.strip():
+            if without_comments(current).strip(" \t\r\n;"):
                 out.append(current.strip())
             current = ""
-    if current.strip():
+    if without_comments(current).strip(" \t\r\n;"):
         out.append(current.strip())
     return out
