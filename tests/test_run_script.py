@@ -52,6 +52,16 @@ def test_run_test_without_pytest_xdist_in_the_venv_runs_in_one_process(tmp_path:
     assert args.read_text() == "-m pytest -q tests/test_x.py\n"
 
 
+def test_run_test_leaves_a_debugging_run_in_one_process(tmp_path: Path) -> None:
+    """`python3 run test --pdb` got `-n 2 --dist loadfile` too, and pytest-xdist stopped it:
+    "--pdb is incompatible with distributing tests". A debugger needs the one process."""
+    args = _fake_venv(tmp_path, with_xdist=True)
+    for flag in ("--pdb", "--trace"):
+        args.unlink(missing_ok=True)
+        r = _run_test(tmp_path, "tests/test_x.py", flag)
+        assert r.returncode == 0 and args.read_text() == f"-m pytest -q tests/test_x.py {flag}\n", r
+
+
 def test_run_test_worker_options(tmp_path: Path) -> None:
     """EVENTLOG_TEST_WORKERS that is no number ended in a ValueError traceback (exit 1, as failed
     tests) after the venv's set-up; `-pno:xdist` (pytest's one-word spelling) got `-n` added, which
