@@ -365,3 +365,19 @@ def test_append_hints_a_title_no_line_of_its_input_gives(tmp_path: Path) -> None
         assert r.returncode == 1 and r.stderr.startswith(f"error: line 3.data.title: '{third}' is already used"), r
         assert "e.g. 'Twin #3'" in r.stderr, r.stderr
     assert run(home, "append", input="".join(lines) % "Twin #3").returncode == 0
+
+
+def test_a_command_started_with_a_read_only_stdout_is_a_usage_error_before_any_work(tmp_path: Path) -> None:
+    """`eventlog sessions new 1</dev/null` created the session, then failed to print its id with
+    "error: cannot use: Bad file descriptor", exit 1: read as nothing done, and a retry made a
+    second session. A stdout open for reading only is now refused as a closed one is (exit 2,
+    before any work)."""
+    home = tmp_path / "home"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    env = {k: v for k, v in os.environ.items() if k != "EVENTLOG_LOG_URL"}
+    for args in (["sessions", "new"], ["messages", "add", "s1", "--role", "user", "--content", "hi"]):
+        r = subprocess.run(["sh", "-c", 'exec "$@" 1</dev/null', "sh", EXE, "--home", str(home), "--profile", "p",
+                            *args], capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode == 2 and "stdout is open for reading only" in r.stderr and "Traceback" not in r.stderr, r
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing was written

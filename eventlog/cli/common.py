@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import itertools
 import logging
 import os
@@ -126,6 +127,22 @@ def need_stdout() -> None:
         raise click.UsageError("stdout is closed (the command was started with it closed: `>&-`), and the "
                                "command reports what it did there; start it with stdout open "
                                "(`>/dev/null` to discard the report)")
+    if _read_only(sys.stdout):
+        # `1</dev/null`: the work was done, then the report failed 'cannot use: Bad file
+        # descriptor' with exit 1, which reads as nothing done (a retry made a second session)
+        raise click.UsageError("stdout is open for reading only (the command was started with `1<FILE`), and "
+                               "the command reports what it did there; start it with stdout open for writing "
+                               "(`>/dev/null` to discard the report)")
+
+
+def _read_only(stream: Any) -> bool:
+    """Whether ``stream`` is a file descriptor open for reading only (False when it has none)."""
+    try:
+        import fcntl
+
+        return fcntl.fcntl(stream.fileno(), fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except (ImportError, OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
 
 
 class InputFile(click.File):
