@@ -139,6 +139,12 @@ def test_next_title_numbers_a_lineage(store: SessionStore) -> None:
     assert store.next_title("Fix the parser") == "Fix the parser #2"  # freed by the delete
 
 
+def test_next_title_takes_a_lone_also_taken_string_as_one_title(store: SessionStore) -> None:
+    # also_taken="Twin" was iterated as the titles "T", "w", "i", "n": 'Twin' came back as free
+    assert store.next_title("Twin", also_taken="Twin") == "Twin #2"
+    assert store.next_title("Twin", also_taken=["Twin", "Twin #2"]) == "Twin #3"
+
+
 # ---- lineage ---------------------------------------------------------------------------------
 
 

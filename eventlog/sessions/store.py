@@ -972,8 +972,9 @@ class SessionStore:
     def next_title(self, base: str, *, also_taken: Iterable[str] = ()) -> str:
         """The next free title of a lineage: ``base``, else ``base #2``, ``base #3``, ...
         ``also_taken``: titles to count as held though the log does not hold them yet (those
-        of earlier events in a batch being written)."""
-        return ev.next_title(base, self._fresh().titles() | set(also_taken))
+        of earlier events in a batch being written); a lone string is one title, not its letters."""
+        taken = {also_taken} if isinstance(also_taken, str) else set(also_taken)
+        return ev.next_title(base, self._fresh().titles() | taken)
 
     def _flag(self, which: str, session_id: str) -> int:
         sid = ev.validate_session_id(session_id)
