@@ -289,18 +289,33 @@ def flock_until(fd: int, deadline: float) -> bool:
 
 def flock_holder(path: str | os.PathLike[str]) -> int | None:
     """The pid holding an exclusive flock on ``path`` (a file or a directory), from /proc/locks
-    (Linux; None elsewhere, or when nobody holds one). Reads /proc only: never opens ``path``."""
+    (Linux; None elsewhere, or when nobody holds one). Reads /proc only: never opens ``path``.
+
+    A lock is ``path``'s when its device and inode are ``path``'s: inode numbers repeat across file
+    systems (two tmpfs mounts both start at 2), and matched by the inode alone another file
+    system's lock named its holder -- a stopped process there made doctor, reads and writers
+    take this lock for held by a stopped process. Where the device does not read the same in
+    /proc/locks as in stat() (btrfs subvolumes), an inode-only match is taken when all such
+    matches name one process, else the holder is unknown (None)."""
     try:
-        inode = os.stat(path).st_ino
+        st = os.stat(path)
         with open("/proc/locks", encoding="ascii", errors="replace") as f:
             lines = f.read().splitlines()
     except OSError:
         return None
+    device = (os.major(st.st_dev), os.minor(st.st_dev))
+    others: set[int | None] = set()
     for line in lines:
         parts = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" ("->" marks a waiter)
         if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[2] != "->":
             dev_ino = parts[5].split(":")
-            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == inode:
-                return int(parts[4]) if parts[4].isascii() and parts[4].isdigit() else None
-    return None
+            if len(dev_ino) == 3 and dev_ino[2].isascii() and dev_ino[2].isdigit() and int(dev_ino[2]) == st.st_ino:
+                pid = int(parts[4]) if parts[4].isascii() and parts[4].isdigit() else None
+                try:
+                    if (int(dev_ino[0], 16), int(dev_ino[1], 16)) == device:
+                        return pid
+                except ValueError:
+                    pass
+                others.add(pid)
+    return others.pop() if len(others) == 1 else None
