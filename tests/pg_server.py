@@ -41,6 +41,10 @@ def find_bindir() -> Path | None:
     return Path(os.path.realpath(which)).parent if which else None
 
 
+PORT_TRIES = 5
+"""Ports tried before :meth:`PgServer.start` gives up (each picked free, then maybe taken)."""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -92,7 +96,17 @@ class PgServer:
         self._run("initdb", "--no-sync", "-D", str(self.data), "-U", SUPERUSER, f"--pwfile={pwfile}",
                   "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C")
         pwfile.unlink()
-        self.boot()
+        for attempt in range(PORT_TRIES):
+            try:
+                self.boot()
+                break
+            except RuntimeError:
+                # The port was free when picked, then released for the server: a process that
+                # took it meanwhile (another xdist worker's server picking the same one) makes the
+                # server refuse to start. Another port is tried; any other failure is raised.
+                if attempt == PORT_TRIES - 1 or "already in use" not in self.log_tail(50):
+                    raise
+                self.port = free_port()
         self.create_database(DBNAME)
         return self
 
