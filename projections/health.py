@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from eventlog.errors import EventLogError
 from eventlog.log import Log
+from eventlog.log import damage as log_damage
 from projections import db as sql
 from projections import files, space
 from projections.schema import FTS_APP_ID, FTS_SCHEMA, STATE_APP_ID, STATE_SCHEMA
@@ -58,7 +59,9 @@ class LogView:
                     found_fast = fast(s)
                     return found_fast if isinstance(found_fast, str) else None
                 env = log.get(s)
-            except EventLogError:  # a damaged event has no hash to compare with
+            except EventLogError as e:  # a damaged event has no hash to compare with
+                if not log_damage.is_damage(log, e):
+                    raise  # the server out of reach or refusing: not a sign of another log
                 return None
             found = env.get("hash") if isinstance(env, dict) else None
             return found if isinstance(found, str) else None

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import orjson
 
-from eventlog.errors import IntegrityError
+from eventlog.errors import EventLogError, IntegrityError
 from eventlog.log import codec
 
 MARKER = "damaged.json"
@@ -50,6 +50,19 @@ class Damage:
         what = f"{action}: " if action else ""
         return IntegrityError(f"{what}the log is damaged at seq {self.seq} ({self.reason}); nothing was written",
                               hint=REPAIR_HINT)
+
+
+def is_damage(log: Any, error: BaseException) -> bool:
+    """Whether ``error``, raised reading ``log``'s events, says the stored events are damaged:
+    an :class:`IntegrityError` (an event that does not decode), or any storage error of a log
+    in local files (a corrupted LMDB page reads as one). A log on a server (no local path)
+    raises :class:`~eventlog.errors.StorageError` when the server is out of reach or refuses
+    the read (a revoked privilege, a statement timeout): the events may be intact, so that is
+    an error to report, never a damage to stop at (it made a read answer with an empty
+    projection, rebuilt as if it belonged to another log)."""
+    if isinstance(error, IntegrityError):
+        return True
+    return isinstance(error, EventLogError) and getattr(log, "path", None) is not None
 
 
 def check_event(raw: bytes | None, seq: int, prev: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -118,8 +131,6 @@ class Verified:
         self.damage: Damage | None = None
 
     def __iter__(self) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
-        from eventlog.errors import EventLogError
-
         to_seq = self.log.head()[0] if self.to_seq is None else self.to_seq
         expect = self.from_seq
         if expect > to_seq:
@@ -152,6 +163,8 @@ class Verified:
                 expect += 1
                 yield seq, raw, env
         except EventLogError as e:  # a backend that refuses to hand out a damaged event
+            if not is_damage(self.log, e):
+                raise
             self._stop(expect, str(e))
             return
         if known is not None and expect > to_seq:
