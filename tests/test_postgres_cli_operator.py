@@ -53,3 +53,34 @@ def test_a_read_the_server_refuses_is_an_error_and_the_projection_is_kept(tmp_pa
     res = run(*base, "search", "kept", "--json")
     assert res.exit_code == 0 and [r["session_id"] for r in json.loads(res.stdout)["results"]] == ["s1"]
 
+
+@pytest.mark.parametrize("cached_head", [False, True])
+def test_a_statement_timeout_is_named_and_a_refused_append_is_not_of_unknown_outcome(
+        pg_url: str, pg_profile: str, cached_head: bool) -> None:
+    """A statement_timeout (here in the URL's options) that ends an append's wait for the
+    profile's lock: the server answered, the transaction aborted, nothing was stored. The append
+    said "cannot reach PostgreSQL ... check that the server is running", and a handle that wrote
+    the head it knew (the one-round-trip append, whose COMMIT is in the same pipeline) raised
+    OutcomeUnknownError, "the connection was lost after COMMIT was sent"."""
+    from eventlog.errors import OutcomeUnknownError, StorageError
+    from eventlog.log.pg_schema import LOCK_NAMESPACE
+    from eventlog.log.postgres import PostgresLog
+
+    with PostgresLog.open(pg_url, profile=pg_profile) as admin:
+        admin.append([{"type": "note.added", "session": "s1", "data": {"text": "first"}}])
+        pid = admin.info.id
+    timed = pg_url + "?options=-c%20statement_timeout%3D100"
+    with PostgresLog.open(timed, profile=pg_profile, reconnect_timeout=0.5) as log, connect(pg_url) as holder:
+        if cached_head:
+            log.append([{"type": "note.added", "session": "s1", "data": {"text": "second"}}])
+        head = log.head()
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, pid))
+        with pytest.raises(StorageError) as info:
+            log.append([{"type": "note.added", "session": "s1", "data": {"text": "refused"}, "id": "e-refused"}])
+        assert not isinstance(info.value, OutcomeUnknownError), info.value
+        assert "cannot reach" not in str(info.value) and "statement timeout" in str(info.value)
+        assert info.value.hint is not None and "statement_timeout" in info.value.hint
+        holder.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, pid))
+        assert log.head() == head
+        assert log.append([{"type": "note.added", "session": "s1", "data": {"text": "refused"}, "id": "e-refused"}]) \
+            == [head[0] + 1]

@@ -100,6 +100,14 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
         return StorageError(f"{action}: permission denied{at}: {text}",
                             hint="the role lacks a privilege on this profile's schema; provision the profile "
                                  "with an administrator URL and grant its role to this login")
+    if isinstance(e, (pgerr.QueryCanceled, pgerr.LockNotAvailable)):
+        # The server answered: a timeout the administrator set (for the login, the database, or
+        # in the URL's options) ended the statement. It said "cannot reach PostgreSQL".
+        setting = "lock_timeout" if isinstance(e, pgerr.LockNotAvailable) else "statement_timeout"
+        return StorageError(f"{action}: the server cancelled the statement{at}: {text}",
+                            hint=f"a {setting} of this login, its database or the URL's options is shorter than an "
+                                 f"eventlog statement (a wait for the profile's lock, a long read): raise it, or set "
+                                 f"it to 0 for eventlog's login; or an administrator cancelled the statement")
     if isinstance(e, psycopg.OperationalError):
         return StorageError(f"{action}: cannot reach PostgreSQL{at}: {text}",
                             hint="check that the server is running and the URL, user and password are right")

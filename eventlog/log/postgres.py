@@ -166,6 +166,16 @@ def _pipeline(conn: psycopg.Connection[Any]) -> Iterator[Any]:
         raise failed
 
 
+def _aborted_inside(conn: psycopg.Connection[Any]) -> bool:
+    """After a failed write: the server answered a statement of the transaction with an error
+    (a statement timeout, a refused privilege), so the transaction is aborted and the COMMIT
+    sent after it in the pipeline did not commit: the outcome is known, nothing was stored.
+    False for a lost connection (the COMMIT may have landed) and once the transaction ended
+    (an error after the COMMIT, in the NOTIFY's own transaction)."""
+    return (not conn.closed and not conn.broken
+            and conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR)
+
+
 class _Sent(Exception):
     """An erase's connection failed after its COMMIT was sent (it may have committed)."""
 
@@ -735,6 +745,8 @@ class PostgresLog(LogBase):
                 conn.execute("COMMIT", prepare=False)
                 conn.execute(st.notify, (self.info.channel, str(seq)), prepare=False)  # its own transaction
         except BaseException:
+            if self._phase == _SENT and _aborted_inside(conn):
+                self._phase = _BEFORE  # the server refused a statement before the COMMIT: nothing committed
             self._abort(conn)
             self._cached_head = None
             raise
@@ -778,6 +790,8 @@ class PostgresLog(LogBase):
                 else:
                     conn.execute("ROLLBACK")  # refusals and replays write nothing, not even the head
         except BaseException:
+            if self._phase == _SENT and _aborted_inside(conn):
+                self._phase = _LOOKED_UP  # the ids were looked up and this transaction did not commit
             self._abort(conn)
             self._cached_head = None
             raise
