@@ -84,3 +84,21 @@ def test_a_statement_timeout_is_named_and_a_refused_append_is_not_of_unknown_out
         assert log.head() == head
         assert log.append([{"type": "note.added", "session": "s1", "data": {"text": "refused"}, "id": "e-refused"}]) \
             == [head[0] + 1]
+
+
+def test_a_profile_whose_schema_was_dropped_by_hand_is_not_created_by_init_and_names_the_layout(
+        tmp_path: Path, pg_server: Any, pg_url: str, pg_profile: str) -> None:
+    """The registry still names the profile, its schema is gone: `eventlog init` said it had
+    created the profile (exit 0), and every command's hint sent the operator to check the URL
+    and the server, which were right."""
+    base = ["--home", str(tmp_path / "h"), "--profile", pg_profile, "--log-url", pg_url]
+    assert run(*base, "sessions", "new", "--id", "s1").exit_code == 0
+    with connect(pg_url) as conn:
+        info = lookup(conn, pg_profile)
+    assert info is not None
+    pg_server.psql(f'DROP SCHEMA "{info.schema}" CASCADE')
+    for cmd in (["init"], ["sessions", "list"], ["log", "verify"]):
+        res = run(*base, *cmd)
+        assert res.exit_code == 1, (cmd, res.output)
+        assert f'relation "{info.schema}.head" does not exist' in res.stderr, (cmd, res.stderr)
+        assert "not the layout this version of eventlog uses" in res.stderr and "check the PostgreSQL URL" not in res.stderr

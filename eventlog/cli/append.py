@@ -30,6 +30,7 @@ def init(c: Ctx) -> None:
     Prints where its log is: the profile's directory (which holds log/), the log directory
     --log-url names, or the server (without a password)."""
     with c.open_log(create=True) as log:
+        log.head()  # the log answers: a profile whose tables were dropped on the server is not "created"
         if log.path is not None:  # the log directory --log-url names is no profile's: it is shown itself
             click.echo(str(log.path if c.log_url is not None else log.path.parent))
         else:  # a log on a server (--log-url): its address, without a password, and the profile

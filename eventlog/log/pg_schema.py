@@ -108,6 +108,13 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
                             hint=f"a {setting} of this login, its database or the URL's options is shorter than an "
                                  f"eventlog statement (a wait for the profile's lock, a long read): raise it, or set "
                                  f"it to 0 for eventlog's login; or an administrator cancelled the statement")
+    if isinstance(e, (pgerr.UndefinedTable, pgerr.UndefinedColumn, pgerr.UndefinedFunction, pgerr.InvalidSchemaName)):
+        # The registry names the profile but its schema is not this release's layout: the hint
+        # sent the operator to check the URL and the server, which were right.
+        return StorageError(f"{action}{at}: {text}",
+                            hint="the profile's schema on the server is not the layout this version of eventlog uses "
+                                 "(a table, column or function dropped or changed by hand, or made by another "
+                                 "version): restore it from a backup of the database")
     if isinstance(e, psycopg.OperationalError):
         return StorageError(f"{action}: cannot reach PostgreSQL{at}: {text}",
                             hint="check that the server is running and the URL, user and password are right")
