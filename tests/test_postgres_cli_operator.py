@@ -102,3 +102,16 @@ def test_a_profile_whose_schema_was_dropped_by_hand_is_not_created_by_init_and_n
         assert res.exit_code == 1, (cmd, res.output)
         assert f'relation "{info.schema}.head" does not exist' in res.stderr, (cmd, res.stderr)
         assert "not the layout this version of eventlog uses" in res.stderr and "check the PostgreSQL URL" not in res.stderr
+
+
+def test_demo_writes_to_the_log_the_log_url_names(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    """`eventlog --log-url URL demo` (or EVENTLOG_LOG_URL) printed "log verify: ok" for a log it
+    had made in the home, as LMDB: the server never heard of the profile."""
+    from eventlog.log.postgres import PostgresLog
+
+    res = run("--home", str(tmp_path / "h"), "--profile", pg_profile, "--log-url", pg_url, "demo")
+    assert res.exit_code == 0, res.output
+    assert "log verify: ok (8 events, head 8)" in res.stdout and "eventlog-test" not in res.stdout
+    assert not (tmp_path / "h" / "profiles" / pg_profile / "log").exists()
+    with PostgresLog.open(pg_url, profile=pg_profile, create=False) as log:
+        assert log.head()[0] == 8

@@ -26,14 +26,16 @@ _TURNS: list[dict[str, Any]] = [
 ]
 
 
-def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
+def run_demo(home: Path, profile: str, echo: Callable[[str], None], log: str | None = None) -> bool:
     """Write a demo session into ``profile`` under ``home``, read it back, search it, verify the log.
+    ``log``: where the profile's log is (``--log-url``: a ``postgresql://`` URL or an LMDB log
+    directory); None: the LMDB log in the profile's directory.
 
     Returns True when everything checked out.
     """
     from eventlog.sessions.store import SessionStore
 
-    with SessionStore.open(home, profile) as store:
+    with SessionStore.open(home, profile, log=log) as store:
         title = store.next_title("Fix flaky payments test")
         sid = store.create_session(source="cli", model="demo-model", cwd="/work/payments",
                                    git_repo_root="/work/payments", git_branch="main", title=title)
@@ -45,7 +47,12 @@ def run_demo(home: Path, profile: str, echo: Callable[[str], None]) -> bool:
 
         session = store.get_session(sid)
         assert session is not None
-        echo(f"profile {profile!r} under {store.home}")
+        where = ""
+        if log is not None:  # the server's address without its password (psycopg is there: the log opened)
+            from eventlog.log.pg_schema import is_url, redact
+
+            where = f", its log at {redact(log) if is_url(log) else log}"
+        echo(f"profile {profile!r} under {store.home}{where}")
         echo(f"session {sid}  {session['title']!r}  ({session['message_count']} messages, "
              f"{session['tool_call_count']} tool call, {session['input_tokens']}+{session['output_tokens']} tokens)")
         for m in store.get_messages(sid):
@@ -74,5 +81,5 @@ def demo(ctx: click.Context) -> None:
     c: Ctx = ctx.obj
     given = ctx.parent is not None and ctx.parent.get_parameter_source("profile") == click.core.ParameterSource.COMMANDLINE
     profile = c.profile if given else DEMO_PROFILE
-    if not run_demo(c.home, profile, click.echo):
+    if not run_demo(c.home, profile, click.echo, c.log_url):
         sys.exit(1)
