@@ -115,3 +115,15 @@ def test_demo_writes_to_the_log_the_log_url_names(tmp_path: Path, pg_url: str, p
     assert not (tmp_path / "h" / "profiles" / pg_profile / "log").exists()
     with PostgresLog.open(pg_url, profile=pg_profile, create=False) as log:
         assert log.head()[0] == 8
+
+
+@pytest.mark.parametrize("scheme", ["POSTGRESQL", "Postgres"])
+def test_a_url_scheme_in_upper_case_is_a_url(tmp_path: Path, pg_url: str, pg_profile: str, scheme: str) -> None:
+    """The scheme is taken in any case (the URL check, the redaction, open_log all do), but libpq
+    was handed it as typed and read it as a key=value string: 'missing "=" after ...'."""
+    url = scheme + pg_url[pg_url.index("://"):]
+    base = ["--home", str(tmp_path / "h"), "--profile", pg_profile, "--log-url", url]
+    res = run(*base, "sessions", "new", "--id", "s1")
+    assert res.exit_code == 0 and res.stdout == "s1\n", res.output
+    res = run(*base, "log", "verify", "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["head_seq"] == 1

@@ -123,7 +123,12 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
 
 
 def connect(url: str, *, connect_timeout: float = 10.0) -> psycopg.Connection[Any]:
-    """An autocommit connection with keepalives (a dead server is noticed within ~20 s)."""
+    """An autocommit connection with keepalives (a dead server is noticed within ~20 s). The
+    URL's scheme is matched in any case (RFC 3986), and handed to libpq in lower case: libpq
+    took ``POSTGRESQL://...`` for a ``key=value`` string ('missing "=" after ...')."""
+    found = URL_RE.match(url)
+    if found:
+        url = found.group(0).lower() + url[found.end():]
     return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
                            application_name="eventlog", keepalives=1, keepalives_idle=10,
                            keepalives_interval=5, keepalives_count=2)
