@@ -125,9 +125,15 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         "permissions": {"ok": not perms, "problems": perms, "displaced": displaced(profile_dir)},
     }
     if not res.ok and res.first_bad_seq is not None:
-        report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: the projections stop before it and "
-                                   "appends are refused")
-        report["log"]["hint"] = log_damage.REPAIR_HINT
+        if log_damage.marker_path(log) is not None:
+            report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: the projections stop before it and "
+                                       "appends are refused")
+            report["log"]["hint"] = log_damage.REPAIR_HINT
+        else:  # a log on a server keeps no damage marker: it said "appends are refused" and took them
+            report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: projections stop before it where "
+                                       "they have not applied it yet; appends are not refused (a log on a server "
+                                       "keeps no damage marker)")
+            report["log"]["hint"] = log_damage.SERVER_REPAIR_HINT
     pending_erase = getattr(log, "erase_pending", None)
     erase_seq = int(pending_erase()) if pending_erase is not None and res.ok else 0
     report["log"]["erase_pending"] = erase_seq or None

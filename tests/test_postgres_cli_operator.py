@@ -127,3 +127,30 @@ def test_a_url_scheme_in_upper_case_is_a_url(tmp_path: Path, pg_url: str, pg_pro
     assert res.exit_code == 0 and res.stdout == "s1\n", res.output
     res = run(*base, "log", "verify", "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["head_seq"] == 1
+
+
+def test_a_damaged_event_on_postgres_is_reported_without_claiming_appends_are_refused(
+        tmp_path: Path, pg_server: Any, pg_url: str, pg_profile: str) -> None:
+    """A stored event changed on the server: `doctor` said "damaged at seq 4: ... appends are
+    refused" (and a fresh host's read warned the same), then took the next append. Only a log
+    with a local directory keeps the damage marker that refuses them."""
+    h1 = ["--home", str(tmp_path / "h1"), "--profile", pg_profile, "--log-url", pg_url]
+    for i in (1, 2, 3):
+        assert run(*h1, "sessions", "new", "--id", f"s{i}").exit_code == 0
+        assert run(*h1, "messages", "add", f"s{i}", "--role", "user", "--content", f"words {i}").exit_code == 0
+    with connect(pg_url) as conn:
+        info = lookup(conn, pg_profile)
+    assert info is not None
+    pg_server.psql(f"UPDATE \"{info.schema}\".events SET body = overlay(body placing '\\x00'::bytea "
+                   "from length(body) - 2 for 1) WHERE seq = 4")
+    res = run(*h1, "doctor", "--json")
+    assert res.exit_code == 1
+    report = json.loads(res.stdout)["log"]
+    assert report["first_bad_seq"] == 4 and "appends are not refused" in report["detail"], report
+    assert "log/" not in report["hint"] and "schema" in report["hint"]
+    h2 = ["--home", str(tmp_path / "h2"), "--profile", pg_profile, "--log-url", pg_url]  # a host that never applied it
+    res = run(*h2, "sessions", "list", "--json")
+    assert res.exit_code == 0 and "damaged at seq 4" in res.stderr and "appends are not refused" in res.stderr, res.stderr
+    assert sorted(s["id"] for s in json.loads(res.stdout)) == ["s1", "s2"]  # s2 was created at seq 3
+    res = run(*h2, "messages", "add", "s1", "--role", "user", "--content", "taken")
+    assert res.exit_code == 0, res.output  # as the report says

@@ -418,7 +418,10 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
     flags: dict[str, Any] = {}
     damage = h.get("damage")
     if damage:
-        flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"])
+        from eventlog.log.damage import marker_path
+
+        flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"],
+                     damage_refuses=marker_path(store.log) is not None)  # a log on a server keeps no marker
     if h.get("halt"):
         read_only = "read-only" in str(h["halt"]).lower()
         flags.update(stale=True, stale_reason=h["halt"],
@@ -435,9 +438,11 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
 def warn_flags(flags: dict[str, Any]) -> None:
     """One warning line on stderr per flag of :func:`read_flags`."""
     if "first_bad_seq" in flags:
+        appends = ("appends are refused" if flags.get("damage_refuses", True)
+                   else "appends are not refused (a log on a server keeps no damage marker)")
         click.echo(f"warning: the log is damaged at seq {flags['first_bad_seq']} ({flags['damage_reason']}): "
                    "no event from it on reaches the projections (what they held before is kept: it was "
-                   "verified when applied) and appends are refused "
+                   f"verified when applied) and {appends} "
                    "(hint: run `eventlog doctor`)", err=True)
     if flags.get("stale"):
         click.echo(f"warning: the projections cannot be updated ({flags['stale_reason']}): recent events may be "

@@ -97,7 +97,8 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     """Recompute the hash chain; exit 1 naming the first bad seq if it is broken.
 
     A broken chain is recorded for every process (appends are refused, reads say where the
-    projections stop); a chain that verifies again (a restored log) clears that record.
+    projections stop); a chain that verifies again (a restored log) clears that record. A log
+    on a server (--log-url postgresql://) keeps no such record.
     """
     from eventlog.log import damage
 

@@ -28,6 +28,10 @@ MARKER = "damaged.json"
 REPAIR_HINT = ("the events before it are intact: restore the profile's log/ from a backup, or copy its "
                "verified prefix into a new profile (`eventlog export` stops at the damage; "
                "`eventlog --profile NEW import FILE`)")
+SERVER_REPAIR_HINT = ("stop the writers, then restore the profile's schema from a backup of the database, or copy "
+                      "its verified prefix into a new profile (`eventlog export` stops at the damage; "
+                      "`eventlog --profile NEW import FILE`)")
+"""For a log on a server (PostgreSQL): no marker refuses appends meanwhile (docs/POSTGRES.md)."""
 
 
 @dataclass(frozen=True)
