@@ -154,3 +154,21 @@ def test_a_damaged_event_on_postgres_is_reported_without_claiming_appends_are_re
     assert sorted(s["id"] for s in json.loads(res.stdout)) == ["s1", "s2"]  # s2 was created at seq 3
     res = run(*h2, "messages", "add", "s1", "--role", "user", "--content", "taken")
     assert res.exit_code == 0, res.output  # as the report says
+
+
+def test_an_administrator_open_leaves_a_later_releases_erase_function_as_it_is(
+        tmp_path: Path, pg_server: Any, pg_url: str, pg_profile: str) -> None:
+    """Hosts upgraded one at a time: an administrator URL of a host still on this release replaced
+    the erase function a later release had installed by its own, older one (it replaced every
+    version but its own, where docs/POSTGRES.md says an earlier version is upgraded)."""
+    base = ["--home", str(tmp_path / "h"), "--profile", pg_profile, "--log-url", pg_url]
+    assert run(*base, "sessions", "new", "--id", "s1").exit_code == 0
+    with connect(pg_url) as conn:
+        info = lookup(conn, pg_profile)
+    assert info is not None
+    fn = f'"{info.schema}".erase_events(bigint[], bytea[])'
+    later = "eventlog erase_events 99: a later release"
+    pg_server.psql(f"COMMENT ON FUNCTION {fn} IS '{later}'")
+    res = run(*base, "sessions", "list")
+    assert res.exit_code == 0, res.output
+    assert pg_server.psql(f"SELECT obj_description('{fn}'::regprocedure, 'pg_proc')") == later

@@ -317,18 +317,29 @@ $fn$""").format(s=s)
     ]
 
 
+def erase_version(comment: object) -> int:
+    """The version number an erase function's comment gives (``eventlog erase_events N: ...``);
+    0 for none (the first release that had the function left no comment)."""
+    found = re.match(r"eventlog erase_events (\d+)\b", comment) if isinstance(comment, str) else None
+    return int(found.group(1)) if found else 0
+
+
 def ensure_erase_function(conn: psycopg.Connection[Any], info: "ProfileInfo") -> bool:
-    """Add :func:`erase_function_ddl` to a profile provisioned before it existed, when this
-    connection may (the schema's owner or a superuser); True when the function is there."""
+    """Add :func:`erase_function_ddl` to a profile provisioned before it existed, or replace an
+    earlier version of it, when this connection may (the schema's owner or a superuser); True
+    when the function is there. A later release's version is left as it is: an administrator
+    host not upgraded yet replaced it by its own, older one (and the upgraded hosts put theirs
+    back, in turn)."""
     check = "SELECT to_regprocedure(%s) IS NOT NULL, obj_description(to_regprocedure(%s), 'pg_proc')"
+    current = erase_version(ERASE_VERSION)
     found = conn.execute(check, (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
-    if found and found[0] and found[1] == ERASE_VERSION:
+    if found and found[0] and erase_version(found[1]) >= current:
         return True
     try:
         with conn.transaction():
             _upgrade_lock(conn)
             found = conn.execute(check, (f'"{info.schema}".{ERASE_FUNCTION}',) * 2).fetchone()
-            if found and found[0] and found[1] == ERASE_VERSION:
+            if found and found[0] and erase_version(found[1]) >= current:
                 return True  # another administrator's open upgraded it meanwhile
             for ddl in erase_function_ddl(info.schema, info.role):
                 conn.execute(ddl)
