@@ -153,6 +153,9 @@ class Compression:
         try:
             # A damaged frame header can declare any size: refuse one no event can have before
             # zstd allocates it (a flipped bit there once made a build die of MemoryError).
+            if len(payload) > 4 and payload[4] & 0x10:
+                # The frame header's unused bit: zstd ignores it, and every encoder writes 0.
+                raise StoredFormatError("compressed data's frame header has its unused bit set")
             declared = zstandard.frame_content_size(payload)
             if declared < 0 or declared > codec.MAX_EVENT_BYTES:
                 raise StoredFormatError(f"compressed data declares {declared} bytes")
@@ -248,6 +251,10 @@ def _unpack(value: bytes, compression: Compression) -> _Parts:
                 raise StoredFormatError("an erased event carries data")
             return _Parts(digest.hex(), prev.hex(), ts, v, etype, session, eid, None)
         codec_id, dict_id = _TAIL.unpack_from(value, at)
+        if (dict_id != 0) != (codec_id == CODEC_ZSTD_DICT):
+            # Every writer stores 0 without a dictionary and an id with one: any other pair is a
+            # changed byte, which a decoder ignoring the field would let pass unseen by verify.
+            raise StoredFormatError(f"dictionary id {dict_id} does not go with data codec {codec_id}")
         data = compression.decompress(codec_id, dict_id, bytes(value[at + _TAIL.size:]))
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise StoredFormatError(f"stored event is truncated or malformed ({e})") from None
