@@ -244,7 +244,11 @@ def test_ids_the_log_cannot_hold_are_refused_naming_the_callers_field(saver: Eve
             (lambda: saver.put_writes(cfg("t", long_ns, "c"), [("v", 1)], "task"), "checkpoint_ns"),
             (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], ""), "task_id"),
             (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], "x" * 65537), "task_id"),
-            (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], "task", "p" * 65537), "task_path")):
+            (lambda: saver.put_writes(cfg("t", checkpoint_id="c"), [("v", 1)], "task", "p" * 65537), "task_path"),
+            # a run id (kept in plain beside the metadata, for delete_for_runs) was refused as
+            # `events[1].data.run_id` (outside audit, helper-72)
+            (lambda: saver.put(cfg("t"), checkpoint({"v": 1}, {"v": 1}), {"run_id": "r" * 65537}, {"v": 1}),
+             "metadata.run_id")):
         with pytest.raises(ValidationError) as info:
             call()
         assert info.value.field == field

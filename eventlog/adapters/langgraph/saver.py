@@ -870,7 +870,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         }
         for key in ("run_id", "source", "step"):
             value = meta.get(key)
-            if isinstance(value, str) or (key == "step" and isinstance(value, int) and not isinstance(value, bool)):
+            if isinstance(value, str):
+                data[key] = _stored(value, f"metadata.{key}")  # its plain copy: delete_for_runs finds a run by it
+            elif key == "step" and isinstance(value, int) and not isinstance(value, bool):
                 data[key] = value
         store = self._open()
         sid = model.thread_session(tid)
