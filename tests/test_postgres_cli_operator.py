@@ -172,3 +172,58 @@ def test_an_administrator_open_leaves_a_later_releases_erase_function_as_it_is(
     res = run(*base, "sessions", "list")
     assert res.exit_code == 0, res.output
     assert pg_server.psql(f"SELECT obj_description('{fn}'::regprocedure, 'pg_proc')") == later
+
+
+@pytest.mark.parametrize("cached_head", [False, True])
+def test_lock_timeout_bounds_an_appends_wait_for_the_append_lock(tmp_path: Path, pg_url: str, pg_profile: str,
+                                                                 cached_head: bool) -> None:
+    """Another session holds the profile's append lock (a host stopped inside a write, a long
+    import): an append waited as long as it was held, whatever ``lock_timeout`` the store was
+    opened with (the option was LMDB's only). With it, the append gives up after it with
+    WriterBusyError naming the server process that holds the lock, nothing written; without it,
+    it still waits (checked for a moment here); once the lock is free the append goes through."""
+    import threading
+
+    from eventlog.errors import WriterBusyError
+    from eventlog.log.pg_schema import LOCK_NAMESPACE
+    from eventlog.log.postgres import PostgresLog
+    from eventlog.sessions.store import SessionStore
+
+    with SessionStore.open(tmp_path / "h", pg_profile, log=pg_url, follower=False, lock_timeout=0.3) as store, \
+            connect(pg_url) as holder:
+        sid = store.create_session(title="t")
+        if cached_head:
+            store.append_message(sid, "user", "second")
+        assert isinstance(store.log, PostgresLog) and store.log.append_lock_timeout == 0.3
+        head = store.log.head()
+        holder_pid = holder.execute("SELECT pg_backend_pid()").fetchone()[0]
+        holder.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, store.log.info.id))
+        caught: list[BaseException] = []
+
+        def refused() -> None:
+            try:
+                store.append_message(sid, "user", "refused")
+            except BaseException as e:
+                caught.append(e)
+        t = threading.Thread(target=refused, daemon=True)  # a wait without end fails here, not the run
+        t.start()
+        t.join(20)
+        assert not t.is_alive(), "the append still waits for the lock, 20 s past its 0.3 s bound"
+        assert len(caught) == 1 and isinstance(caught[0], WriterBusyError), caught
+        busy = caught[0]
+        assert f"held by server process {holder_pid}" in str(busy), busy
+        assert busy.hint is not None and f"pg_terminate_backend({holder_pid})" in busy.hint
+        assert store.log.head() == head
+        with PostgresLog.open(pg_url, profile=pg_profile) as unbounded:  # the default: no bound
+            done = threading.Event()
+            t = threading.Thread(target=lambda: (unbounded.append([{"type": "note.added", "session": "n",
+                                                                    "data": {"text": "waits"}}]), done.set()))
+            t.start()
+            assert not done.wait(1.0)  # still waiting, past the other handle's 0.3 s
+            holder.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, store.log.info.id))
+            t.join(30)
+            assert done.is_set()
+        assert store.append_message(sid, "user", "after") == head[0] + 2
+    with pytest.raises(Exception) as bad:
+        PostgresLog.open(pg_url, profile=pg_profile, lock_timeout="x")  # type: ignore[arg-type]
+    assert getattr(bad.value, "field", None) == "lock_timeout"

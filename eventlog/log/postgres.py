@@ -265,8 +265,11 @@ class PostgresLog(LogBase):
     """
 
     def __init__(self, url: str, profile: str, info: ProfileInfo, durability: str, *,
-                 connect_timeout: float, reconnect_timeout: float) -> None:
+                 connect_timeout: float, reconnect_timeout: float, lock_timeout: float | None = None) -> None:
         self.url = url
+        self.append_lock_timeout = lock_timeout
+        """Seconds an append waits for the profile's append lock another session holds, then
+        :class:`WriterBusyError`; None (the default): as long as it is held."""
         self.profile = profile
         self.info = info
         self.durability = durability
@@ -305,14 +308,18 @@ class PostgresLog(LogBase):
 
     @classmethod
     def open(cls, url: str, *, profile: str, durability: str = "sync", create: bool = True,
-             connect_timeout: float = 10.0, reconnect_timeout: float = 30.0) -> "PostgresLog":
+             connect_timeout: float = 10.0, reconnect_timeout: float = 30.0,
+             lock_timeout: float | None = None) -> "PostgresLog":
         """Open ``profile``'s log in the database at ``url`` (``postgresql://user:pw@host:port/db``).
 
         With ``create`` (default) a profile that is not provisioned yet is created, which needs
         an administrator login (CREATE on the database, CREATEROLE); a login that was granted a
         profile's role (:func:`eventlog.log.pg_schema.grant_login`) can open only that profile.
         ``reconnect_timeout``: how long a call keeps reconnecting after the connection or the
-        server went away before it raises :class:`StorageError`. Raises :class:`StorageError`
+        server went away before it raises :class:`StorageError`. ``lock_timeout``: how long an
+        append waits for the profile's append lock while another session holds it (a host
+        stopped inside a write, a long import) before it raises :class:`WriterBusyError`,
+        nothing written; None (default) waits as long as it is held. Raises :class:`StorageError`
         (with a hint) when the server cannot be reached or the profile cannot be used.
         """
         validate_profile(profile)
@@ -325,6 +332,9 @@ class PostgresLog(LogBase):
             # except clause of a lost connection (a raw TypeError out of the group commit's leader).
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
                 raise ValidationError(name, "must be a number of seconds, 0 or more")
+        if lock_timeout is not None and (isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float))
+                                         or not 0 <= lock_timeout <= 1e9):
+            raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
         where = f"{redact(url)} profile {profile!r}"
         try:
             conn = connect(url, connect_timeout=connect_timeout)
@@ -354,7 +364,7 @@ class PostgresLog(LogBase):
                 raise StorageError(f"log format {info.format} of profile {profile!r} is not supported by this version "
                                    f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
             log = cls(url, profile, info, durability, connect_timeout=connect_timeout,
-                      reconnect_timeout=reconnect_timeout)
+                      reconnect_timeout=reconnect_timeout, lock_timeout=lock_timeout)
             log._setup(conn, writer=True, looked_up=True)
             log._writer = conn
         except psycopg.Error as e:
@@ -575,6 +585,13 @@ class PostgresLog(LogBase):
                     unknown = True
                 elif self._phase == _LOOKED_UP:  # the ids were looked up under the lock: no earlier COMMIT is pending
                     unknown = False
+                if isinstance(e, pgerr.LockNotAvailable) and self._phase != _SENT:
+                    # The append lock's wait ran out (lock_timeout): this attempt wrote nothing; an
+                    # earlier one whose COMMIT was lost has an unknown outcome still.
+                    err0: EventLogError = (self._busy(e) if not unknown else
+                                           self._outcome_unknown(e, [it.id for r in group for it in r.items]))
+                    self._fail(group, err0)
+                    return
                 if _lost(e):
                     # The COMMIT may or may not have happened: the retry looks every id up first.
                     self._drop_writer()
@@ -735,6 +752,7 @@ class PostgresLog(LogBase):
             self._phase = _SENT  # the COMMIT goes out in the same pipeline
             with _pipeline(conn):  # a failed guard aborts it: its error is raised after it ended
                 conn.execute("BEGIN")
+                self._bound_lock_wait(conn)
                 conn.execute(st.lock, st.lock_args)
                 # A failed guard skips what follows it in the pipeline; psycopg (3.3) then
                 # believes a statement it meant to prepare there exists (the next use of it
@@ -753,6 +771,31 @@ class PostgresLog(LogBase):
         self._cached_head = (seq, prev)
         return seq
 
+    def _bound_lock_wait(self, conn: psycopg.Connection[Any]) -> None:
+        """Inside a write transaction, before it takes the append lock: with a lock timeout, the
+        server gives up the wait after it (``LockNotAvailable``, the transaction aborted)."""
+        if self.append_lock_timeout is not None:
+            ms = max(1, round(self.append_lock_timeout * 1000))  # 0 would mean no timeout at all
+            conn.execute(f"SET LOCAL lock_timeout = {ms}", prepare=False)
+
+    def _busy(self, e: psycopg.Error) -> WriterBusyError:
+        """The append lock's wait ran out: who holds it, as far as the server says."""
+        holder = None
+        try:
+            with self._pool.conn() as c:
+                row = c.execute("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                                "AND objid = %s AND objsubid = 2 AND granted LIMIT 1", self._sql.lock_args).fetchone()
+                holder = int(row[0]) if row else None
+        except psycopg.Error:
+            pass
+        who = f", held by server process {holder}" if holder is not None else ""
+        err = WriterBusyError(f"{self._where} (its append lock{who})", None, float(self.append_lock_timeout or 0))
+        err.hint = ("retry once that session's write is done, or end it on the server "
+                    f"(SELECT pg_terminate_backend({holder}))" if holder is not None else
+                    "retry once that session's write is done")
+        err.__cause__ = e
+        return err
+
     def _write_slow(self, conn: psycopg.Connection[Any], group: list[_Request]) -> tuple[int, int]:
         """Returns the new head seq (0: nothing written) and the newest dictionary id stored."""
         st = self._sql
@@ -763,6 +806,7 @@ class PostgresLog(LogBase):
         try:
             with _pipeline(conn) as pipe:  # an error is raised after the pipeline ended
                 conn.execute("BEGIN")
+                self._bound_lock_wait(conn)
                 conn.execute(st.lock, st.lock_args)
                 head_cur = conn.execute(st.head_and_dict)
                 ids_cur = conn.execute(st.find_ids, (ids,), binary=True)

@@ -36,7 +36,7 @@ from eventlog.errors import (
     WriterBusyError,
     process_state,
 )
-from eventlog.log import LOG_URL_ENV, Log, is_log_url, open_log
+from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
 from eventlog.profiles import (
@@ -649,7 +649,7 @@ class SessionStore:
             refuse_lost_log(d)
             log = EventLog.open(d / "log", durability=durability, profile=profile, **lmdb_options)
         elif not isinstance(log, Log):
-            if timeout is not None and not is_log_url(log):
+            if timeout is not None:  # a PostgreSQL log: the bound on an append's wait for its append lock
                 map_size["lock_timeout"] = float(timeout)
             log = open_log(log, profile=profile, durability=durability, **map_size)
         try:
