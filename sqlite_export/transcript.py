@@ -123,7 +123,7 @@ def _lone_call(message: dict[str, Any], role: str, tool_name: str | None) -> tup
     return tool_name, "" if content is None else json.dumps(content, indent=2, ensure_ascii=False)
 
 
-def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+def call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
     """Tool call id -> tool name, from every call the messages make: names a tool result that
     carries only its call's id (the OpenAI Agents SDK adapter's function call outputs)."""
     names: dict[str, str] = {}
@@ -212,7 +212,7 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
     out += [f"- **{label}:** `{value}`" if label in ("Session", "Parent session")
             else f"- **{label}:** {html.escape(value, quote=False)}" for label, value in _facts(session, messages)]
     out.append("")
-    names = _call_names(messages)
+    names = call_names(messages)
     for n, message in enumerate(messages):
         role = _role(message)
         heading = f"## {n + 1}. {role} · {iso_time(message.get('timestamp'))}"
@@ -301,7 +301,7 @@ def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
     ]
     parts += [f"<dt>{_e(label)}</dt><dd>{_e(value)}</dd>" for label, value in _facts(session, messages)]
     parts.append("</dl>")
-    names = _call_names(messages)
+    names = call_names(messages)
     for message in messages:
         role = _role(message)
         stamp = iso_time(message.get("timestamp"))

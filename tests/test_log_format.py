@@ -45,11 +45,7 @@ def stored_values(path: Path) -> dict[int, bytes]:
 
 def codec_of(value: bytes) -> int:
     """The data codec byte of a format-2 value."""
-    at = 75
-    at += 1 + value[at]                                   # type
-    at += 1 if value[at] == 0xFF else 1 + value[at]       # session
-    at += 17 if value[at] == 0 else 1 + value[at]         # id
-    return value[at]
+    return value[stored.tail_at(value)]
 
 
 def test_new_logs_are_format_2_and_read_back_canonical_bytes(tmp_path: Path) -> None:
@@ -489,9 +485,7 @@ def test_every_bit_of_a_stored_header_and_its_codec_fields_is_checked(tmp_path: 
     for codec_id, seq in picked.items():
         value, prev = values[seq], hashes.get(seq - 1, codec.ZERO_HASH)
         assert stored.checked_envelope(seq, value, prev, compression) == (stored.envelope(seq, value, compression), None)
-        tail = 75 + 1 + value[75]
-        tail += 1 if value[tail] == 0xFF else 1 + value[tail]
-        tail += 17 if value[tail] == 0 else 1 + value[tail]
+        tail = stored.tail_at(value)
         end = tail + 3 + (5 if codec_id != stored.CODEC_RAW else 0)  # codec, dictionary id, frame magic + header byte
         for at in range(end):
             for bit in range(8):

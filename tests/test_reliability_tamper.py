@@ -83,9 +83,7 @@ class Raw:
         was. Everything before -- the header, the codec, the dictionary id -- must be checked."""
         if value[:1] != b"\x02":
             return False
-        tail = 75 + 1 + value[75]
-        tail += 1 if value[tail] == 0xFF else 1 + value[tail]
-        tail += 17 if value[tail] == 0 else 1 + value[tail]
+        tail = stored.tail_at(value)
         return value[tail] in (stored.CODEC_ZSTD, stored.CODEC_ZSTD_DICT) and at >= tail + 3 + 5
 
     def same_event(self, seq: int, before: bytes, after: bytes) -> bool:

@@ -73,8 +73,8 @@ def _name_title_line(e: TitleConflictError, events: list[dict[str, Any]], number
     """Rename the title conflict's field ``title`` to ``line N.data.title``: the first line giving
     that title to a session other than its holder (the holder may be a session of the input)."""
     for n, ev in zip(numbers, events):
-        if (ev["type"] in ("session.created", "session.titled") and ev.get("session") != e.holder
-                and ev["data"].get("title") == e.title and e.message.startswith(f"{e.field}: ")):
+        if (_titled(ev) and ev.get("session") != e.holder and ev["data"]["title"] == e.title
+                and e.message.startswith(f"{e.field}: ")):
             rename_field(e, f"line {n}.data.title")
             return
 

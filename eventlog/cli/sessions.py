@@ -111,29 +111,12 @@ def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool
     click.echo(f"{session['id']}  {printable(session.get('title') or '(untitled)')}")
     click.echo(f"source {shown_source(session.get('source'))}  model {printable(session.get('model') or '-')}  "
                f"started {iso(session.get('started_at'))}  messages {session['message_count']}")
-    names = _call_names(messages)
+    from sqlite_export.transcript import call_names
+
+    names = call_names(messages)
     for m in messages:
         flag = "" if m.get("active", True) else " (rewound)"
         click.echo(f"[{m['id']}]{flag} {iso(m['timestamp'])} {m['role']}: {printable(_message_text(m, names))}")
-
-
-def _call_names(messages: list[dict[str, Any]]) -> dict[str, str]:
-    """Tool call id -> tool name of every call the messages make (``tool_calls``, and an assistant
-    message that is one call: a tool name and no tool calls), for a tool result that carries
-    only its call's id (the OpenAI Agents SDK adapter's function call outputs)."""
-    names: dict[str, str] = {}
-    for m in messages:
-        calls = m.get("tool_calls")
-        for call in calls if isinstance(calls, list) else []:
-            if isinstance(call, dict) and isinstance(call.get("id"), str):
-                fn = call.get("function")
-                name = fn.get("name") if isinstance(fn, dict) else call.get("name")
-                if isinstance(name, str):
-                    names.setdefault(call["id"], name)
-        if (m.get("role") == "assistant" and isinstance(m.get("tool_name"), str) and not calls
-                and isinstance(m.get("tool_call_id"), str)):
-            names.setdefault(m["tool_call_id"], m["tool_name"])
-    return names
 
 
 def _message_text(m: dict[str, Any], names: dict[str, str] | None = None) -> str:

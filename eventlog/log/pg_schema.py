@@ -453,6 +453,8 @@ class Statements:
         self.lock_args = (LOCK_NAMESPACE, info.id)
         # The rules lock (PostgresLog.rules_lock): which of these server pids still hold it.
         self.rules_args = (LOCK_NAMESPACE + 1, info.id)
+        self.lock_holder = ("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
+                            "AND objid = %s AND objsubid = 2 AND granted LIMIT 1")  # with lock_args
         self.rules_held = ("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
                            "AND objid = %s AND objsubid = 2 AND granted AND pid = ANY(%s::integer[])")
         self.head = q("SELECT seq, hash FROM {s}.head")

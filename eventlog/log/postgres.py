@@ -783,8 +783,7 @@ class PostgresLog(LogBase):
         holder = None
         try:
             with self._pool.conn() as c:
-                row = c.execute("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
-                                "AND objid = %s AND objsubid = 2 AND granted LIMIT 1", self._sql.lock_args).fetchone()
+                row = c.execute(self._sql.lock_holder, self._sql.lock_args).fetchone()
                 holder = int(row[0]) if row else None
         except psycopg.Error:
             pass

@@ -292,6 +292,12 @@ def _id_at(value: bytes) -> int:
     return at + (1 if value[at] == _NULL else 1 + value[at])  # past the session
 
 
+def tail_at(value: bytes) -> int:
+    """Where the data codec byte sits in a format-2 event (past the header and its id)."""
+    at = _id_at(value)
+    return at + (17 if value[at] == 0 else 1 + value[at])
+
+
 def recoded(value: bytes, old: Compression, new: Compression, retired: set[int]) -> bytes | None:
     """``value`` with its data compressed again by ``new`` when it was compressed with one of the
     ``retired`` dictionaries (read by ``old``); None when it was not. The header — hash, prev and
@@ -299,8 +305,7 @@ def recoded(value: bytes, old: Compression, new: Compression, retired: set[int])
     if value[:1] != _EVENT_KIND:
         return None
     try:
-        at = _id_at(value)
-        at += 17 if value[at] == 0 else 1 + value[at]
+        at = tail_at(value)
         codec_id, dict_id = _TAIL.unpack_from(value, at)
     except (struct.error, IndexError) as e:
         raise StoredFormatError(f"stored event is truncated or malformed ({e})") from None
