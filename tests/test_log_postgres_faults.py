@@ -48,6 +48,23 @@ def test_the_rules_lock_rides_out_connections_cut_under_it(pg_url: str, pg_profi
                             pass
 
 
+def test_a_rules_lock_wait_that_runs_out_names_the_server_process_holding_it(pg_url: str, pg_profile: str) -> None:
+    """The append lock's WriterBusyError named its holder (pg_terminate_backend in the hint); the
+    rules lock's said only "(rules lock)", so an operator could not tell which session to end."""
+    with PostgresLog.open(pg_url, profile=pg_profile) as a, PostgresLog.open(pg_url, profile=pg_profile) as b:
+        with a.rules_lock(5):
+            holder = a._rules.pid
+            assert holder
+            with pytest.raises(WriterBusyError) as caught:
+                with b.rules_lock(0.2):
+                    pass
+        err = caught.value
+        assert f"its rules lock, held by server process {holder}" in str(err), err
+        assert err.hint and f"pg_terminate_backend({holder})" in err.hint and err.timeout == 0.2
+        with b.rules_lock(5):  # freed with a's transaction
+            pass
+
+
 HOLDER = """
 import sys, time
 from eventlog.log import postgres

@@ -44,9 +44,12 @@ def test_an_append_under_a_rules_lock_lost_meanwhile_is_refused_and_writes_nothi
 def test_a_new_rules_holder_first_waits_for_the_appends_in_flight(pg_url: str, pg_profile: str) -> None:
     with PostgresLog.open(pg_url, profile=pg_profile) as b, psycopg.connect(pg_url, autocommit=True) as admin:
         admin.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, b.info.id))  # an append in flight
-        with pytest.raises(WriterBusyError):  # was: taken at once, its check blind to that append
+        with pytest.raises(WriterBusyError) as caught:  # was: taken at once, its check blind to that append
             with b.rules_lock(0.3):
                 pass
+        # and it names who the wait was for (was: "(rules lock)", no holder)
+        assert f"held by server process {admin.info.backend_pid}" in str(caught.value), caught.value
+        assert "append in flight" in str(caught.value) and caught.value.timeout == 0.3
         admin.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, b.info.id))
         with b.rules_lock(5):
             assert b.append([{"type": "x.y", "session": "s", "data": {}}]) == [1]

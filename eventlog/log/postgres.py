@@ -778,17 +778,20 @@ class PostgresLog(LogBase):
             ms = max(1, round(self.append_lock_timeout * 1000))  # 0 would mean no timeout at all
             conn.execute(f"SET LOCAL lock_timeout = {ms}", prepare=False)
 
-    def _busy(self, e: psycopg.Error) -> WriterBusyError:
-        """The append lock's wait ran out: who holds it, as far as the server says."""
+    def _busy(self, e: psycopg.Error | None, *, what: str = "its append lock", rules: bool = False,
+              timeout: float | None = None) -> WriterBusyError:
+        """A lock's wait ran out — the append lock's (``lock_timeout``) or, with ``rules``, the
+        rules lock's (``what`` names it in the message): who holds it, as far as the server says."""
         holder = None
         try:
             with self._pool.conn() as c:
-                row = c.execute(self._sql.lock_holder, self._sql.lock_args).fetchone()
+                row = c.execute(self._sql.lock_holder, self._sql.rules_args if rules else self._sql.lock_args).fetchone()
                 holder = int(row[0]) if row else None
         except psycopg.Error:
             pass
         who = f", held by server process {holder}" if holder is not None else ""
-        err = WriterBusyError(f"{self._where} (its append lock{who})", None, float(self.append_lock_timeout or 0))
+        waited = float(timeout if timeout is not None else self.append_lock_timeout or 0)
+        err = WriterBusyError(f"{self._where} ({what}{who})", None, waited)
         err.hint = ("retry once that session's write is done, or end it on the server "
                     f"(SELECT pg_terminate_backend({holder}))" if holder is not None else
                     "retry once that session's write is done")
@@ -1237,7 +1240,7 @@ class PostgresLog(LogBase):
                         c.execute("ROLLBACK")
                         self._pool.give(c, True)
                         c = None
-                        raise WriterBusyError(f"{self._where} (rules lock)", None, timeout)
+                        raise self._busy(None, what="its rules lock", rules=True, timeout=timeout)
                     time.sleep(delay)
                     delay = min(delay * 2, 0.05)
                     cur = c.execute(try_lock)
@@ -1248,7 +1251,8 @@ class PostgresLog(LogBase):
                 if c is not None:
                     self._pool.give(c, False)
                 if isinstance(e, pgerr.LockNotAvailable):  # appends in flight past the timeout
-                    raise WriterBusyError(f"{self._where} (rules lock)", None, timeout) from e
+                    raise self._busy(e, what="its rules lock, waiting for an append in flight under its append lock",
+                                     timeout=timeout) from e
                 if not _lost(e):
                     raise self._converted(e, "the rules lock failed") from e
                 now = time.monotonic()
