@@ -62,7 +62,8 @@ def test_the_package_root_still_exports_the_facade_and_the_log() -> None:
     assert EventLog is LMDBLog and SessionStore is Store
 
 
-PSYCOPG_MODULES = {"eventlog/log/postgres.py", "eventlog/log/pg_schema.py", "eventlog/log/pg_follow.py"}
+PSYCOPG_MODULES = {"eventlog/log/postgres.py", "eventlog/log/pg_schema.py", "eventlog/log/pg_follow.py",
+                   "eventlog/log/pg_watch.py"}
 
 
 def test_only_the_postgres_backend_imports_psycopg() -> None:

@@ -32,6 +32,7 @@ from psycopg import errors as pgerr
 from psycopg import sql
 
 from eventlog.errors import DiskFullError, StorageError
+from eventlog.log.pg_watch import WatchedConnection
 from eventlog.profiles import validate_profile
 
 REGISTRY = "eventlog"
@@ -122,16 +123,21 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
                         hint="check the PostgreSQL URL (postgresql://user:password@host:port/database) and the server")
 
 
-def connect(url: str, *, connect_timeout: float = 10.0) -> psycopg.Connection[Any]:
+def connect(url: str, *, connect_timeout: float = 10.0, answer_timeout: float | None = None) -> psycopg.Connection[Any]:
     """An autocommit connection with keepalives (a dead server is noticed within ~20 s). The
     URL's scheme is matched in any case (RFC 3986), and handed to libpq in lower case: libpq
-    took ``POSTGRESQL://...`` for a ``key=value`` string ('missing "=" after ...')."""
+    took ``POSTGRESQL://...`` for a ``key=value`` string ('missing "=" after ...'). With an
+    ``answer_timeout``, a statement the server leaves unanswered that long while the server also
+    does not answer a new connection is cut (:mod:`eventlog.log.pg_watch`)."""
     found = URL_RE.match(url)
     if found:
         url = found.group(0).lower() + url[found.end():]
-    return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
-                           application_name="eventlog", keepalives=1, keepalives_idle=10,
-                           keepalives_interval=5, keepalives_count=2)
+    conn = WatchedConnection.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
+                                     application_name="eventlog", keepalives=1, keepalives_idle=10,
+                                     keepalives_interval=5, keepalives_count=2)
+    conn.probe_url, conn.probe_connect_timeout = url, connect_timeout
+    conn.answer_timeout = answer_timeout
+    return conn
 
 
 def lookup(conn: psycopg.Connection[Any], profile: str) -> ProfileInfo | None:

@@ -115,6 +115,8 @@ IDLE_IN_TRANSACTION_S = 60
 """A session of ours stopped inside a transaction (SIGSTOP, a debugger) is ended by the server
 after this long, so it cannot hold a profile's advisory lock (the append lock, the rules lock)
 forever."""
+ANSWER_TIMEOUT = 20.0
+"""Default ``answer_timeout`` (seconds): see :mod:`eventlog.log.pg_watch`."""
 SERVER_KEEPALIVES = ("SET tcp_keepalives_idle = 10", "SET tcp_keepalives_interval = 5", "SET tcp_keepalives_count = 3",
                      "SET tcp_user_timeout = 30000")
 """The server's side of each connection notices a host that vanished from the network (power
@@ -265,8 +267,13 @@ class PostgresLog(LogBase):
     """
 
     def __init__(self, url: str, profile: str, info: ProfileInfo, durability: str, *,
-                 connect_timeout: float, reconnect_timeout: float, lock_timeout: float | None = None) -> None:
+                 connect_timeout: float, reconnect_timeout: float, lock_timeout: float | None = None,
+                 answer_timeout: float | None = ANSWER_TIMEOUT) -> None:
         self.url = url
+        self.answer_timeout = answer_timeout
+        """Seconds a statement may go unanswered before the server is asked, on a new connection,
+        whether it still answers; when it does not (within ``connect_timeout``), the statement's
+        connection is cut and the call goes on as after a lost connection. None: never."""
         self.append_lock_timeout = lock_timeout
         """Seconds an append waits for the profile's append lock another session holds, then
         :class:`WriterBusyError`; None (the default): as long as it is held."""
@@ -309,7 +316,7 @@ class PostgresLog(LogBase):
     @classmethod
     def open(cls, url: str, *, profile: str, durability: str = "sync", create: bool = True,
              connect_timeout: float = 10.0, reconnect_timeout: float = 30.0,
-             lock_timeout: float | None = None) -> "PostgresLog":
+             lock_timeout: float | None = None, answer_timeout: float | None = ANSWER_TIMEOUT) -> "PostgresLog":
         """Open ``profile``'s log in the database at ``url`` (``postgresql://user:pw@host:port/db``).
 
         With ``create`` (default) a profile that is not provisioned yet is created, which needs
@@ -319,7 +326,12 @@ class PostgresLog(LogBase):
         server went away before it raises :class:`StorageError`. ``lock_timeout``: how long an
         append waits for the profile's append lock while another session holds it (a host
         stopped inside a write, a long import) before it raises :class:`WriterBusyError`,
-        nothing written; None (default) waits as long as it is held. Raises :class:`StorageError`
+        nothing written; None (default) waits as long as it is held. ``answer_timeout`` (default
+        20 s; None: never): how long a statement may go unanswered before the server is asked, on
+        a new connection, whether it still answers; if it does not answer that within
+        ``connect_timeout`` (its processes frozen while its host still acknowledges packets), the
+        statement's connection is cut and the call goes on as after a lost connection. A slow
+        statement on a server that answers is never cut. Raises :class:`StorageError`
         (with a hint) when the server cannot be reached or the profile cannot be used.
         """
         validate_profile(profile)
@@ -332,12 +344,13 @@ class PostgresLog(LogBase):
             # except clause of a lost connection (a raw TypeError out of the group commit's leader).
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
                 raise ValidationError(name, "must be a number of seconds, 0 or more")
-        if lock_timeout is not None and (isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float))
-                                         or not 0 <= lock_timeout <= 1e9):
-            raise ValidationError("lock_timeout", "must be a number of seconds, 0 or more")
+        for name, maybe in (("lock_timeout", lock_timeout), ("answer_timeout", answer_timeout)):
+            if maybe is not None and (isinstance(maybe, bool) or not isinstance(maybe, (int, float))
+                                      or not 0 <= maybe <= 1e9):
+                raise ValidationError(name, "must be a number of seconds, 0 or more")
         where = f"{redact(url)} profile {profile!r}"
         try:
-            conn = connect(url, connect_timeout=connect_timeout)
+            conn = connect(url, connect_timeout=connect_timeout, answer_timeout=answer_timeout)
         except psycopg.Error as e:
             raise storage_error(e, "cannot open the log", redact(url)) from e
         try:
@@ -364,7 +377,7 @@ class PostgresLog(LogBase):
                 raise StorageError(f"log format {info.format} of profile {profile!r} is not supported by this version "
                                    f"(reads {BODY_FORMATS}, writes {BODY_FORMAT})", hint="upgrade eventlog")
             log = cls(url, profile, info, durability, connect_timeout=connect_timeout,
-                      reconnect_timeout=reconnect_timeout, lock_timeout=lock_timeout)
+                      reconnect_timeout=reconnect_timeout, lock_timeout=lock_timeout, answer_timeout=answer_timeout)
             log._setup(conn, writer=True, looked_up=True)
             log._writer = conn
         except psycopg.Error as e:
@@ -416,7 +429,7 @@ class PostgresLog(LogBase):
         if isinstance(e, (pgerr.UndefinedTable, pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege,
                           pgerr.UndefinedObject, pgerr.InvalidParameterValue)):
             try:
-                with connect(self.url, connect_timeout=self._connect_timeout) as conn:
+                with self._connect() as conn:
                     found = lookup(conn, self.profile)
                     if found is None or (found.id, found.schema, found.role) != (self.info.id, self.info.schema,
                                                                                  self.info.role):
@@ -425,8 +438,11 @@ class PostgresLog(LogBase):
                 pass  # cannot tell: report e
         return storage_error(e, action, self._where)
 
+    def _connect(self) -> psycopg.Connection[Any]:
+        return connect(self.url, connect_timeout=self._connect_timeout, answer_timeout=self.answer_timeout)
+
     def _connect_reader(self) -> psycopg.Connection[Any]:
-        conn = connect(self.url, connect_timeout=self._connect_timeout)
+        conn = self._connect()
         try:
             self._setup(conn)
         except BaseException:
@@ -488,7 +504,7 @@ class PostgresLog(LogBase):
         if self._writer is None or self._writer.closed or self._writer.broken:
             _quiet_close(self._writer)
             self._writer = None
-            conn = connect(self.url, connect_timeout=self._connect_timeout)
+            conn = self._connect()
             try:
                 self._setup(conn, writer=True)
             except BaseException:
