@@ -52,9 +52,11 @@ def adopt(layout: projection.Layout) -> int:
     """Import the Hermes database at ``layout.pointer`` into a new log at ``layout.log_dir`` and
     move the original aside. Call under the projection lease, before the log is opened in this
     process. Returns the events written."""
-    from eventlog.log.lmdb import EventLog
+    from eventlog.log.lmdb import EventLog, generation_dir
 
-    if (layout.log_dir / "data.mdb").exists():
+    # A compacted log keeps its data in log/g<N>/ (log/data.mdb is then a link to nowhere):
+    # asking log/data.mdb alone took it for no log, and the import below replaced it.
+    if (generation_dir(layout.log_dir) / "data.mdb").exists():
         existing = EventLog.open(layout.log_dir, profile=projection.PROFILE)
         try:
             head = existing.head()[0]
