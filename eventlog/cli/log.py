@@ -152,9 +152,15 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
         if to is not None:
             with c.open_log() as source, open_log(other, profile=c.profile, **options) as target:
                 res = copy_log(source, target, progress=update)
+                if int(getattr(target, "erase_pending", lambda: 0)()) and hasattr(target, "compact"):
+                    target.compact()  # erase records stubbed events it held whole: their words leave its file
         else:
             with open_log(other, profile=c.profile, create=False) as source, c.open_log(create=True) as target:
                 res = copy_log(source, target, progress=update)
+                pending = int(getattr(target, "erase_pending", lambda: 0)())
+            if pending:  # erase records stubbed events the profile held whole: clean its files
+                with c.open_store() as store:
+                    store.compact()
     if as_json:
         emit_json(res.to_dict())
     else:

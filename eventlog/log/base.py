@@ -369,6 +369,30 @@ def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | No
     return out
 
 
+def named_unerased(records: Iterable[dict[str, Any]],
+                   envelope_at: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The envelopes that the imported ``log.erased`` records among ``records`` name — seq and
+    hash — and that the log still holds whole: events it held before the import continued it
+    (the records' own import carries stubs). An import or ``log copy`` that brings a record
+    replaces them by their stubs as the erase did at the source, so the record never stands
+    beside the words it erased (outside audit, helper-74: a mirror refreshed after an erase
+    kept them, and ``verify`` counted nothing erased)."""
+    named: dict[int, str] = {}
+    for env in records:
+        if env.get("type") != codec.ERASED_TYPE or not isinstance(env.get("data"), dict):
+            continue
+        for pair in env["data"].get("erased") or ():
+            if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str):
+                named[pair[0]] = pair[1]
+    out = []
+    for q in sorted(named):
+        held = envelope_at(q)
+        if held is not None and not codec.is_stub(held) and held.get("type") != codec.ERASED_TYPE \
+                and held.get("hash") == named[q]:
+            out.append(held)
+    return out
+
+
 def check_erase_seqs(seqs: Any) -> list[int]:
     """The seqs of an erase, sorted and distinct; :class:`ValidationError` for anything else."""
     if isinstance(seqs, (str, bytes, dict)) or not hasattr(seqs, "__iter__"):

@@ -66,6 +66,7 @@ from eventlog.log.base import (
     erasable,
     erase_event,
     interrupted,
+    named_unerased,
     prepare_batch,
     seq_arg,
     str_arg,
@@ -1835,9 +1836,12 @@ class _Environment:
         seq, prev = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
         ids, streams, evs = (txn.cursor(db=d) for d in (self._ids, self._streams, self._events))
         claim = 0  # the highest seq not yet written that an imported id of the derived form names
+        records: list[dict[str, Any]] = []
         for raw in raws:
             env = check_sealed(raw, seq + 1, prev)
             seq += 1
+            if env.get("type") == codec.ERASED_TYPE:
+                records.append(env)
             key = seq_key(seq)
             if self.format != FORMAT_2:
                 value = bytes(raw)
@@ -1857,6 +1861,27 @@ class _Environment:
             if claim > (int(found_claim) if found_claim else 0):
                 txn.put(b"idclaim", b"%d" % claim, db=self._meta)
         txn.put(b"head", seq_key(seq) + bytes.fromhex(prev), db=self._meta)
+        if records:
+            self._erase_imported(txn, records)
+
+    def _erase_imported(self, txn: lmdb.Transaction, records: list[dict[str, Any]]) -> None:
+        """Replace the events that imported erase ``records`` name and this log held before the
+        import (see :func:`eventlog.log.base.named_unerased`) by their stubs, as :meth:`erase`
+        does, in the import's transaction; the compaction and purge are then pending."""
+        def envelope_at(q: int) -> dict[str, Any] | None:
+            value = txn.get(seq_key(q), db=self._events)
+            return None if value is None else self._envelope(q, bytes(value))
+
+        last = max(int(r["seq"]) for r in records)
+        txn.put(b"erased", b"%d" % last, db=self._meta)  # the erase mark (see erase_mark)
+        envs = named_unerased(records, envelope_at)
+        if not envs:
+            return
+        for env in envs:
+            txn.put(seq_key(env["seq"]), stored.pack_stub(codec.stub(env)) if self.format == FORMAT_2
+                    else codec.canonical(codec.stub(env)), db=self._events)
+        txn.put(ERASE_PENDING, b"%d" % last, db=self._meta)  # until the files are clean
+        self._taint_dicts(txn, [env["seq"] for env in envs])
 
     def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int) -> bool:
         """Index the id ``eid`` of imported event ``seq``; False when another event has it."""

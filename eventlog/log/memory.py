@@ -14,7 +14,17 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from eventlog.errors import ConcurrencyError, DuplicateEventError, IntegrityError
 from eventlog.log import codec
-from eventlog.log.base import LogBase, check_erase_seqs, check_sealed, erasable, erase_event, prepare_batch, seq_arg, str_arg
+from eventlog.log.base import (
+    LogBase,
+    check_erase_seqs,
+    check_sealed,
+    erasable,
+    erase_event,
+    named_unerased,
+    prepare_batch,
+    seq_arg,
+    str_arg,
+)
 
 
 class MemoryStorage:
@@ -114,6 +124,11 @@ class MemoryLog(LogBase):
                 if env.get("session") is not None:
                     s.streams.setdefault(env["session"], []).append(env["seq"])
             s.head_seq, s.head = seq, prev
+            records = [env for env in staged if env.get("type") == codec.ERASED_TYPE]
+            if records:  # as the LMDB log: what they name that the log held whole becomes its stub
+                for env in named_unerased(records, lambda q: codec.decode(s.events[q]) if q in s.events else None):
+                    s.events[env["seq"]] = codec.canonical(codec.stub(env))
+                s.erased_at = max(int(r["seq"]) for r in records)
             self._lock.notify_all()
             return len(staged)
 

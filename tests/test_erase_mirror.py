@@ -1,0 +1,112 @@
+"""A mirror kept current by importing each new export (`eventlog import` continues a log whose
+events it holds) or by `eventlog log copy` (a copy resumes after what the target holds) received
+a source's `log.erased` record but kept, whole, the events it names — they matched by seq and
+hash, so the continuation check passed them. Every read hid the session, `verify` counted nothing
+erased, `doctor` saw nothing, and the words stayed in the mirror's files (outside audit,
+helper-74). An imported record now replaces by their stubs the events it names that the log
+held whole, in the import's transaction, and the CLI compacts and purges after it."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from eventlog.cli import main
+from eventlog.log.copy import copy_log
+from eventlog.log.lmdb import EventLog
+from eventlog.log.memory import MemoryLog
+from eventlog.sessions.store import SessionStore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_erase import MARKER, traces  # noqa: E402
+
+
+def cli(home: Path, *args: str) -> str:
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", *args])
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def source(tmp_path: Path) -> tuple[Path, str, str]:
+    home = tmp_path / "a"
+    with SessionStore.open(home, "p", follower=False) as store:
+        secret = store.create_session(source="cli", title="secret")
+        for i in range(5):
+            store.append_message(secret, "user", f"words {i} {MARKER}")
+        kept = store.create_session(source="cli", title="kept")
+        store.append_message(kept, "user", "plain")
+    return home, secret, kept
+
+
+def erase_at(home: Path, secret: str, kept: str) -> None:
+    with SessionStore.open(home, "p", follower=False) as store:
+        store.erase_session(secret, "asked")
+        store.append_message(kept, "user", "after the erase")
+
+
+def test_an_import_that_continues_a_mirror_takes_the_erased_words_out_of_it(tmp_path: Path) -> None:
+    home, secret, kept = source(tmp_path)
+    mirror = tmp_path / "mirror"
+    cli(home, "export", str(tmp_path / "1.jsonl"))
+    cli(mirror, "import", str(tmp_path / "1.jsonl"))
+    with SessionStore.open(mirror, "p", follower=False) as m:
+        assert m.search(MARKER)["results"]  # the mirror's projections hold the words too
+    assert traces(mirror)
+    erase_at(home, secret, kept)
+    cli(home, "export", str(tmp_path / "2.jsonl"))
+    out = json.loads(cli(mirror, "import", str(tmp_path / "2.jsonl"), "--json"))
+    assert out["mode"] == "verbatim" and out["already_present"] == 8
+    assert traces(mirror) == []
+    assert json.loads(cli(mirror, "log", "verify", "--json"))["erased"] == 6
+    assert json.loads(cli(mirror, "log", "verify", "--json"))["head_hash"] == \
+        json.loads(cli(home, "log", "verify", "--json"))["head_hash"]
+    cli(mirror, "doctor")  # exit 0: nothing left pending
+    with SessionStore.open(mirror, "p", follower=False) as m:
+        assert m.get_session(secret) is None and m.search(MARKER)["results"] == []
+        assert [x["content"] for x in m.get_messages(kept)] == ["plain", "after the erase"]
+
+
+def test_log_copy_into_and_out_of_a_profile_takes_the_erased_words_out_of_the_copy(tmp_path: Path) -> None:
+    home, secret, kept = source(tmp_path)
+    bare = tmp_path / "copy"  # a log directory
+    mirror = tmp_path / "mirror"  # a profile whose log is copied from the source's
+    cli(home, "log", "copy", "--to", str(bare))
+    cli(mirror, "log", "copy", "--from", str(home / "profiles" / "p" / "log"))
+    with SessionStore.open(mirror, "p", follower=False) as m:
+        assert m.search(MARKER)["results"]
+    erase_at(home, secret, kept)
+    assert json.loads(cli(home, "log", "copy", "--to", str(bare), "--json"))["verify"]["erased"] == 6
+    assert traces(bare) == []
+    assert json.loads(cli(mirror, "log", "copy", "--from", str(home / "profiles" / "p" / "log"),
+                          "--json"))["verify"]["erased"] == 6
+    assert traces(mirror) == []
+    cli(mirror, "doctor")
+    with SessionStore.open(mirror, "p", follower=False) as m:
+        assert m.get_session(secret) is None and len(m.get_messages(kept)) == 2
+
+
+def test_an_imported_erase_record_stubs_what_each_local_log_held(tmp_path: Path) -> None:
+    home, secret, kept = source(tmp_path)
+    on_disk, in_memory = EventLog.open(tmp_path / "t"), MemoryLog()
+    try:
+        src = EventLog.open(home / "profiles" / "p" / "log")
+        for target in (on_disk, in_memory):
+            copy_log(src, target)
+        src.close()
+        erase_at(home, secret, kept)
+        src = EventLog.open(home / "profiles" / "p" / "log")
+        try:
+            for target in (on_disk, in_memory):
+                copy_log(src, target)
+                assert list(target.read()) == list(src.read())  # the stubs too, not only the record
+                assert target.verify().erased == 6 and target.erase_mark() == src.erase_mark()
+        finally:
+            src.close()
+        assert on_disk.erase_pending() == on_disk.erase_mark()  # its files: until a compaction
+        on_disk.compact()
+        assert traces(tmp_path / "t") == []
+    finally:
+        on_disk.close()
+        in_memory.close()
