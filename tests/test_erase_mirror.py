@@ -110,3 +110,19 @@ def test_an_imported_erase_record_stubs_what_each_local_log_held(tmp_path: Path)
     finally:
         on_disk.close()
         in_memory.close()
+
+
+def test_log_copy_resumes_into_a_log_directory_that_was_compacted(tmp_path: Path) -> None:
+    """`log copy --to DIR` looked for DIR/data.mdb to tell a log from a folder holding other
+    files; a compacted log keeps its data in DIR/g<N>/ (DIR/data.mdb is a link to nowhere), so
+    the next copy into a mirror that an erase had compacted was refused ('holds other files and
+    no log'; outside audit, helper-74)."""
+    home, secret, kept = source(tmp_path)
+    bare = tmp_path / "copy"
+    cli(home, "log", "copy", "--to", str(bare))
+    erase_at(home, secret, kept)
+    cli(home, "log", "copy", "--to", str(bare))  # compacts the copy: its log moves into g<N>/
+    with SessionStore.open(home, "p", follower=False) as store:
+        store.append_message(kept, "user", "later")
+    out = json.loads(cli(home, "log", "copy", "--to", str(bare), "--json"))
+    assert out["copied"] == 1 and out["skipped"] == 10 and out["verify"]["ok"]

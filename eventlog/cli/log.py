@@ -137,13 +137,15 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
         raise click.UsageError("give exactly one of --to and --from")
     from eventlog.log import open_log
     from eventlog.log.copy import copy_log
+    from eventlog.log.lmdb import generation_dir
 
     other = to if to is not None else from_
     assert other is not None
     options: dict[str, Any] = {"create": True} if "://" in other else {}
     if to is not None and "://" not in to:  # a new log directory: where it goes is checked first
         path = output_path(to, "--to", c, directory=True)
-        if path.is_dir() and not (path / "data.mdb").exists() and any(path.iterdir()):
+        # a compacted log keeps its data in <dir>/g<N>/ (<dir>/data.mdb is then a link to nowhere)
+        if path.is_dir() and not (generation_dir(path) / "data.mdb").exists() and any(path.iterdir()):
             names = sorted(p.name for p in path.iterdir())
             found = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             raise ValidationError("--to", f"{path} holds other files ({found}) and no log",
