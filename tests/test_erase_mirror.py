@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+import psycopg
+import pytest
 from click.testing import CliRunner
 
 from eventlog.cli import main
@@ -126,3 +128,66 @@ def test_log_copy_resumes_into_a_log_directory_that_was_compacted(tmp_path: Path
         store.append_message(kept, "user", "later")
     out = json.loads(cli(home, "log", "copy", "--to", str(bare), "--json"))
     assert out["copied"] == 1 and out["skipped"] == 10 and out["verify"]["ok"]
+
+
+@pytest.mark.postgres
+def test_a_postgres_mirror_takes_the_erased_words_out_too(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
+    """The same for a log on PostgreSQL (left by helper-74): the imported record is stored as an
+    erase stores it and, as the head the import's transaction just wrote, lets the profile's
+    erase_events function stub what it names. Its rows then hold stubs (kind 3), the projections
+    of a profile on it are rebuilt without the words, and verify counts them erased."""
+    from eventlog.log.postgres import PostgresLog
+
+    home, secret, kept = source(tmp_path)
+    src_dir = home / "profiles" / "p" / "log"
+    mirror = tmp_path / "mirror"  # this host's projections of a profile whose log is on the server
+
+    def mirror_cli(*args: str) -> str:
+        r = CliRunner().invoke(main, ["--home", str(mirror), "--profile", pg_profile, "--log-url", pg_url, *args])
+        assert r.exit_code == 0, r.output
+        return r.stdout
+
+    mirror_cli("log", "copy", "--from", str(src_dir))
+    assert json.loads(mirror_cli("search", MARKER, "--json"))["results"]
+    with PostgresLog.open(pg_url, profile=pg_profile + "-bare") as bare, EventLog.open(src_dir) as src:
+        copy_log(src, bare)
+    erase_at(home, secret, kept)
+    out = json.loads(mirror_cli("log", "copy", "--from", str(src_dir), "--json"))
+    assert out["verify"]["erased"] == 6
+    assert json.loads(mirror_cli("search", MARKER, "--json"))["results"] == []
+    assert traces(mirror) == []
+    with PostgresLog.open(pg_url, profile=pg_profile + "-bare") as bare, EventLog.open(src_dir) as src:
+        copy_log(src, bare)
+        assert bare.stubbed == 6
+        assert list(bare.read()) == list(src.read()) and bare.verify().erased == 6
+        with psycopg.connect(pg_url, autocommit=True) as su:
+            kinds = dict(su.execute(f'SELECT seq, get_byte(body, 0) FROM "{bare.info.schema}".events').fetchall())
+        erased_seqs = [e["seq"] for e in src.read() if "data" not in e]
+        assert len(erased_seqs) == 6 and all(kinds[q] == 3 for q in erased_seqs)
+        assert sorted(q for q, k in kinds.items() if k == 3) == erased_seqs
+
+
+@pytest.mark.postgres
+def test_an_imported_erase_record_the_server_refuses_to_act_on_leaves_the_import_whole(
+        pg_url: str, pg_profile: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A hand-made log.erased record on a session (no erase writes one: erase_events refuses it)
+    naming an event the target holds: the import still goes in, whole, the event stays as it was,
+    and a warning says to erase on the target too (the stubbing runs in a savepoint)."""
+    import time
+
+    from eventlog.log import codec
+    from eventlog.log.base import erase_event
+    from eventlog.log.postgres import PostgresLog
+
+    src = MemoryLog()
+    src.append([{"type": "x.y", "session": "s", "data": {"text": MARKER}}])
+    with PostgresLog.open(pg_url, profile=pg_profile) as target:
+        copy_log(src, target)
+        first = next(iter(src.read()))
+        p = codec.prepare({**erase_event([[1, first["hash"]]], {"reason": "r"}), "session": "s"}, log_type=True)
+        raw, _ = codec.seal(p, 2, time.time_ns(), first["hash"])
+        with caplog.at_level("WARNING", logger="eventlog.log.postgres"):
+            assert target.append_sealed([raw]) == 1
+        assert target.stubbed == 0 and target.head()[0] == 2
+        assert next(iter(target.read()))["data"] == {"text": MARKER}
+        assert "could not stub" in caplog.text

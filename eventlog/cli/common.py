@@ -69,6 +69,22 @@ class Ctx:
             return SessionStore.open(self.home, self.profile, log=self.log_url, **options)
         return SessionStore.open(self.home, self.profile, **options)
 
+    @staticmethod
+    def erased_on_import(log: Log) -> bool:
+        """Asked while the profile's ``log`` is still open after an import: whether the file's
+        ``log.erased`` records stubbed events the profile held whole (or an erase of the profile
+        was left unfinished), so :meth:`clean_after_import` has words to take out of its files."""
+        return bool(int(getattr(log, "erase_pending", lambda: 0)()) or getattr(log, "stubbed", 0))
+
+    def clean_after_import(self) -> None:
+        """Compact the LMDB log and purge the projections; on PostgreSQL, rebuild the projections
+        (the server's dead rows are its administrator's, docs/POSTGRES.md)."""
+        with self.open_store() as store:
+            if hasattr(store.log, "compact"):
+                store.compact()
+            else:
+                store.rebuild()
+
     def open_log(self, *, create: bool = False) -> Log:
         """The profile's log alone: no session domain, no projections, no SQLite."""
         if self.log_url is not None:

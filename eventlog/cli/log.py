@@ -159,10 +159,9 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
         else:
             with open_log(other, profile=c.profile, create=False) as source, c.open_log(create=True) as target:
                 res = copy_log(source, target, progress=update)
-                pending = int(getattr(target, "erase_pending", lambda: 0)())
-            if pending:  # erase records stubbed events the profile held whole: clean its files
-                with c.open_store() as store:
-                    store.compact()
+                erased = c.erased_on_import(target)
+            if erased:  # erase records stubbed events the profile held whole: clean its files
+                c.clean_after_import()
     if as_json:
         emit_json(res.to_dict())
     else:

@@ -248,10 +248,9 @@ def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool =
         with c.open_log(create=True) as lg, progress_bar("importing") as update:
             res = import_jsonl(lg, bounded_lines(source), progress=update, onto_other_history=False, whole=whole,
                                again=again)
-            pending = int(getattr(lg, "erase_pending", lambda: 0)())
-        if pending:  # the file's erase records stubbed events the profile held whole: clean its files
-            with c.open_store() as store:
-                store.compact()
+            erased = c.erased_on_import(lg)
+        if erased:  # the file's erase records stubbed events the profile held whole: clean its files
+            c.clean_after_import()
         if res.mode == "appended" and res.imported:
             click.echo("warning: the file is not one whole chain from seq 1 (a session's export, or lines missing): "
                        "its events were appended as new events, with new seqs, event times and hashes (sessions and "

@@ -62,6 +62,7 @@ from eventlog.log.base import (
     erasable,
     erase_event,
     interrupted,
+    named_unerased,
     prepare_batch,
     seq_arg,
     str_arg,
@@ -292,6 +293,10 @@ class PostgresLog(LogBase):
         self._closed = False
         self.commits = 0
         """Write transactions committed by this handle (group commit shares them)."""
+        self._stubbing = 0
+        self.stubbed = 0
+        """Events this handle's imports stubbed for an imported ``log.erased`` record (their words
+        left the log's rows; a profile's projections still hold them until purged)."""
         # group commit
         self._cv = threading.Condition()
         self._queue: deque[_Request] = deque()
@@ -1040,16 +1045,19 @@ class PostgresLog(LogBase):
         end: tuple[int, str] | None = None  # the head a lost COMMIT would have left
         with self._write_mutex:
             self._cached_head = None
+            self._stubbing = 0
             while True:
                 self._check_open()
                 try:
                     conn = self._writer_conn()
+                    tried, self._stubbing = self._stubbing, 0  # counted into stubbed once an attempt commits
                     with conn.transaction():
                         conn.execute(self._sql.lock, self._sql.lock_args)
                         row = conn.execute(self._sql.head).fetchone()
                         assert row is not None
                         head = (int(row[0]), str(row[1]))
                         if end is not None and head == end:
+                            self._stubbing = tried
                             raise psycopg.Rollback()  # the lost COMMIT did store them
                         end = None  # it did not (or none was sent)
                         at = head
@@ -1057,6 +1065,7 @@ class PostgresLog(LogBase):
                         while chunk := [bytes(r) for r in itertools.islice(events, SEALED_CHUNK)]:
                             at = self._write_sealed(conn, chunk, *at)  # one transaction, in bounded statements
                         end = at
+                    self.stubbed += self._stubbing
                     conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
                 except psycopg.Error as e:
@@ -1100,10 +1109,64 @@ class PostgresLog(LogBase):
         taken = conn.execute(self._sql.find_ids, (eids,)).fetchone()
         if taken is not None:
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
-        bodies = ([stored.pack_sealed(q, env, raw, self._compression) for q, env, raw in zip(seqs, envs, batch)]
-                  if self._format == 2 else batch)
-        self._write_rows(conn, [seqs, eids, sessions, bodies, list(new), list(new.values())], seq, prev)
+        if self._format != 2:
+            self._write_rows(conn, [seqs, eids, sessions, batch, list(new), list(new.values())], seq, prev)
+            return seq, prev
+        bodies = [self._pack_imported(q, env, raw) for q, env, raw in zip(seqs, envs, batch)]
+        # An imported log.erased record ends a statement of its own, so that it is the head this
+        # transaction wrote when erase_events is asked to stub what it names (_stub_named).
+        ends = [i + 1 for i, env in enumerate(envs) if env.get("type") == codec.ERASED_TYPE]
+        start = 0
+        for end in ends if ends and ends[-1] == len(envs) else [*ends, len(envs)]:
+            part: Counter[str] = Counter(x for x in sessions[start:end] if x is not None)
+            self._write_rows(conn, [seqs[start:end], eids[start:end], sessions[start:end], bodies[start:end],
+                                    list(part), list(part.values())], seqs[end - 1], str(envs[end - 1]["hash"]))
+            if end in ends:
+                self._stub_named(conn, envs[end - 1], bodies[end - 1])
+            start = end
         return seq, prev
+
+    def _pack_imported(self, seq: int, env: dict[str, Any], raw: bytes) -> bytes:
+        """:func:`stored.pack_sealed`, but a ``log.erased`` record keeps its data as it is, as an
+        erase stores it: ``erase_events`` reads from it which events it names."""
+        if env.get("type") == codec.ERASED_TYPE and not codec.is_stub(env):
+            try:
+                value = stored.pack_parts(env["type"], env["v"], env["session"], env["id"], env["ts"], env["prev"],
+                                          env["hash"], stored.CODEC_RAW, 0, codec.canonical(env["data"]))
+                if stored.canonical_bytes(seq, value, self._compression) == bytes(raw):
+                    return value
+            except (KeyError, TypeError, ValueError, OverflowError, UnicodeError):
+                pass
+        return stored.pack_sealed(seq, env, raw, self._compression)
+
+    def _stub_named(self, conn: psycopg.Connection[Any], record: dict[str, Any], body: bytes) -> None:
+        """After an imported ``log.erased`` record (the head this transaction just wrote), replace
+        by their stubs the events it names that this log held whole — a mirror refreshed by
+        ``eventlog log copy`` or ``import`` after an erase at its source kept their words (outside
+        audit, helper-74) — through ``erase_events``, as an erase does. A record the function
+        cannot take (one not stored as an erase stores it, a session on it) stubs nothing: the
+        import goes on, and the events stay as they were (inside a savepoint)."""
+        pairs = record.get("data", {}).get("erased") if isinstance(record.get("data"), dict) else None
+        wanted = sorted({int(x[0]) for x in pairs or () if isinstance(x, list) and len(x) == 2 and type(x[0]) is int})
+        if not wanted or body[:1] != b"\x02":
+            return
+        rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)
+                if bytes(b)[:1] == b"\x02"}  # a first-format value in a format-2 log is not erase_events'
+        envs = named_unerased([record], lambda q: self._envelope(q, rows[q]) if q in rows else None)
+        if not envs:
+            return
+        try:
+            with conn.transaction():  # a savepoint
+                conn.execute(self._sql.erase, ([env["seq"] for env in envs],
+                                               [stored.pack_stub(codec.stub(env)) for env in envs]))
+        except psycopg.Error as e:
+            if _lost(e):
+                raise
+            _log.warning("import into %s: the erase record at seq %s could not stub the events it names (%s); they "
+                         "stay whole: erase the sessions on this log too", self._where, record.get("seq"),
+                         redact(str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__)
+            return
+        self._stubbing += len(envs)
 
     # ---------------------------------------------------------------- stored values (formats 1 and 2)
 
