@@ -9,6 +9,7 @@ methods do; every test passes either way."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -533,3 +534,54 @@ def test_an_error_of_hermes_on_the_copy_is_one_line(tmp_path: Path, source: Path
     assert r.exit_code == 1 and "Hermes could not open a copy" in r.output and "HERMES_HOME" in r.output, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
     assert not (home / "profiles" / "new").exists()
+
+
+def test_a_later_copy_imported_into_a_switched_home_shows_in_the_facade(tmp_path: Path) -> None:
+    """Operator audit (helper-75): a user switched to the facade, wrote through it, went back to
+    plain Hermes on the file moved aside, then imported that file into the home
+    (`eventlog import --format hermes`). Hermes gave its new session the rowid, its new message
+    the id and its session the title the facade had given its own since; the import reported the
+    session and message as written and eventlog's view showed them, but the Hermes projection
+    ignored both rows (INSERT OR IGNORE), in every rebuild too -- and a message Hermes added to a
+    session the facade had written to as well. Now they take free keys there."""
+    from eventlog.adapters.hermes import SessionDB
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with Hermes(home / "state.db") as h:
+        h.create_session("old")
+        h.append_message("old", "user", "before the switch")
+    db = SessionDB(db_path=home / "state.db")
+    db.create_session("facade", "cli")
+    db.set_session_title("facade", "Shared")
+    facade_id = db.append_message("facade", "user", "written through the facade")
+    db.append_message("old", "user", "the facade again")
+    db.close()
+    later = tmp_path / "later" / "state.db"
+    later.parent.mkdir()
+    shutil.copy(home / "state.db.pre-eventlog", later)
+    with Hermes(later) as h:
+        h.create_session("downgraded")
+        h.set_session_title("downgraded", "Shared")
+        assert h.append_message("downgraded", "user", "written by plain Hermes") == facade_id
+        h.append_message("old", "user", "plain Hermes again")  # the id of the facade's second message
+    out = subprocess.run([sys.executable, "-c", "from eventlog.cli import main; main()", "--home",
+                          str(home / "state.db.eventlog"), "import", "--format", "hermes", "--json", str(later)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["sessions"] == 1
+
+    db = SessionDB(db_path=home / "state.db")
+    try:
+        for _ in range(2):  # caught up, then rebuilt from the log alone
+            s = db.get_session("downgraded")
+            assert s is not None and s["title"] is None  # the title stays the facade session's
+            assert [m["content"] for m in db.get_messages("downgraded")] == ["written by plain Hermes"]
+            assert [(m["id"], m["content"]) for m in db.get_messages("facade")] == [
+                (facade_id, "written through the facade")]
+            assert db.get_session_title("facade") == "Shared"
+            assert [m["content"] for m in db.get_messages("old")] == ["before the switch", "the facade again",
+                                                                      "plain Hermes again"]
+            db._engine.rebuild()  # type: ignore[union-attr]
+    finally:
+        db.close()

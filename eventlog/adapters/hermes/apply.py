@@ -13,12 +13,14 @@ Each rule states the Hermes 0.19.0 behaviour it reproduces; see docs/HERMES.md f
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from typing import Any, Callable, Iterable
 
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.events import from_json, map_session_id, session_of
 
+log = logging.getLogger("eventlog.adapters.hermes")
 Handler = Callable[[sqlite3.Connection, Any, dict[str, Any]], Any]
 _HANDLERS: dict[str, Handler] = {}
 
@@ -93,6 +95,34 @@ def _insert_imported(conn: sqlite3.Connection, table: str, fixed: dict[str, Any]
         column = renamed.get(key, key)
         if column in allowed and (column not in row or key != column):
             row[column] = from_json(value)
+    inserted = _insert_or_ignore(conn, table, row)
+    if inserted or table not in ("sessions", "messages"):
+        return inserted
+    # Ignored: the row is here already (nothing to do), or a key of its source database was
+    # given to another row of this profile since the copy was made -- a later copy of Hermes'
+    # own file imported after the facade wrote (a user who went back to plain Hermes and
+    # returned). Such a row was dropped from this projection while eventlog's own view showed it.
+    if table == "messages":
+        same = ("session_id", "role", "content", "timestamp")
+        held = conn.execute(f"SELECT {', '.join(same)} FROM messages WHERE id = ?", (row.get("id"),)).fetchone()
+        if held is None or tuple(held) == tuple(row.get(c) for c in same):
+            return 0
+        log.warning("hermes projection: imported message %s of session %r takes a new id: a message of session %r"
+                    " has that one", row.get("id"), row["session_id"], held[0])
+        return _insert_or_ignore(conn, table, {k: v for k, v in row.items() if k != "id"})
+    if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (row["id"],)).fetchone() is not None:
+        return 0
+    if row.get("title") is not None and conn.execute("SELECT 1 FROM sessions WHERE title = ?",
+                                                     (row["title"],)).fetchone() is not None:
+        log.warning("hermes projection: imported session %r is untitled: another session holds %r", row["id"],
+                    row["title"])
+        row["title"] = None
+    if "rowid" in row and conn.execute("SELECT 1 FROM sessions WHERE rowid = ?", (row["rowid"],)).fetchone():
+        del row["rowid"]
+    return _insert_or_ignore(conn, table, row)
+
+
+def _insert_or_ignore(conn: sqlite3.Connection, table: str, row: dict[str, Any]) -> int:
     sql = f"INSERT OR IGNORE INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
     return conn.execute(sql, tuple(row.values())).rowcount
 

@@ -14,11 +14,13 @@ from __future__ import annotations
 import sqlite3
 
 HERMES_SCHEMA_VERSION = 22
-PROJECTION_VERSION = 5
+PROJECTION_VERSION = 6
 """3: the cursor row keeps ``erase_due`` (sessions deleted whose erase has not run yet).
 4: each ``erase_due`` entry carries the seq of its deletion (the erase takes no event after it).
 5: ``hermes.routing_restated`` / ``hermes.routing_upserted`` are applied (a version 4 program
-ignores them as a newer program's, so its files lack what they wrote)."""
+ignores them as a newer program's, so its files lack what they wrote).
+6: an imported session or message whose rowid, id or title another row holds takes a free one
+(version 5 dropped the row: a later copy of Hermes' file imported into a switched home)."""
 APPLICATION_ID = 0x48654C67  # "HeLg": marks a file as an eventlog Hermes projection
 
 # (name, declaration) in Hermes' column order: ``SELECT *`` dicts keep this key order.
