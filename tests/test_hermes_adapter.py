@@ -793,6 +793,27 @@ def test_a_projection_changed_behind_the_logs_back_is_rebuilt(path: Path) -> Non
     db.close()
 
 
+def test_a_raw_journal_mode_change_is_refused_not_taken_for_damage(path: Path) -> None:
+    """Operator audit (helper-75): ``db._conn.execute("PRAGMA journal_mode=DELETE")`` ran on the
+    handle's read-only connection, failed there as 'disk I/O error', and the facade took that for
+    a damaged projection and rebuilt it from the log, at every such call. Leaving WAL is a change
+    of the file eventlog does not record: refused as the schema changes are, nothing rebuilt."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    assert db._conn is not None
+    link, before = os.readlink(path), head(db)
+    for sql in ("PRAGMA journal_mode=DELETE", "pragma main.journal_mode = 'truncate'", "PRAGMA journal_mode(MEMORY)"):
+        with pytest.raises(UnsupportedRawWrite):
+            db._conn.execute(sql)
+    with pytest.raises(UnsupportedRawWrite):
+        db._conn.executescript("PRAGMA journal_mode=PERSIST;")
+    assert [tuple(r) for r in db._conn.execute("PRAGMA journal_mode=WAL")] == [("wal",)]
+    assert [tuple(r) for r in db._conn.execute("PRAGMA journal_mode")] == [("wal",)]
+    assert os.readlink(path) == link and head(db) == before
+    assert (db.get_session("s1") or {}).get("id") == "s1"
+    db.close()
+
+
 def test_raw_writes_to_tables_that_are_not_hermes_data_are_refused(path: Path) -> None:
     db = SessionDB(path)
     assert db._conn is not None

@@ -13,8 +13,8 @@ projection would vanish at its next rebuild, so none does:
 * ``db._execute_write(fn)`` runs ``fn(conn)`` the same way (its statements form one write).
 
 Refused with :class:`UnsupportedRawWrite`: schema changes (``CREATE``/``DROP``/``ALTER`` of
-anything that does not exist already, ``ATTACH``), and writes to tables that are not Hermes'
-(eventlog's cursor, ``sqlite_sequence``). ``BEGIN``/``COMMIT``/``ROLLBACK`` on ``_conn`` are
+anything that does not exist already, ``ATTACH``, a ``journal_mode`` other than WAL), and writes
+to tables that are not Hermes' (eventlog's cursor, ``sqlite_sequence``). ``BEGIN``/``COMMIT``/``ROLLBACK`` on ``_conn`` are
 accepted and do nothing: each statement is atomic on its own (a multi-statement raw transaction
 is not atomic as a whole; ``_execute_write`` is).
 """
@@ -54,6 +54,10 @@ _DDL_TARGET = re.compile(r"^\s*(?:CREATE|DROP)\s+(?:TEMP\w*\s+|UNIQUE\s+|VIRTUAL
                          r"(IF\s+(?:NOT\s+)?EXISTS\s+)?[\"`\[]?(?:main\.)?([\w]+)", re.I)
 
 
+_JOURNAL_MODE = re.compile(r"PRAGMA\s+(?:[\"`\[]?\w+[\"`\]]?\s*\.\s*)?[\"`\[]?journal_mode[\"`\]]?\s*(?:=|\()\s*"
+                           r"[\"'`\[]?(\w+)", re.I)
+
+
 def classify(sql: str) -> str:
     """'read', 'write', 'noop' (transaction control), 'ddl' or 'maintenance'."""
     text = sql
@@ -68,7 +72,10 @@ def classify(sql: str) -> str:
     if word == "WITH":
         return "write" if _WRITE_WORDS.search(text) else "read"
     if word == "PRAGMA":
-        return "read"
+        # Leaving WAL is a change of the file's format: on the read connection it failed as a
+        # disk I/O error, taken for damage, and the projection was rebuilt at every such call.
+        mode = _JOURNAL_MODE.match(without_comments(text).lstrip())
+        return "ddl" if mode and mode.group(1).lower() != "wal" else "read"
     if word in ("BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"):
         return "noop"
     if word in ("INSERT", "UPDATE", "DELETE", "REPLACE"):
