@@ -249,6 +249,29 @@ def test_readers_catch_up_a_crashed_writers_tail(path: Path) -> None:
     db.close()
 
 
+def test_a_tail_caught_up_by_a_reader_bumps_the_mtime_hermes_polls(path: Path) -> None:
+    """Operator audit (helper-75): Hermes' ``mcp_serve`` looks at ``state.db`` only when its mtime
+    changed. A write bumps it; a catch-up did not, so events applied by a reader's catch-up (a
+    killed writer's tail, ``eventlog import --format hermes`` into the home) stayed unseen there
+    until some later write."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    child = textwrap.dedent(f"""
+        import os, signal
+        from eventlog.adapters.hermes import SessionDB, projection
+        projection.write_cursor = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        SessionDB({str(path)!r}).append_message("s1", "user", "tail")
+    """)
+    subprocess.run([sys.executable, "-c", child], capture_output=True)
+    os.utime(path, ns=(10**9, 10**9))  # as a poller last saw it
+    deadline = time.monotonic() + 5
+    while db.message_count("s1") == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert db.message_count("s1") == 1
+    assert os.stat(path).st_mtime_ns != 10**9
+    db.close()
+
+
 def test_read_only_handles_never_take_the_writer(path: Path) -> None:
     db = SessionDB(path)
     workload(db)

@@ -331,6 +331,7 @@ class Engine:
                 self._purge_rebuild()
                 cursor = projection.read_seq(self._connection())
             self._hash_seq = cursor
+            self._touch()  # rows changed: a poller of the mtime (mcp_serve) must look again
         self._cursor = cursor
 
     def _purge_rebuild(self) -> Path:
