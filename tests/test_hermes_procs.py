@@ -199,3 +199,33 @@ def test_a_switch_killed_while_importing_leaves_no_copy_of_the_hermes_database(t
         assert len(db.get_messages("s2")) == 400
     assert not list(profile.glob(".import-*"))
     assert sorted(p.name for p in profile.iterdir()) == ["hermes", "log"]
+
+
+def test_what_a_rebuild_killed_in_its_swap_left_is_removed_by_the_next(tmp_path: Path) -> None:
+    """Operator audit (helper-75): a process SIGKILLed inside a rebuild left the generation
+    counter's temporary file or the temporary link beside ``db_path`` (``.state.db.<pid>.tmp``,
+    in the Hermes home among the user's files) for good: each was only ever removed by a process
+    of the same pid. The next rebuild (under the lease) removes them."""
+    path = tmp_path / "state.db"
+    layout = engine.projection.Layout(path)
+    for kill_at in (1, 2):  # the counter's os.replace, then the link's
+        child = textwrap.dedent(f"""
+            import os, signal
+            from eventlog.adapters.hermes import SessionDB
+            calls, real = [], os.replace
+            def replace(*a, **k):
+                calls.append(1)
+                if len(calls) == {kill_at}:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return real(*a, **k)
+            os.replace = replace
+            SessionDB({str(path)!r})
+        """)
+        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -9, proc.stderr
+        assert [n for n in os.listdir(layout.dir if kill_at == 1 else tmp_path) if n.endswith(".tmp")]
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.close()
+    assert not [n for n in os.listdir(layout.dir) if n.endswith(".tmp")]
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]

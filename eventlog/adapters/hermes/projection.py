@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -354,6 +355,7 @@ def next_generation(layout: Layout) -> Path:
     """A generation file name never issued before (a reused name could let a reader take a new
     file for the one it holds). Call only under the lease."""
     counter = layout.dir / ".generation"
+    _remove_leftovers(layout)
     try:
         issued = int(counter.read_text().strip() or 0)
     except (OSError, ValueError):
@@ -366,6 +368,26 @@ def next_generation(layout: Layout) -> Path:
     with atomic_write(counter) as fp:  # 0600, as every file of a profile
         fp.write(f"{gen}\n".encode())
     return layout.generation_path(gen)
+
+
+def _remove_leftovers(layout: Layout) -> None:
+    """Remove what a process killed inside :func:`next_generation` or :func:`swap` left: the
+    counter's temporary file, the temporary link beside ``db_path`` (named after its pid). Only
+    a lease holder writes them, so under the lease every one found is a dead process's. A
+    deployment whose processes are killed (a gateway restarted with SIGKILL) collected them one
+    by one, the links among the user's files in the Hermes home (operator audit, helper-75)."""
+    for directory, pattern in ((layout.dir, re.compile(r"\.\.generation\.\d+\.\d+\.tmp")),
+                               (layout.pointer.parent, re.compile(rf"\.{re.escape(layout.pointer.name)}\.\d+\.tmp"))):
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            if pattern.fullmatch(name):
+                try:
+                    os.unlink(directory / name)
+                except OSError:
+                    pass
 
 
 def rebuild(layout: Layout, eventlog: Any) -> Path:
