@@ -30,6 +30,7 @@ def install() -> type:
 
     from eventlog.adapters.hermes.db import SessionDB
 
+    _install_repair(hermes_state)
     current = hermes_state.SessionDB
     if current is SessionDB:
         return SessionDB
@@ -43,6 +44,51 @@ def install() -> type:
         except Exception:  # a module with an odd __getattr__ is none of our business
             continue
     return SessionDB
+
+
+def _install_repair(hermes_state: Any) -> None:
+    """Replace Hermes' ``repair_state_db_schema`` (``hermes sessions repair``, ``hermes doctor
+    --fix``) with one that, on an eventlog-backed ``db_path``, rebuilds the projection from the
+    log. Hermes' own ran its schema surgery on the projection file behind the log's back, and
+    before it copied the file into the Hermes home as ``state.db.malformed-backup-<time>`` -- a
+    copy of sessions no later delete erases -- then said the repair had failed and to keep both
+    files, where the log holds the data (operator audit, helper-75). Other paths get Hermes'."""
+    original = getattr(hermes_state, "repair_state_db_schema", None)
+    if original is None or getattr(original, "_eventlog", False):
+        return
+
+    def repair_state_db_schema(db_path: Any, *, backup: bool = True) -> dict[str, Any]:
+        from eventlog.adapters.hermes.engine import Engine
+        from eventlog.adapters.hermes.projection import Layout
+
+        layout = Layout(db_path)
+        damaged = layout.current()
+        if damaged is None:
+            return dict(original(db_path, backup=backup))
+        report: dict[str, Any] = {"repaired": False, "strategy": "rebuilt_from_eventlog_log", "backup_path": None,
+                                  "error": None}
+        try:
+            engine = Engine.acquire(db_path)
+            try:
+                if layout.current() == damaged:  # (the open rebuilt a file it could not use)
+                    engine.rebuild()
+            finally:
+                engine.release()
+        except Exception as e:  # reported as Hermes reports a failed repair
+            report["error"] = f"{type(e).__name__}: {e}"
+            return report
+        report["repaired"] = True
+        return report
+
+    repair_state_db_schema._eventlog = True  # type: ignore[attr-defined]
+    repair_state_db_schema.__doc__ = original.__doc__
+    hermes_state.repair_state_db_schema = repair_state_db_schema
+    for module in list(sys.modules.values()):
+        try:
+            if module is not hermes_state and getattr(module, "repair_state_db_schema", None) is original:
+                setattr(module, "repair_state_db_schema", repair_state_db_schema)
+        except Exception:  # a module with an odd __getattr__ is none of our business
+            continue
 
 
 def original_session_db() -> Any:
