@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -269,6 +270,40 @@ def test_a_tail_caught_up_by_a_reader_bumps_the_mtime_hermes_polls(path: Path) -
         time.sleep(0.05)
     assert db.message_count("s1") == 1
     assert os.stat(path).st_mtime_ns != 10**9
+    db.close()
+
+
+def test_a_raw_read_naming_a_write_word_does_not_wait_for_the_writer(path: Path) -> None:
+    """Operator audit (helper-75): a raw ``WITH ... SELECT`` was taken for a write whenever its
+    text held INSERT, UPDATE, DELETE or REPLACE anywhere -- ``replace()``, ``LIKE '%delete%'`` --
+    and ran through the writer path: it waited for the projection lease, for good behind a
+    writer stopped inside a write (a dashboard's query hung), where reads never wait."""
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    db.append_message("s1", "user", "a delete request")
+    assert db._conn is not None
+    layout = Layout(path)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, time
+        fd = os.open({str(layout.dir)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    answers: list[Any] = []
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        reads = ["WITH x AS (SELECT replace(content, 'a', 'b') AS c FROM messages) SELECT count(*) FROM x",
+                 "WITH x AS (SELECT id FROM messages WHERE content LIKE '%delete%') SELECT count(*) FROM x"]
+        reader = threading.Thread(target=lambda: answers.extend(tuple(db._conn.execute(q).fetchone()) for q in reads),
+                                  daemon=True)
+        reader.start()
+        reader.join(30)
+        assert not reader.is_alive()  # it waited for the lease the other process holds
+        assert answers == [(1,), (1,)]
+    finally:
+        holder.kill()
+        holder.wait()
     db.close()
 
 

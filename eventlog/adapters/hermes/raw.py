@@ -49,7 +49,7 @@ class UnsupportedRawWrite(sqlite3.OperationalError):
 
 
 _COMMENT = re.compile(r"^\s*(--[^\n]*\n|/\*.*?\*/)", re.S)
-_WRITE_WORDS = re.compile(r"\b(INSERT|UPDATE|DELETE|REPLACE)\b", re.I)
+_STRING = re.compile(r"'(?:[^']|'')*'")
 _DDL_TARGET = re.compile(r"^\s*(?:CREATE|DROP)\s+(?:TEMP\w*\s+|UNIQUE\s+|VIRTUAL\s+)*(TABLE|INDEX|TRIGGER|VIEW)\s+"
                          r"(IF\s+(?:NOT\s+)?EXISTS\s+)?[\"`\[]?(?:main\.)?([\w]+)", re.I)
 
@@ -70,7 +70,10 @@ def classify(sql: str) -> str:
     if word in ("SELECT", "VALUES", "EXPLAIN"):
         return "read"
     if word == "WITH":
-        return "write" if _WRITE_WORDS.search(text) else "read"
+        # A write is a statement (INSERT/REPLACE INTO, UPDATE, DELETE FROM), not the word: a read
+        # whose text held one (replace(), LIKE '%delete%') was run as a write, waiting for the
+        # writer lease (behind a stopped writer: for good) where reads never wait.
+        return "write" if _DML_TARGET.search(_STRING.sub("''", without_comments(text))) else "read"
     if word == "PRAGMA":
         # Leaving WAL is a change of the file's format: on the read connection it failed as a
         # disk I/O error, taken for damage, and the projection was rebuilt at every such call.
