@@ -1043,29 +1043,34 @@ class PostgresLog(LogBase):
             return 0
         deadline: float | None = None
         end: tuple[int, str] | None = None  # the head a lost COMMIT would have left
+        end_stubbed = 0  # what the attempt that sent that COMMIT stubbed
+        counted = False
         with self._write_mutex:
             self._cached_head = None
-            self._stubbing = 0
             while True:
                 self._check_open()
                 try:
                     conn = self._writer_conn()
-                    tried, self._stubbing = self._stubbing, 0  # counted into stubbed once an attempt commits
+                    self._stubbing = 0
                     with conn.transaction():
                         conn.execute(self._sql.lock, self._sql.lock_args)
                         row = conn.execute(self._sql.head).fetchone()
                         assert row is not None
                         head = (int(row[0]), str(row[1]))
                         if end is not None and head == end:
-                            self._stubbing = tried
+                            self._stubbing = end_stubbed
                             raise psycopg.Rollback()  # the lost COMMIT did store them
                         end = None  # it did not (or none was sent)
                         at = head
                         events = iter(batch)
                         while chunk := [bytes(r) for r in itertools.islice(events, SEALED_CHUNK)]:
                             at = self._write_sealed(conn, chunk, *at)  # one transaction, in bounded statements
-                        end = at
-                    self.stubbed += self._stubbing
+                        end, end_stubbed = at, self._stubbing
+                    # Counted once: a retry after a lost connection (before its head check, or at
+                    # the NOTIFY below) must neither forget nor repeat what the commit stubbed.
+                    if not counted:
+                        self.stubbed += self._stubbing
+                        counted = True
                     conn.execute(self._sql.notify, (self.info.channel, str(end[0])))
                     break
                 except psycopg.Error as e:
