@@ -130,6 +130,27 @@ def test_log_copy_resumes_into_a_log_directory_that_was_compacted(tmp_path: Path
     assert out["copied"] == 1 and out["skipped"] == 10 and out["verify"]["ok"]
 
 
+@pytest.mark.parametrize("current", ["file", "link"])
+def test_log_copy_to_a_folder_whose_current_is_not_a_log_generation_is_refused_as_other_files(
+        tmp_path: Path, current: str) -> None:
+    """The check that a compacted log is a log read <dir>/current as the log's generation link:
+    a folder holding a plain file named current, or a deployment's current link to a release,
+    was refused with 'is not a symlink to a log generation' and the hint to restore the
+    profile's log from a backup, for a folder that never held a log."""
+    home, _, _ = source(tmp_path)
+    folder = tmp_path / "deploy"
+    (folder / "releases" / "7").mkdir(parents=True)
+    if current == "file":
+        (folder / "current").write_text("7\n")
+    else:
+        (folder / "current").symlink_to("releases/7")
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "log", "copy", "--to", str(folder)])
+    assert r.exit_code != 0
+    assert "holds other files (current, releases) and no log" in r.output, r.output
+    assert "backup" not in r.output
+    assert sorted(p.name for p in folder.iterdir()) == ["current", "releases"]
+
+
 @pytest.mark.postgres
 def test_a_postgres_mirror_takes_the_erased_words_out_too(tmp_path: Path, pg_url: str, pg_profile: str) -> None:
     """The same for a log on PostgreSQL (left by helper-74): the imported record is stored as an

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
 from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, output_path, pass_ctx, progress_bar
-from eventlog.errors import ValidationError, printable
+from eventlog.errors import StorageError, ValidationError, printable
 
 INT64_MAX = 2**63 - 1
 FOLLOW_POLL_S = 0.02
@@ -119,6 +120,19 @@ def log_verify(c: Ctx, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _holds_log(path: Path) -> bool:
+    """Whether the folder ``path`` holds a log. A compacted log keeps its data in <dir>/g<N>/
+    (<dir>/data.mdb is then a link to nowhere), named by the <dir>/current link; a folder whose
+    ``current`` is something else (a plain file, a deployment's link to a release) holds no log,
+    and is not a damaged log to restore from a backup."""
+    from eventlog.log.lmdb import generation_dir
+
+    try:
+        return (generation_dir(path) / "data.mdb").exists()
+    except StorageError:
+        return False
+
+
 @log.command("copy")
 @click.option("--to", "to", metavar="URL|DIR", default=None,
               help="Copy the profile's log to this log (a postgresql:// URL or an LMDB log directory).")
@@ -137,15 +151,13 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
         raise click.UsageError("give exactly one of --to and --from")
     from eventlog.log import open_log
     from eventlog.log.copy import copy_log
-    from eventlog.log.lmdb import generation_dir
 
     other = to if to is not None else from_
     assert other is not None
     options: dict[str, Any] = {"create": True} if "://" in other else {}
     if to is not None and "://" not in to:  # a new log directory: where it goes is checked first
         path = output_path(to, "--to", c, directory=True)
-        # a compacted log keeps its data in <dir>/g<N>/ (<dir>/data.mdb is then a link to nowhere)
-        if path.is_dir() and not (generation_dir(path) / "data.mdb").exists() and any(path.iterdir()):
+        if path.is_dir() and not _holds_log(path) and any(path.iterdir()):
             names = sorted(p.name for p in path.iterdir())
             found = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             raise ValidationError("--to", f"{path} holds other files ({found}) and no log",
