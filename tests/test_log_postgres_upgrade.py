@@ -60,3 +60,23 @@ def test_a_profile_of_the_first_release_takes_appends_from_a_host_login_and_an_a
         assert c.execute("SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (fn,)).fetchone() == (ERASE_VERSION,)
         c.execute(f'SET ROLE "{_role}"')  # and the profile's role may use the new table
         assert c.execute(f"SELECT count(*) FROM {schema}.zdicts").fetchone() == (0,)
+
+
+def test_an_erase_record_imported_into_a_first_release_profile_says_the_events_stay_whole(
+        pg_url: str, pg_profile: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A mirror on a format-1 profile (which cannot be erased) refreshed after an erase at its
+    source got the log.erased record and kept the events it names whole, silently: POSTGRES.md
+    promises a warning to erase on the target when a record stubs nothing."""
+    from eventlog.log.copy import copy_log
+    from eventlog.log.memory import MemoryLog
+
+    load_release1_profile(pg_url, pg_profile)
+    source = MemoryLog()
+    with PostgresLog.open(pg_url, profile=pg_profile) as mirror:
+        copy_log(mirror, source)
+        assert source.erase([2], {"reason": "asked"}) == 5
+        with caplog.at_level("WARNING", logger="eventlog"):
+            copy_log(source, mirror)
+        assert mirror.info.format == 1 and mirror.head()[0] == 5 and mirror.stubbed == 0
+        assert [e["data"]["text"] for e in mirror.read(2, 2)] == ["old 1"]  # as it was
+    assert "format-1 log holds whole (1)" in caplog.text and "log copy" in caplog.text

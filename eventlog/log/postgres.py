@@ -1116,6 +1116,7 @@ class PostgresLog(LogBase):
             raise IntegrityError(f"imported event {seqs[eids.index(str(taken[0]))]} has an already used id {taken[0]!r}")
         if self._format != 2:
             self._write_rows(conn, [seqs, eids, sessions, batch, list(new), list(new.values())], seq, prev)
+            self._unstubbed_format1(conn, [env for env in envs if env.get("type") == codec.ERASED_TYPE])
             return seq, prev
         bodies = [self._pack_imported(q, env, raw) for q, env, raw in zip(seqs, envs, batch)]
         # An imported log.erased record ends a statement of its own, so that it is the head this
@@ -1130,6 +1131,22 @@ class PostgresLog(LogBase):
                 self._stub_named(conn, envs[end - 1], bodies[end - 1])
             start = end
         return seq, prev
+
+    def _unstubbed_format1(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]]) -> None:
+        """A format-1 log cannot be erased (its rows are not what ``erase_events`` stubs): imported
+        ``log.erased`` records that name events it holds whole leave them so, and say it, as a
+        record the function refuses does (it said nothing: the words stayed silently)."""
+        wanted = sorted({int(x[0]) for r in records if isinstance(r.get("data"), dict)
+                         for x in r["data"].get("erased") or () if isinstance(x, list) and len(x) == 2
+                         and type(x[0]) is int})
+        if not wanted:
+            return
+        rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
+        envs = named_unerased(records, lambda q: self._envelope(q, rows[q]) if q in rows else None)
+        if envs:
+            _log.warning("import into %s: erase records name events this format-1 log holds whole (%d); they "
+                         "stay whole (a format-1 log cannot be erased): copy the log into a new profile with "
+                         "`eventlog log copy` and erase the sessions there", self._where, len(envs))
 
     def _pack_imported(self, seq: int, env: dict[str, Any], raw: bytes) -> bytes:
         """:func:`stored.pack_sealed`, but a ``log.erased`` record keeps its data as it is, as an
