@@ -1,4 +1,4 @@
-"""A PostgreSQL server whose processes are frozen (SIGSTOP: a stalled VM, a hung storage layer)
+"""A PostgreSQL server whose processes are frozen (SIGSTOP: a stalled VM)
 while its host's kernel still acknowledges every packet. TCP keepalives and tcp_user_timeout see
 nothing wrong, so a call waited until the server resumed (72 s for a server stopped that long);
 with ``answer_timeout`` the statement's connection is cut once the server also fails to answer a

@@ -1,8 +1,11 @@
 """A client-side deadline for PostgreSQL statements the server received but never answers.
 
 TCP keepalives and ``tcp_user_timeout`` notice a server whose host is gone; they cannot notice
-one whose processes are frozen (SIGSTOP, a stalled VM, a hung storage layer) while its kernel
-still acknowledges every packet: a call then waits until the server resumes, however long.
+one whose processes are frozen (SIGSTOP, a stalled VM) while its kernel still acknowledges
+every packet: a call then waits until the server resumes, however long. What it cannot tell
+from a slow statement is a server that still takes new connections while the backends serving
+this process do not answer (only they stopped, or a disk that stalls only the backends doing I/O):
+such a statement is not cut.
 A statement that legitimately runs long (a wait for the profile's append lock, an erase of a
 large lineage, a 1 GB batch) looks the same from the socket. So the watch does not guess from
 the statement's age alone: once a statement has gone unanswered for ``answer_timeout`` seconds,
