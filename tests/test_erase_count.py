@@ -50,3 +50,36 @@ def test_the_count_an_erase_returns_is_what_its_record_names(tmp_path: Path, how
         assert record is not None and record["type"] == "log.erased"
         assert count == len(record["data"]["erased"]) == 8  # the 5 it read and the 3 written meanwhile
         assert store.log.verify().erased == 8
+
+
+def test_a_record_that_cannot_be_read_back_does_not_turn_a_finished_erase_into_an_error(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The count reads the record back after the erase committed; on PostgreSQL the server can be
+    gone at that moment (a StorageError), which made a finished erase fail and skip its cleanup
+    (helper-77). The erase now answers with the count it knew before, and the words are gone."""
+    from eventlog.errors import StorageError
+
+    with SessionStore.open(tmp_path, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        for i in range(4):
+            store.append_message(sid, "user", f"m {i}")
+        real_erase, real_get = store.log.erase, store.log.get
+        erased_at: list[int] = []
+
+        def erase(*a: Any, **k: Any) -> int:
+            erased_at.append(int(real_erase(*a, **k)))
+            return erased_at[-1]
+
+        def get(seq: int) -> Any:
+            if erased_at and seq == erased_at[-1]:
+                raise StorageError("cannot read the log: the server went away")
+            return real_get(seq)
+
+        store.log.erase = erase  # type: ignore[method-assign]
+        store.log.get = get  # type: ignore[method-assign]
+        with caplog.at_level("WARNING", logger="eventlog.sessions"):
+            out = store.erase_session(sid, "asked")
+        assert out["events"] == 5 and out["seq"] == erased_at[-1]
+        assert "counting the 5 events asked for" in caplog.text
+        assert store.get_session(sid) is None and store.log.verify().erased == 5
+        assert not store.log.erase_pending()  # the cleanup ran
