@@ -331,6 +331,20 @@ def _size_limited(path: Path | None) -> bool:
     return limit - max(map(_file_size, names), default=0) < 4 * 1024 * 1024
 
 
+def _short_data_file(env: lmdb.Environment, p: Path) -> tuple[int, int] | None:
+    """(size, size needed) when the data file of the environment just opened at ``p`` ends
+    before the last page its meta page names (cut short by a copy, a restore or a full disk):
+    LMDB maps the file and reads such a page as memory past its end, and the process dies of
+    SIGBUS (exit 135, nothing said). None when every page is inside the file. Reads the meta
+    page only (``info``, ``stat``); pages are written before the meta page that names them."""
+    try:
+        need = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+        size = os.stat(p / "data.mdb").st_size  # stat only: never an open of the live file
+    except (lmdb.Error, OSError):
+        return None
+    return (size, need) if size < need else None
+
+
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -1009,7 +1023,7 @@ class _Environment:
     def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
                        create: bool = True, retry_half_made: bool = False) -> lmdb.Environment:
         try:
-            return lmdb.open(
+            env = lmdb.open(
                 str(p),
                 map_size=map_size,
                 max_dbs=8,
@@ -1037,6 +1051,13 @@ class _Environment:
                 err = StorageError(f"cannot open log at {p}: its data file data.mdb is truncated ({size} bytes)",
                                    hint="restore the profile's log/ from a backup or an export")
             raise err from e
+        short = _short_data_file(env, p)
+        if short is not None:
+            env.close()
+            raise StorageError(f"cannot open log at {p}: its data file data.mdb is truncated ({short[0]} bytes): "
+                               f"its pages end at byte {short[1]}",
+                               hint="restore the profile's log/ from a backup or an export")
+        return env
 
     def _init_meta(self, profile: str | None) -> None:
         with self._read() as txn:  # a map another process grew is picked up there
