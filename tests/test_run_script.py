@@ -80,3 +80,15 @@ def test_run_test_worker_options(tmp_path: Path) -> None:
         args.unlink(missing_ok=True)
         r = _run_test(tmp_path, *extra, workers=workers)
         assert r.returncode == 0 and args.read_text() == wanted + "\n", (extra, workers, r)
+
+
+def test_run_test_caps_the_number_of_workers(tmp_path: Path) -> None:
+    """EVENTLOG_TEST_WORKERS=100000 started 100,000 pytest-xdist workers (each a Python process
+    with child processes of its own). Now at most PER_CORE_MAX per core, said on stderr."""
+    args = _fake_venv(tmp_path, with_xdist=True)
+    cap = 4 * (os.cpu_count() or 1)
+    for given, wanted in ((str(10**20), cap), (str(cap + 1), cap), (str(cap), cap)):
+        args.unlink(missing_ok=True)
+        r = _run_test(tmp_path, workers=given)
+        assert r.returncode == 0 and args.read_text() == f"-m pytest -q -n {wanted} --dist loadfile\n", (given, r)
+        assert ("more than 4 per core" in r.stderr) == (int(given) > cap), r.stderr
