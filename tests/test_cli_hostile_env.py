@@ -4,6 +4,8 @@ and what to do; nothing acknowledged is lost.
 """
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +53,63 @@ def test_a_projection_that_cannot_be_built_for_want_of_room_says_so(tmp_path: Pa
             subprocess.run(["mount", "-o", "remount,rw", str(fs)], capture_output=True)
         r = run(home, "log", "tail", "--json")
         assert r.returncode == 0 and r.stdout.count("\n") == 1, r.stderr  # the refused message was not appended
+
+
+def stdout_to(target: str, home: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command with its stdout sent to ``target`` by a shell redirection (``>FILE``, ``>>FILE``)."""
+    return subprocess.run(["sh", "-c", f'exec "$@" {target}', "sh", EXE, "--home", str(home), *args],
+                          input=input, capture_output=True, text=True, timeout=60)
+
+
+WRITES = [(["sessions", "new", "--id", "s2"], None),
+          (["messages", "add", "s1", "--role", "user", "--content", "hi"], None),
+          (["messages", "add", "s1", "--role", "user", "--content", "hi", "--json"], None),
+          (["append"], '{"type": "session.created", "session": "s3", "data": {}}\n'),
+          (["sessions", "title", "s1", "T"], None)]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args,stdin", WRITES)
+def test_a_write_to_dev_full_is_a_usage_error_before_any_work(tmp_path: Path, args: list[str],
+                                                              stdin: str | None) -> None:
+    """`eventlog sessions new >/dev/full` made the session, then failed 'cannot use: No space left
+    on device' (exit 1, read as nothing done: a retry made a second one). Now stdout is checked
+    first, as a closed or read-only one is: a usage error naming it, nothing written."""
+    home = tmp_path / "h"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    head = run(home, "log", "verify", "--json").stdout
+    r = stdout_to(">/dev/full", home, *args, input=stdin)
+    assert r.returncode == 2 and "Error: stdout is /dev/full" in r.stderr and "Traceback" not in r.stderr, r
+    assert run(home, "log", "verify", "--json").stdout == head  # nothing was written
+
+
+@pytest.mark.parametrize("args,stdin", WRITES)
+def test_a_stdout_that_fills_up_says_the_work_is_done_and_what_the_report_was(tmp_path: Path, args: list[str],
+                                                                              stdin: str | None) -> None:
+    """Stdout appending to a file on a full file system (a check before the work cannot know
+    whether its last block has room): the work is done once and the one-line error says so,
+    with the report (the new id, the seqs) that stdout refused."""
+    home = tmp_path / "h"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    before = run(home, "log", "tail", "--json").stdout.count("\n")
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        (fs / "out").write_bytes(b"x" * 4096)  # one whole page: the next byte needs another
+        with open(fs / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        r = stdout_to(f">>{fs / 'out'}", home, *args, input=stdin)
+        assert (fs / "out").stat().st_size == 4096
+    err = one_line_error(r)
+    assert "the command did its work, but stdout refused the report of it (No space left on device)" in err, err
+    assert "do not run the command again" in err
+    tail = [json.loads(line) for line in run(home, "log", "tail", "--json").stdout.splitlines()]
+    assert len(tail) == before + 1, tail  # done once
+    said = err.split("the report: ", 1)[1]
+    if args[0] == "sessions" and args[1] == "new":
+        assert said.startswith("s2 (hint:"), err
+    elif "--json" in args:
+        assert said.startswith(f'{{"id":{tail[-1]["seq"]},"session_id":"s1"}} (hint:'), err
+    elif args[0] == "append":
+        assert said.startswith(f"{tail[-1]['seq']} (hint:"), err
+    else:
+        assert f"(event seq {tail[-1]['seq']})" in said or f"message {tail[-1]['seq']} " in said, err

@@ -10,13 +10,14 @@ import click
 from eventlog.cli.common import (
     Ctx,
     bounded_lines,
-    emit_json,
     free_title_hint,
     handled,
     json_option,
     need_stdin,
     pass_ctx,
     rename_field,
+    report,
+    report_json,
 )
 from eventlog.errors import EventLogError, TitleConflictError, ValidationError
 
@@ -32,11 +33,11 @@ def init(c: Ctx) -> None:
     with c.open_log(create=True) as log:
         log.head()  # the log answers: a profile whose tables were dropped on the server is not "created"
         if log.path is not None:  # the log directory --log-url names is no profile's: it is shown itself
-            click.echo(str(log.path if c.log_url is not None else log.path.parent))
+            report(str(log.path if c.log_url is not None else log.path.parent))
         else:  # a log on a server (--log-url): its address, without a password, and the profile
             from eventlog.log.pg_schema import redact
 
-            click.echo(f"{redact(c.log_url or '')} profile {c.profile}")
+            report(f"{redact(c.log_url or '')} profile {c.profile}")
 
 
 def _read_events(stream: Any) -> Iterator[tuple[int, Any]]:
@@ -126,19 +127,18 @@ def append(c: Ctx, each: bool, as_json: bool) -> None:
                     got = write([ev])
                 except EventLogError:
                     if as_json and seqs:  # what landed before the failure, as the text form shows it
-                        emit_json({"seqs": seqs})
+                        report_json({"seqs": seqs})
                     raise
                 seqs.extend(got)
                 if not as_json:
-                    click.echo(str(got[0]))
+                    report(str(got[0]))
             if not as_json:
                 return
         else:
             seqs = write(batch)
     if as_json:
-        emit_json({"seqs": seqs})
-    else:
-        for s in seqs:
-            click.echo(str(s))
+        report_json({"seqs": seqs})
+    elif seqs:
+        report("\n".join(str(s) for s in seqs))
 
 

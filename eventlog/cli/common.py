@@ -149,6 +149,56 @@ def need_stdout() -> None:
         raise click.UsageError("stdout is open for reading only (the command was started with `1<FILE`), and "
                                "the command reports what it did there; start it with stdout open for writing "
                                "(`>/dev/null` to discard the report)")
+    full = _full(sys.stdout)
+    if full is not None:
+        # `>/dev/full`: `sessions new` made the session, then failed 'cannot use: No space left on
+        # device' with exit 1, which reads as nothing done (a retry made a second session)
+        raise click.UsageError(f"stdout is {full}, and the command reports what it did there; start it with "
+                               "stdout where it can be written (`>/dev/null` to discard the report)")
+
+
+def _full(stream: Any) -> str | None:
+    """Why ``stream`` can take no byte at all (``/dev/full``), or None. A file on a full file
+    system is not judged before the work (some report no free block and are writable): when it
+    refuses the report, :func:`report` says the work is done."""
+    import stat
+
+    try:
+        st = os.fstat(stream.fileno())
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, 7):
+            return "/dev/full (every write to it fails: no space left on device)"
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass
+    return None
+
+
+class ReportLostError(EventLogError):
+    """A write command did its work, and stdout refused the report of it (a disk that filled
+    meanwhile): the error says so and carries the report, so that nothing is run twice."""
+
+
+def report(text: str, brief: str | None = None) -> None:
+    """Print what a write command did (a new id, the seqs appended) on stdout. When stdout refuses
+    it (not a reader gone: that ends the command quietly), :class:`ReportLostError` says that the
+    work is done and what the report was."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise ReportLostError(f"the command did its work, but stdout refused the report of it ({e.strerror or e}); "
+                              f"the report: {brief if brief is not None else ' | '.join(text.splitlines())}",
+                              hint="do not run the command again for this: it is done; give it a stdout it can "
+                                   "write to next time") from None
+
+
+def report_json(obj: Any) -> None:
+    """:func:`emit_json` for a write command's report (see :func:`report`)."""
+    import orjson
+
+    text = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
+    report(text if _utf8(sys.stdout) else _NON_ASCII.sub(_json_escape, text),
+           brief=orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode())
 
 
 def _read_only(stream: Any) -> bool:

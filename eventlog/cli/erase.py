@@ -5,7 +5,7 @@ import re
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, fail, handled, json_option, pass_ctx
+from eventlog.cli.common import Ctx, fail, handled, json_option, pass_ctx, report, report_json
 from eventlog.errors import ValidationError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -39,13 +39,12 @@ def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool
         except ValidationError as e:  # the user gave it as --reason
             raise ValidationError("--reason", e.problem, hint=e.hint) if e.field == "reason" else e from None
     if as_json:
-        emit_json(out)
+        report_json(out)
         return
     verb = "would erase" if dry_run else "erased"
     n = len(out["sessions"])
-    click.echo(f"{verb} {n} session{'s' if n != 1 else ''}" + ("" if dry_run else f" ({out['erased_events']} events)"))
-    for sid in out["sessions"]:
-        click.echo(f"  {sid}")
+    report("\n".join([f"{verb} {n} session{'s' if n != 1 else ''}" + ("" if dry_run else f" ({out['erased_events']} events)"),
+                       *(f"  {sid}" for sid in out["sessions"])]))
 
 
 @click.command("compact")
@@ -65,7 +64,7 @@ def compact(c: Ctx, as_json: bool) -> None:
             fail(str(e))
             return
     if as_json:
-        emit_json(out)
+        report_json(out)
     else:
-        click.echo(f"log compacted: {out['bytes_before']:,} bytes before, {out['bytes_after']:,} after "
+        report(f"log compacted: {out['bytes_before']:,} bytes before, {out['bytes_after']:,} after "
                    f"(generation {out['generation']})")

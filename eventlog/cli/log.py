@@ -8,7 +8,18 @@ from typing import Any
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, emit_jsonl, handled, json_option, output_path, pass_ctx, progress_bar
+from eventlog.cli.common import (
+    Ctx,
+    emit_json,
+    emit_jsonl,
+    handled,
+    json_option,
+    output_path,
+    pass_ctx,
+    progress_bar,
+    report,
+    report_json,
+)
 from eventlog.errors import StorageError, ValidationError, printable
 
 INT64_MAX = 2**63 - 1
@@ -175,7 +186,7 @@ def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
             if erased:  # erase records stubbed events the profile held whole: clean its files
                 c.clean_after_import()
     if as_json:
-        emit_json(res.to_dict())
+        report_json(res.to_dict())
     else:
-        click.echo(f"copied {res.copied} events ({res.skipped} already there); head {res.head_seq} {res.head_hash}; "
-                   f"verify ok")
+        report(f"copied {res.copied} events ({res.skipped} already there); head {res.head_seq} {res.head_hash}; "
+               f"verify ok")

@@ -5,7 +5,7 @@ from typing import IO
 
 import click
 
-from eventlog.cli.common import Ctx, InputFile, emit_json, handled, json_option, options_named, pass_ctx
+from eventlog.cli.common import Ctx, InputFile, handled, json_option, options_named, pass_ctx, report, report_json
 
 
 def _utf8(raw: bytes) -> str:
@@ -62,6 +62,6 @@ def messages_add(c: Ctx, session_id: str, role: str, content: str | None, conten
     with c.open_store() as store, options_named(options):
         mid = store.append_message(session_id, role, text, tool_name=tool_name)
     if as_json:
-        emit_json({"id": mid, "session_id": session_id})
+        report_json({"id": mid, "session_id": session_id})
     else:
-        click.echo(f"added message {mid} to session {session_id}")
+        report(f"added message {mid} to session {session_id}")

@@ -5,7 +5,17 @@ import sys
 
 import click
 
-from eventlog.cli.common import Ctx, emit_json, handled, json_option, pass_ctx, progress_bar, read_flags, warn_flags
+from eventlog.cli.common import (
+    Ctx,
+    emit_json,
+    handled,
+    json_option,
+    pass_ctx,
+    progress_bar,
+    read_flags,
+    report,
+    warn_flags,
+)
 
 
 @click.command()
@@ -34,8 +44,8 @@ def rebuild(c: Ctx, which: str) -> None:
                 raise
             raise converted(e, "rebuilding the projections") from e
         flags = read_flags(store)
-    click.echo(f"rebuilt {which}: {res['events']} events in {res['seconds']:.2f} s "
-               f"({res['events_per_s']:,.0f} events/s)")
+    report(f"rebuilt {which}: {res['events']} events in {res['seconds']:.2f} s "
+           f"({res['events_per_s']:,.0f} events/s)")
     warn_flags(flags)
 
 

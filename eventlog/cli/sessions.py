@@ -17,6 +17,8 @@ from eventlog.cli.common import (
     options_named,
     pass_ctx,
     read_flags,
+    report,
+    report_json,
     warn_flags,
 )
 from eventlog.errors import NotFoundError, printable
@@ -54,7 +56,7 @@ def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None,
     with c.open_store(create=True) as store, options_named({"id": "--id", "session": "--id", "source": "--source",
                                                         "title": "--title", "model": "--model", "cwd": "--cwd",
                                                         "parent_session_id": "--parent"}), free_title_hint(store):
-        click.echo(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
+        report(store.create_session(sid, source=source, title=title, model=model, cwd=cwd,
                                         parent_session_id=parent))
 
 
@@ -158,7 +160,7 @@ def _simple_session_command(name: str, method: str, done: str, doc: str) -> None
     def cmd(c: Ctx, session_id: str) -> None:
         with c.open_store() as store, options_named(SESSION_ARG):
             seq = getattr(store, method)(session_id)
-        click.echo(f"{done.format(session_id)} (event seq {seq})")
+        report(f"{done.format(session_id)} (event seq {seq})")
 
 
 for _name, _method, _done, _doc in [
@@ -183,7 +185,7 @@ def sessions_title(c: Ctx, session_id: str, title: str, provenance: str) -> None
     """Set a session's title (titles are unique in a profile)."""
     with c.open_store() as store, options_named({**SESSION_ARG, "title": "TITLE"}), free_title_hint(store):
         seq = store.set_title(session_id, title, provenance)
-    click.echo("kept the existing higher-provenance title" if seq is None
+    report("kept the existing higher-provenance title" if seq is None
                else f"titled session {session_id} (event seq {seq})")
 
 
@@ -199,12 +201,12 @@ def sessions_erase(c: Ctx, session_id: str, reason: str, as_json: bool) -> None:
     with c.open_store() as store, options_named({**SESSION_ARG, "reason": "--reason"}):
         out = store.erase_session(session_id, reason)
     if as_json:
-        emit_json(out)
+        report_json(out)
     elif out["seq"]:
         n = len(out["sessions"])
-        click.echo(f"erased {out['events']} events of {n} session{'s' if n != 1 else ''} (erase record: seq {out['seq']})")
+        report(f"erased {out['events']} events of {n} session{'s' if n != 1 else ''} (erase record: seq {out['seq']})")
     else:
-        click.echo("already erased: nothing left to erase")
+        report("already erased: nothing left to erase")
 
 
 @sessions.command("end")
@@ -216,4 +218,4 @@ def sessions_end(c: Ctx, session_id: str, reason: str) -> None:
     """End a session."""
     with c.open_store() as store, options_named({**SESSION_ARG, "reason": "--reason"}):
         seq = store.end_session(session_id, reason)
-    click.echo("already ended" if seq is None else f"ended session {session_id} (event seq {seq})")
+    report("already ended" if seq is None else f"ended session {session_id} (event seq {seq})")

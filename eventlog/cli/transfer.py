@@ -19,14 +19,15 @@ import click
 from eventlog.cli.common import (
     Ctx,
     bounded_lines,
-    emit_json,
     handled,
     json_option,
     need_stdin,
     output_path,
     pass_ctx,
     progress_bar,
+    report_json,
 )
+from eventlog.cli.common import report as say
 from eventlog.errors import EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
 
 INT64_MAX = 2**63 - 1
@@ -73,7 +74,7 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     if until_seq is not None and until_seq > res["last_seq"]:  # a mistyped seq or profile, most likely
         click.echo(f"warning: the log ends at seq {res['last_seq']}, before --until {until_seq}: the replay "
                    "is the profile as it is now", err=True)
-    click.echo(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
+    say(f"wrote {out}: {res['events']} events, up to seq {res['last_seq']}")
 
 
 @click.command("export")
@@ -231,9 +232,9 @@ def _import_into(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: b
             _remove_if_empty(c, d, ours="hi:" if fmt == "hermes" else None)
         raise
     if as_json:
-        emit_json(report)
+        report_json(report)
     else:
-        click.echo(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
+        say(" ".join(f"{k}={v}" for k, v in report.items() if not isinstance(v, list)))
 
 
 def _import(c: Ctx, fmt: str, file: str, source: IO[bytes] | None, whole: bool = False) -> dict[str, Any]:
