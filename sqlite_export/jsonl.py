@@ -191,6 +191,11 @@ def _decoded(n: int, raw: bytes, *, checked: bool = False) -> dict[str, Any]:
     except ValueError as e:
         env = with_lone_surrogates(raw, e)  # read as `eventlog append` reads it (stored as U+FFFD)
         if not isinstance(env, dict):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as u:  # named as `eventlog append` names it, not orjson's "surrogates"
+                raise ValidationError(f"line {n}", f"not valid UTF-8 (byte 0x{raw[u.start]:02x} at character "
+                                                   f"{len(raw[:u.start].decode('utf-8')) + 1})") from None
             raise ValidationError(f"line {n}", f"not a JSON object ({e})") from None
     if not checked:
         codec.refuse_wide_ints(raw, f"line {n}")  # orjson read it as a float: refused, not imported changed

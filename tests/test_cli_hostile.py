@@ -749,6 +749,20 @@ def test_append_names_bytes_that_are_not_utf8_and_takes_a_byte_order_mark(tmp_pa
     assert json.loads(run(home, "sessions", "list", "--json").stdout)[0]["id"] == "s1"
 
 
+def test_import_names_bytes_that_are_not_utf8_as_append_does(profile_home: Path, tmp_path: Path) -> None:
+    """A 0xFF byte in an export's line was refused as orjson's "str is not valid UTF-8: surrogates
+    not allowed: line 1 column 1", naming neither the byte nor where it is (helper-76)."""
+    export = tmp_path / "x.jsonl"
+    assert run(profile_home, "export", str(export)).returncode == 0
+    lines = export.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].replace(b'"data":{', b'"data":{"\xff":1,', 1)
+    at = lines[1].index(b"\xff") + 1
+    export.write_bytes(b"".join(lines))
+    err = one_line_error(run(profile_home, "import", str(export), profile="fresh"))
+    assert f"invalid line 2: not valid UTF-8 (byte 0xff at character {at})" in err, err
+    assert not (profile_home / "profiles" / "fresh").exists()
+
+
 def test_a_lost_current_link_names_the_generation_that_holds_the_log(tmp_path: Path) -> None:
     """With log/current gone after a compaction, commands said "No such file or directory" and
     `doctor` failed the same way, though the log was intact in log/g<N> (outside audit,
