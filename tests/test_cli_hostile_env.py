@@ -113,3 +113,19 @@ def test_a_stdout_that_fills_up_says_the_work_is_done_and_what_the_report_was(tm
         assert said.startswith(f"{tail[-1]['seq']} (hint:"), err
     else:
         assert f"(event seq {tail[-1]['seq']})" in said or f"message {tail[-1]['seq']} " in said, err
+
+
+def test_an_export_to_a_full_file_system_says_to_free_space(tmp_path: Path) -> None:
+    """An export (jsonl, md) onto a full file system said 'No space left on device (hint: write
+    to a folder of a regular, writable file system)', the hint for /proc, not for a full disk."""
+    home = tmp_path / "h"
+    assert run(home, "sessions", "new", "--id", "s1").returncode == 0
+    assert run(home, "messages", "add", "s1", "--role", "user", "--content", "x" * 20000).returncode == 0
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        with open(fs / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        for args in (["export", str(fs / "x.jsonl")], ["export", "--format", "md", "--session", "s1", str(fs / "x.md")]):
+            err = one_line_error(run(home, *args))
+            assert "No space left on device (hint: free some disk space there (or write it elsewhere)" in err, err
+        assert sorted(p.name for p in fs.iterdir()) == ["filler"]  # no partial file left

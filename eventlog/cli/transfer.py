@@ -7,6 +7,7 @@ eventlog: exports hold private transcripts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import shutil
@@ -28,7 +29,7 @@ from eventlog.cli.common import (
     report_json,
 )
 from eventlog.cli.common import report as say
-from eventlog.errors import EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
+from eventlog.errors import DiskFullError, EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
 
 INT64_MAX = 2**63 - 1
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -136,6 +137,10 @@ def _writing(name: str) -> Iterator[None]:
     except BrokenPipeError:
         raise
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # room, not the kind of file system
+            raise DiskFullError(f"cannot write {name}: {e.strerror or e}",
+                                hint="free some disk space there (or write it elsewhere) and retry; nothing was "
+                                     "written to it and the log is not affected") from e
         raise StorageError(f"cannot write {name}: {e.strerror or e}",
                            hint="write to a folder of a regular, writable file system") from e
 
