@@ -86,7 +86,7 @@ def disk_state(profile_dir: Path) -> dict[str, Any]:
 
 
 def displaced(profile_dir: Path) -> list[str]:
-    """Directories a repair set aside (they stood where a projection pointer belongs)."""
+    """Directories and files a repair set aside (they stood where a projection pointer belongs)."""
     try:
         return sorted(n for n in os.listdir(profile_dir) if ".db.displaced." in n)
     except OSError:

@@ -264,11 +264,14 @@ class Healer:
             raise _NoRoom(why)
 
     def _clear_way(self) -> None:
-        """A directory standing where a pointer belongs (``state.db/``, ``fts.db/``) is set aside
-        before a rebuild swaps the pointer in: removed when empty, else renamed
-        ``<name>.displaced.<n>`` (never deleted; ``eventlog doctor`` lists it)."""
+        """A directory or a plain file standing where a pointer belongs (``state.db``, ``fts.db``:
+        another program's database, a copy put there by hand) is set aside before a rebuild swaps
+        the pointer in: a directory removed when empty, an empty file left for the swap to replace,
+        anything else renamed ``<name>.displaced.<n>`` (never deleted; ``eventlog doctor`` lists it)."""
         for pointer in (self.site.state_pointer(), self.site.fts_pointer()):
-            if os.path.isdir(pointer) and not os.path.islink(pointer):
+            if os.path.islink(pointer):
+                continue
+            if os.path.isdir(pointer) or (os.path.isfile(pointer) and os.path.getsize(pointer) > 0):
                 set_aside(pointer)
 
     def _fts_command_check(self) -> str | None:
@@ -323,12 +326,14 @@ class Healer:
 
 
 def set_aside(path: Path) -> str:
-    """Remove the empty directory ``path``, or rename it ``<name>.displaced.<n>`` (0700); returns
-    what became of it."""
+    """Remove the empty directory ``path``, or rename it (or the file ``path``)
+    ``<name>.displaced.<n>`` (0700, a file 0600); returns what became of it."""
+    is_dir = os.path.isdir(path)
     try:
-        os.rmdir(path)
-        log.warning("removed the empty directory %s that stood where a projection pointer belongs", path)
-        return "removed"
+        if is_dir:
+            os.rmdir(path)
+            log.warning("removed the empty directory %s that stood where a projection pointer belongs", path)
+            return "removed"
     except OSError:
         pass
     n = 1
@@ -336,6 +341,7 @@ def set_aside(path: Path) -> str:
         n += 1
     aside = path.with_name(f"{path.name}.displaced.{n}")
     os.rename(path, aside)
-    os.chmod(aside, files.DIR_MODE)
-    log.warning("moved the directory %s that stood where a projection pointer belongs to %s", path, aside.name)
+    os.chmod(aside, files.DIR_MODE if is_dir else files.FILE_MODE)
+    log.warning("moved the %s %s that stood where a projection pointer belongs to %s",
+                "directory" if is_dir else "file", path, aside.name)
     return f"moved to {aside.name}"

@@ -109,6 +109,29 @@ def test_a_directory_in_place_of_a_pointer_is_set_aside_once(pristine: Path, tmp
     record("directory in place of a projection pointer", runs=1, passed=1)
 
 
+@pytest.mark.parametrize("kind", ["state", "fts"])
+def test_a_plain_file_in_place_of_a_pointer_is_set_aside_not_deleted(pristine: Path, tmp_path: Path,
+                                                                     kind: str) -> None:
+    """A file standing where the pointer belongs (another program's database, a copy put there
+    by hand) was deleted by the rebuild's swap, while a directory there was set aside: someone's
+    file is never deleted. Now it is renamed <name>.displaced.1 (0600) and doctor names it; an
+    empty file is simply replaced."""
+    home = copy(pristine, tmp_path / "home")
+    pointer = pdir(home) / f"{kind}.db"
+    pointer.unlink()
+    body = b"SQLite format 3\x00 someone else's database" + bytes(range(256)) * 64
+    pointer.write_bytes(body)
+    r = cli(home, "search", "bravo", "--json")
+    clean(r)
+    assert r.returncode == 0 and len(json.loads(r.stdout)["results"]) == 6, r.stderr
+    aside = pdir(home) / f"{kind}.db.displaced.1"
+    assert aside.read_bytes() == body and aside.stat().st_mode & 0o777 == 0o600
+    assert pointer.is_symlink()
+    r = cli(home, "doctor", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["permissions"]["displaced"] == [aside.name], r.stdout
+    assert strays(home) == [], strays(home)
+
+
 # ------------------------------------------------------------------ doctor without --fix changes nothing
 
 def _files(home: Path) -> dict[str, bytes]:
