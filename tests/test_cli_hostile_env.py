@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +131,33 @@ def test_an_export_to_a_full_file_system_says_to_free_space(tmp_path: Path) -> N
             err = one_line_error(run(home, *args))
             assert "No space left on device (hint: free some disk space there (or write it elsewhere)" in err, err
         assert sorted(p.name for p in fs.iterdir()) == ["filler"]  # no partial file left
+
+
+def test_an_import_ended_by_sigterm_leaves_no_profile_behind(tmp_path: Path) -> None:
+    """`kill` (a supervisor's stop, `timeout`) in the middle of an import into a new profile left
+    that profile behind with an empty log, where a failed import (or Ctrl-C) leaves none. SIGTERM
+    now ends a command as Ctrl-C does: what it began is undone, exit status 143 as before."""
+    from eventlog.sessions.store import SessionStore
+
+    source = tmp_path / "src"
+    with SessionStore.open(source, "p", follower=False) as store:
+        for i in range(10):
+            sid = store.create_session(source="x")
+            store.append_messages(sid, [{"role": "user", "content": f"message {i} {j} " * 20} for j in range(2000)])
+    export = tmp_path / "x.jsonl"
+    assert run(source, "--profile", "p", "export", str(export)).returncode == 0
+    home = tmp_path / "h"
+    child = subprocess.Popen([EXE, "--home", str(home), "import", str(export)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    profile = home / "profiles" / "default"
+    while not profile.exists() and child.poll() is None:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    if child.returncode == 0:  # it was done before the signal came: all of it is there
+        assert "imported=20010" in out, out
+        return
+    assert child.returncode == 143 and "Traceback" not in err, (child.returncode, err)
+    assert not profile.exists(), os.listdir(profile)
+    r = run(home, "import", str(export))
+    assert r.returncode == 0 and "imported=20010" in r.stdout, r.stderr  # a second try needs nothing cleared

@@ -121,12 +121,13 @@ COMMANDS: dict[str, Lazy] = {
 @click.pass_context
 def main(ctx: click.Context, home: str | None, profile: str, log_url: str | None) -> None:
     """eventlog: an event-sourced session store for AI-agent runtimes."""
-    from eventlog.cli.common import Ctx, need_stdout, setup_logging, setup_streams
+    from eventlog.cli.common import Ctx, need_stdout, on_terminate, setup_logging, setup_streams
     from eventlog.errors import ValidationError
 
     need_stdout()
     setup_streams()
     setup_logging()
+    on_terminate(ctx)
     from eventlog.profiles import validate_profile
 
     try:

@@ -353,6 +353,24 @@ def _utf8(stream: Any) -> bool:
     return (getattr(stream, "encoding", None) or "utf-8").lower().replace("_", "-") in ("utf-8", "utf8")
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def on_terminate(ctx: click.Context) -> None:
+    """SIGTERM (``kill``, a supervisor's stop, ``timeout``) ends the command as Ctrl-C does, by an
+    exception in the main thread, so that what it began is undone or finished: a killed `import`
+    left its new profile behind, empty. Exit status 143 as before. A SIGTERM the caller chose to
+    ignore (or handle) is left so, and the default is back when the command ends (a command run
+    inside another program, such as a test's CliRunner)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
+        ctx.call_on_close(lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+
+
 def setup_streams() -> None:
     """Stdout and stderr in an encoding that is not UTF-8 (a Latin-1 locale, ``PYTHONIOENCODING``):
     what they cannot show is written as backslash escapes instead of ending the command in a
