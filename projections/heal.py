@@ -108,8 +108,9 @@ class Healer:
         ``site.halt`` says why, and the projections serve what they hold until a later
         catch-up finds room. Events past a damaged one are never applied (``site.damage``)."""
         site = self.site
-        if space.read_only(site.dir):
-            return self._halt("read-only file system")
+        why = space.read_only_reason(site.dir)
+        if why is not None:
+            return self._halt(why)
         damage = site.damage
         try:
             applied = self._catch_up()

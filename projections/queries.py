@@ -205,11 +205,8 @@ class Reader:
                 if p.site.halt is not None:
                     # the heal could not build it: no room (a full disk, a read-only file system),
                     # which doctor --fix or rebuild cannot mend either
-                    read_only = "read-only" in p.site.halt
-                    raise ProjectionError(
-                        f"state.db is {problem} and cannot be built now: {p.site.halt}",
-                        hint=("make the file system writable" if read_only else "free some disk space")
-                        + ", then retry: the log keeps every event")
+                    raise ProjectionError(f"state.db is {problem} and cannot be built now: {p.site.halt}",
+                                          hint=f"{space.remedy(p.site.halt)}, then retry: the log keeps every event")
                 raise ProjectionError(f"state.db is unusable: {problem}",
                                       hint="run `eventlog doctor --fix` or `eventlog rebuild`")
             p.heal()

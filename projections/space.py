@@ -30,18 +30,45 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
 
 
 def read_only(path: str | os.PathLike[str]) -> bool:
-    """True when ``path`` is on a file system mounted read-only."""
+    """True when nothing can be made in ``path``: a file system mounted read-only, or a directory
+    this user may not write in (:func:`read_only_reason`)."""
+    return read_only_reason(path) is not None
+
+
+def read_only_reason(path: str | os.PathLike[str]) -> str | None:
+    """``"read-only file system"``; for a directory this user may not write in (a profile made by
+    another user, a ``chmod a-w``), the words that say so; None when ``path`` can be written.
+    Either way the projections are served as they stand (a new file there cannot be made: a
+    rebuild would only start and die, and the files are not damaged)."""
     try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+        if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):
+            st = os.stat(path)
+            return (f"the directory {os.fspath(path)} is read-only for this user (uid {os.geteuid()}; "
+                    f"mode {st.st_mode & 0o777:o}, owner uid {st.st_uid})")
     except OSError:
-        return False
+        pass
+    return None
+
+
+def remedy(why: str) -> str:
+    """What to do about ``why`` (a reason :func:`cannot_write` gave), for a hint."""
+    if "read-only for this user" in why:
+        return "let this user write in that directory (chmod u+w, or run as its owner)"
+    if "read-only" in why:
+        return "make the file system writable"
+    if "ulimit" in why:
+        return "raise the file-size limit (ulimit -f)"
+    return "free some disk space"
 
 
 def cannot_write(path: str | os.PathLike[str]) -> str | None:
     """Why nothing can be written at ``path`` now (``"read-only file system"``, ``"the disk is
     full (N bytes free)"``), or None."""
-    if read_only(path):
-        return "read-only file system"
+    why = read_only_reason(path)
+    if why is not None:
+        return why
     limit = file_size_limit()
     # Writes past it fail with EFBIG, which SQLite reports as an I/O error; a limit far above
     # every file here is room (a rebuild writes a file about the size of the current one).
@@ -92,6 +119,8 @@ def out_of_room(e: BaseException, path: str | os.PathLike[str]) -> str | None:
             return cannot_write(path) or "no space left on device"
         if e.errno == errno.EROFS:
             return "read-only file system"
+        if e.errno in (errno.EACCES, errno.EPERM):
+            return read_only_reason(path)
         return None
     if not isinstance(e, sqlite3.Error):
         return None

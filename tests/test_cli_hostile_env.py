@@ -161,3 +161,60 @@ def test_an_import_ended_by_sigterm_leaves_no_profile_behind(tmp_path: Path) -> 
     assert not profile.exists(), os.listdir(profile)
     r = run(home, "import", str(export))
     assert r.returncode == 0 and "imported=20010" in r.stdout, r.stderr  # a second try needs nothing cleared
+
+
+def test_a_profile_directory_this_user_may_not_write_in_is_read_as_it_stands(tmp_path: Path) -> None:
+    """A profile directory this user may read but not write in (`chmod a-w`, a profile of another
+    user shared read-only) was taken for damage: every read warned 'rebuilding state.db: attempt to
+    write a readonly database' and failed 'cannot use .../..state.generation...tmp: Permission
+    denied'; doctor said 'permissions ok' and hinted `doctor --fix`. It is now what a read-only
+    file system is: the projections are served as they stand (stale, said once), the log is
+    still appended to where it can be, and the hint says what to do."""
+    import pwd
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to run the commands as another user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv")
+    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
+    base = Path(tempfile.mkdtemp(prefix="eventlog-ro-", dir="/tmp"))  # pytest's tmp root is 0700
+    try:
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+        home = base / "h"
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            # the interpreter, not the console script: its folder may be closed to other users
+            return subprocess.run([*drop, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
+                                   "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
+
+        probe = cli("--version")
+        if probe.returncode != 0:
+            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
+        assert cli("sessions", "new", "--id", "s1").returncode == 0
+        assert cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+        assert cli("sessions", "list").returncode == 0  # (a one-shot's write reaches the projections at a read)
+        profile = home / "profiles" / "default"
+        profile.chmod(0o500)
+        r = cli("search", "hello", "--json")
+        assert r.returncode == 0 and len(json.loads(r.stdout)["results"]) == 1, r.stderr
+        assert "rebuilding" not in r.stderr, r.stderr
+        r = cli("messages", "add", "s1", "--role", "user", "--content", "later")
+        assert r.returncode == 0 and r.stdout == "added message 3 to session s1\n", r.stderr
+        r = cli("sessions", "list", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 1, r.stderr  # as it stands
+        assert f"the directory {profile} is read-only for this user" in r.stderr, r.stderr
+        assert "let this user write in that directory" in r.stderr, r.stderr
+        r = cli("doctor")
+        assert r.returncode == 1 and "read-only for this user" in r.stdout, r.stdout
+        assert "let this user write in that directory" in r.stderr and "doctor --fix" not in r.stderr, r.stderr
+        profile.chmod(0o700)
+        r = cli("sessions", "list", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 2, r.stderr  # writable again: caught up
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -507,9 +507,9 @@ def read_flags(store: SessionStore, health: dict[str, Any] | None = None) -> dic
         flags.update(degraded=True, first_bad_seq=damage["seq"], damage_reason=damage["reason"],
                      damage_refuses=marker_path(store.log) is not None)  # a log on a server keeps no marker
     if h.get("halt"):
-        read_only = "read-only" in str(h["halt"]).lower()
-        flags.update(stale=True, stale_reason=h["halt"],
-                     stale_hint="make the file system writable" if read_only else "free some disk space")
+        from projections.space import remedy
+
+        flags.update(stale=True, stale_reason=h["halt"], stale_hint=remedy(str(h["halt"])))
     elif status.get("stale") and not damage:
         holder, state = status.get("lease_holder"), status.get("lease_holder_state")
         who = f"process {holder}" + (f" ({state})" if state else "") if holder else "another process"

@@ -33,7 +33,7 @@ def rebuild(c: Ctx, which: str) -> None:
     why = space.cannot_write(d)
     if why is not None:
         raise StorageError(f"cannot rebuild the projections of {d}: {why}",
-                           hint="free some disk space (or make the file system writable) and retry")
+                           hint=f"{space.remedy(why)}, then retry")
     with c.open_store() as store, progress_bar(f"rebuilding {which}") as update:
         try:
             res = store.rebuild(which, progress=update)
@@ -64,6 +64,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
     documents) with the reference fold of the log, naming the first that differs; with --fix
     what differs is rebuilt.
     """
+    from projections import space
     from projections.doctor import examine, repair
 
     if c.log_url is not None:  # the server first: a profile it does not have leaves nothing behind here
@@ -107,7 +108,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             if not report["log"]["ok"] or report["log"].get("erase_pending"):
                 hint = report["log"].get("hint")
             elif not report["disk"]["ok"]:
-                hint = "free some disk space (or make the file system writable); nothing is rebuilt until then"
+                hint = f"{space.remedy(str(report['disk'].get('detail') or ''))}; nothing is rebuilt until then"
             else:
                 hint = None if fix else "run `eventlog doctor --fix`"
             click.echo("error: problems found" + (f" (hint: {hint})" if hint else ""), err=True)
