@@ -148,6 +148,10 @@ def inspect(pointer: Path, kind: str, *, profile: str | None, log: LogView, full
         return done("missing", f"{g.name} is empty")
     # On a read-only file system nothing is writable, and nothing needs to be: it is read as it stands.
     want = os.R_OK if space.read_only(pointer.parent) else os.R_OK | os.W_OK
+    if st.st_mode & 0o600 == 0o600 and st.st_uid != os.geteuid() and not os.access(g.path, want):
+        # a command run as another user (root) made it: the mode is right, the owner is not this user
+        return done("unreadable", f"{g.name} belongs to another user (uid {st.st_uid}, mode "
+                                  f"{st.st_mode & 0o777:o}), not to this one (uid {os.geteuid()})")
     if st.st_mode & 0o600 != 0o600 or not os.access(g.path, want):
         return done("unreadable", f"{g.name} is not readable and writable by its owner "
                                   f"(mode {st.st_mode & 0o777:o})")

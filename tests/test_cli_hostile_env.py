@@ -218,3 +218,42 @@ def test_a_profile_directory_this_user_may_not_write_in_is_read_as_it_stands(tmp
         assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 2, r.stderr  # writable again: caught up
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_projection_made_by_another_user_is_named_as_such_and_rebuilt(tmp_path: Path) -> None:
+    """A read run as root on a user's profile (a cron job, sudo) builds state.db as root's file,
+    0600: the user's next read rebuilt it saying 'state.N.v2.db is not readable and writable by its
+    owner (mode 600)', which it is. It now says whose file it is and who is asking."""
+    import pwd
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run the commands as another user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
+    base = Path(tempfile.mkdtemp(prefix="eventlog-owner-", dir="/tmp"))  # pytest's tmp root is 0700
+    try:
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+        home = base / "h"
+
+        def cli(*args: str, user: list[str] = drop) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*user, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
+                                   "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
+
+        probe = cli("--version")
+        if probe.returncode != 0:
+            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
+        assert cli("sessions", "new", "--id", "s1").returncode == 0
+        assert cli("sessions", "list").returncode == 0
+        (home / "profiles" / "default" / "state.db").unlink()
+        assert cli("sessions", "list", user=[]).returncode == 0  # root rebuilds it: root's file now
+        r = cli("sessions", "list", "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)[0]["id"] == "s1", r.stderr
+        assert f"belongs to another user (uid 0, mode 600), not to this one (uid {nobody.pw_uid})" in r.stderr, r.stderr
+        assert "by its owner" not in r.stderr, r.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
