@@ -257,3 +257,37 @@ def test_a_projection_made_by_another_user_is_named_as_such_and_rebuilt(tmp_path
         assert "by its owner" not in r.stderr, r.stderr
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_failed_import_never_removes_a_profile_another_process_has_open(tmp_path: Path) -> None:
+    """Two imports of one export into a new profile at once: the second gave up on the first's
+    long write (WriterBusyError after 10 s), found the log still empty and removed the profile
+    directory under the first, whose 'imported=40040' then went with it (helper-76). The clean-up
+    of a failed import now leaves a profile whose log another process has open (LMDB's shared
+    lock on lock.mdb), or that was written meanwhile. Here: a process holding the new profile's
+    log open, not yet written, while a failed import's clean-up runs; then it appends."""
+    from eventlog.cli.common import Ctx
+    from eventlog.cli.transfer import _remove_if_empty
+    from eventlog.log import EventLog
+
+    home = tmp_path / "h"
+    log_dir = home / "profiles" / "default" / "log"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom eventlog.log import EventLog\n"
+         "with EventLog.open(sys.argv[1], profile='default') as lg:\n"
+         "    print('open', flush=True); sys.stdin.readline()\n"
+         "    print(lg.append([{'type': 't.x', 'data': {}}])[0], flush=True)", str(log_dir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "open\n"
+        _remove_if_empty(Ctx(str(home), "default"), home / "profiles" / "default")
+        assert log_dir.is_dir(), "the clean-up removed a profile another process has open"
+        out, _ = holder.communicate("go\n", timeout=60)
+        assert out == "1\n"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    with EventLog.open(log_dir) as lg:
+        assert lg.head()[0] == 1  # the append acknowledged is there
+    _remove_if_empty(Ctx(str(home), "default"), home / "profiles" / "default")
+    assert log_dir.is_dir()  # written: kept, as before

@@ -291,12 +291,71 @@ def _on_server(c: Ctx) -> bool:
 def _remove_if_empty(c: Ctx, d: Path, ours: str | None = None) -> None:
     """Remove the profile directory ``d`` a failed import created, unless some event reached its
     log meanwhile -- other than the import's own (event ids starting with ``ours``: a Hermes
-    import that failed part way, after its source was read whole, e.g. on a full disk)."""
+    import that failed part way, after its source was read whole, e.g. on a full disk) -- or
+    another process has the log open (:func:`_alone`): two imports of one file into a new
+    profile at once, the second giving up on the first's long write, removed the profile under
+    the first, whose 'imported=N' was then lost with it."""
+    log_dir = d / "log"
+    for _ in range(3):  # until a look at the log is not crossed by a write (the first may be its own)
+        before = _data_stamp(log_dir)
+        try:
+            with c.open_log() as lg:
+                if lg.head()[0] != 0 and (ours is None or not all(
+                        str(env.get("id")).startswith(ours) for env in lg.read())):
+                    return
+        except EventLogError:
+            pass
+        after = _data_stamp(log_dir)
+        if after == before:
+            break
+    else:
+        return
+    with _alone(log_dir) as alone:
+        if alone and _data_stamp(log_dir) == after:  # nothing written since the log was read
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _data_stamp(log_dir: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime) of the log's data file (stat only), None when there is none."""
+    from eventlog.log.lmdb import generation_dir
+
     try:
-        with c.open_log() as lg:
-            if lg.head()[0] != 0 and (ours is None or not all(
-                    str(env.get("id")).startswith(ours) for env in lg.read())):
-                return
+        st = os.stat(generation_dir(log_dir) / "data.mdb")
+    except (OSError, EventLogError):
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def _alone(log_dir: Path) -> Iterator[bool]:
+    """Whether no other process has the LMDB log at ``log_dir`` open, kept so for the block:
+    every process with it open holds a shared lock on the first byte of its ``lock.mdb`` (LMDB's
+    own), and a new one waits for the exclusive lock taken here. For a command that is ending:
+    a handle of this process on that log (one an interrupt left open) must not be used after,
+    since closing this descriptor cancels its lock."""
+    from eventlog.log.lmdb import generation_dir
+
+    try:
+        env_dir = generation_dir(log_dir)
     except EventLogError:
-        pass
-    shutil.rmtree(d, ignore_errors=True)
+        yield False
+        return
+    try:
+        fd = os.open(env_dir / "lock.mdb", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield True  # no log was ever opened there
+        return
+    except OSError:
+        yield False
+        return
+    try:
+        import fcntl
+
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
