@@ -43,6 +43,10 @@ profile's ``zdicts`` table). Format 1 (the canonical envelope bytes as they are)
 BODY_FORMATS = (1, 2)
 LOCK_NAMESPACE = 0x65766C67
 """First key of every advisory lock eventlog takes ("evlg"); the second is the profile id (0: registry)."""
+ERASE_MARK_KEY = "(erase mark)"
+"""The ``streams`` row holding the profile's erase mark (the seq of the last ``log.erased``
+record, :meth:`eventlog.log.postgres.PostgresLog.erase_mark`): not a session id (those never
+hold parentheses or spaces), so no stream and no query of sessions meets it."""
 URL_RE = re.compile(r"^postgres(ql)?://", re.IGNORECASE)
 
 
@@ -503,6 +507,8 @@ class Statements:
         self.get = q("SELECT body FROM {s}.events WHERE seq = %s")
         self.session = q("SELECT seq, body FROM {s}.events WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s")
         self.version = q("SELECT version FROM {s}.streams WHERE session = %s")
+        self.set_erase_mark = q("INSERT INTO {s}.streams (session, version) VALUES (%s, %s) ON CONFLICT (session) "
+                                "DO UPDATE SET version = greatest(streams.version, EXCLUDED.version)")
         self.event_seq = q("SELECT seq FROM {s}.events WHERE id = %s")
         self.erase_rows = q("SELECT seq, body FROM {s}.events WHERE seq = ANY(%s::bigint[]) ORDER BY seq")
         self.stream_seqs = q("SELECT seq FROM {s}.events WHERE session = ANY(%s::text[])")

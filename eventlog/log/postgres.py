@@ -73,6 +73,7 @@ from eventlog.log.pg_follow import quiet_close as _quiet_close
 from eventlog.log.pg_schema import (
     BODY_FORMAT,
     BODY_FORMATS,
+    ERASE_MARK_KEY,
     LOCK_NAMESPACE,
     REGISTRY_OWNER_HINT,
     ProfileInfo,
@@ -1015,6 +1016,7 @@ class PostgresLog(LogBase):
                                          p.data_bytes)
                 conn.execute(self._sql.write, ([seq], [p.id], [None], [body], [], [], seq, digest))
                 conn.execute(self._sql.erase, ([q for q, _ in listed], stubs))
+                conn.execute(self._sql.set_erase_mark, (ERASE_MARK_KEY, seq))
                 sent = seq  # leaving the block sends the COMMIT
         except psycopg.Error as e:
             if sent:
@@ -1129,6 +1131,7 @@ class PostgresLog(LogBase):
                                     list(part), list(part.values())], seqs[end - 1], str(envs[end - 1]["hash"]))
             if end in ends:
                 self._stub_named(conn, envs[end - 1], bodies[end - 1])
+                conn.execute(self._sql.set_erase_mark, (ERASE_MARK_KEY, seqs[end - 1]))
             start = end
         return seq, prev
 
@@ -1448,6 +1451,15 @@ class PostgresLog(LogBase):
         """How many events the session stream holds (0 when unknown)."""
         str_arg(session, "session")
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.version, (session,)).fetchone())
+        return 0 if row is None else int(row[0])
+
+    def erase_mark(self) -> int:
+        """The seq of the last ``log.erased`` record (0: none; a record written by a release
+        before this one is not counted), as :meth:`eventlog.log.lmdb.EventLog.erase_mark`: every
+        erase and every import that brings such a record moves it, in the same transaction. An
+        erase changes no stream's version, so a cache of another host that trusts one compares
+        this too (the adapters' histories and checkpoint copies); one index lookup."""
+        row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.version, (ERASE_MARK_KEY,)).fetchone())
         return 0 if row is None else int(row[0])
 
     def event_seq(self, event_id: str) -> int | None:
