@@ -112,3 +112,23 @@ def test_answer_timeout_must_be_seconds(pg_url: str, pg_profile: str, bad: Any) 
     with pytest.raises(ValidationError) as caught:
         PostgresLog.open(pg_url, profile=pg_profile, answer_timeout=bad)
     assert caught.value.field == "answer_timeout"
+
+
+def test_the_watch_thread_runs_only_while_a_watched_log_is_open(pg_url: str, pg_profile: str) -> None:
+    """No eventlog thread outlives the last handle (the embedding contract): the watch's thread
+    stayed for the life of the process once one statement had been watched."""
+    def watching() -> bool:
+        return any(t.name == "eventlog-pg-watch" for t in threading.enumerate())
+
+    a = PostgresLog.open(pg_url, profile=pg_profile)
+    b = PostgresLog.open(pg_url, profile=pg_profile)
+    unwatched = PostgresLog.open(pg_url, profile=pg_profile, answer_timeout=None)
+    try:
+        assert a.head() == b.head() and watching()
+        a.close()
+        a.close()  # idempotent: it does not count twice
+        assert b.head() and watching()
+    finally:
+        b.close()
+    assert not watching() and unwatched.head()  # an unwatched log needs no thread
+    unwatched.close()

@@ -17,8 +17,9 @@ within ``connect_timeout`` is frozen or unreachable, and the statement's connect
 its ``reconnect_timeout``, then a typed error (an append: its outcome resolved by id, or
 :class:`~eventlog.errors.OutcomeUnknownError`).
 
-One daemon thread per process watches every connection made by :func:`connect` with an
-``answer_timeout``; a connection with none is not watched.
+One thread per process, running while a :class:`~eventlog.log.postgres.PostgresLog` with an
+``answer_timeout`` is open, watches every connection made by
+:func:`~eventlog.log.pg_schema.connect` with one; a connection with none is not watched.
 """
 from __future__ import annotations
 
@@ -55,20 +56,45 @@ class WatchedConnection(psycopg.Connection[Any]):
 
 
 class _Watch:
+    """The statements in flight on watched connections, and the thread that looks at them. The
+    thread runs while a log that watches its statements is open (:meth:`attach`/:meth:`detach`),
+    so that none outlives the last handle."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._inflight: dict[int, tuple[WatchedConnection, float]] = {}
         self._next = 0
+        self._users = 0
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
         self._answered: dict[tuple[str, float], float] = {}  # server -> when it last answered a probe
         self.cuts = 0
         """Connections cut because their server stopped answering (for tests and diagnostics)."""
 
+    def attach(self) -> None:
+        """A log whose statements are watched was opened: the thread runs while any is."""
+        with self._lock:
+            self._users += 1
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="eventlog-pg-watch",
+                                                daemon=True)
+                self._thread.start()
+
+    def detach(self) -> None:
+        """That log was closed: the last one stops the thread (at once, or after a probe in flight,
+        which its connect timeout bounds)."""
+        with self._lock:
+            self._users = max(0, self._users - 1)
+            if self._users or self._thread is None:
+                return
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not threading.current_thread():
+            thread.join()
+
     def enter(self, conn: WatchedConnection) -> int:
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="eventlog-pg-watch", daemon=True)
-                self._thread.start()
             self._next += 1
             self._inflight[self._next] = (conn, time.monotonic())
             return self._next
@@ -77,9 +103,8 @@ class _Watch:
         with self._lock:
             self._inflight.pop(token, None)
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(TICK)
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.wait(TICK):
             try:
                 self._look()
             except Exception:  # never let the watch die: log and look again
@@ -148,6 +173,7 @@ WATCH = _Watch()
 def _after_fork() -> None:  # the child has no watch thread, and the lock may have been held by it
     WATCH._lock = threading.Lock()
     WATCH._thread = None
+    WATCH._users = 0  # a log opened before fork() is not usable in the child
     WATCH._inflight.clear()
 
 

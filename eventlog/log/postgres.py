@@ -86,6 +86,7 @@ from eventlog.log.pg_schema import (
     storage_error,
     upgrade,
 )
+from eventlog.log.pg_watch import WATCH
 from eventlog.profiles import validate_profile
 
 _log = logging.getLogger("eventlog.log")
@@ -294,6 +295,7 @@ class PostgresLog(LogBase):
         self._closed = False
         self.commits = 0
         """Write transactions committed by this handle (group commit shares them)."""
+        self._watched = False  # counted in the statement watch's users (pg_watch)
         self._stubbing = 0
         self.stubbed = 0
         """Events this handle's imports stubbed for an imported ``log.erased`` record (their words
@@ -386,6 +388,9 @@ class PostgresLog(LogBase):
                       reconnect_timeout=reconnect_timeout, lock_timeout=lock_timeout, answer_timeout=answer_timeout)
             log._setup(conn, writer=True, looked_up=True)
             log._writer = conn
+            if answer_timeout is not None:
+                WATCH.attach()
+                log._watched = True
         except psycopg.Error as e:
             _quiet_close(conn)
             raise storage_error(e, "cannot open the log", where) from e
@@ -469,6 +474,9 @@ class PostgresLog(LogBase):
             _quiet_close(self._writer)
             self._writer = None
         self._pool.close()
+        if self._watched:
+            self._watched = False
+            WATCH.detach()
 
     def __enter__(self) -> "PostgresLog":
         return self
