@@ -1,12 +1,16 @@
 """``eventlog log tail|verify|copy``: the event log itself (no projections, no SQLite)."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
+import orjson
 
 from eventlog.cli.common import (
     Ctx,
@@ -21,6 +25,9 @@ from eventlog.cli.common import (
     report_json,
 )
 from eventlog.errors import StorageError, ValidationError, printable
+
+if TYPE_CHECKING:
+    from eventlog.log.base import VerifyResult
 
 INT64_MAX = 2**63 - 1
 FOLLOW_POLL_S = 0.02
@@ -114,8 +121,15 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     """
     from eventlog.log import damage
 
+    # On LMDB the walk runs in a child process first: liblmdb aborts a process whose cursor steps
+    # onto a damaged page (an assertion, SIGABRT), and this is the command that must say so. Done
+    # before the parent opens the log (py-lmdb cannot open it again in a child that inherited it),
+    # and only in a process of one thread (a child forked beside other threads could inherit a
+    # lock one of them held: the CLI has none, a program calling main() may).
+    alone = hasattr(os, "fork") and threading.active_count() == 1
+    isolated = _verify_isolated(c) if c.log_url is None and alone else None
     with c.open_log() as lg:
-        res = lg.verify()
+        res = isolated if isolated is not None else lg.verify()
         if res.ok:
             damage.clear(lg)  # restored: appends are accepted again
         elif res.first_bad_seq is not None:
@@ -126,9 +140,99 @@ def log_verify(c: Ctx, as_json: bool) -> None:
         erased = f" ({res.erased} erased)" if res.erased else ""
         click.echo(f"ok: {res.events} events{erased}, head {res.head_seq} {res.head_hash}")
     else:
-        click.echo(f"BROKEN at seq {res.first_bad_seq}: {res.reason}", err=True)
+        at = f" at seq {res.first_bad_seq}" if res.first_bad_seq is not None else ""
+        click.echo(f"BROKEN{at}: {res.reason}", err=True)
     if not res.ok:
         sys.exit(1)
+
+
+def _in_child(work: Callable[[], Any]) -> tuple[str, Any]:
+    """Run ``work`` in a forked child: ``("ok", its JSON result)``, ``("signal", number)`` when
+    the child was killed by a signal, ``("error", None)`` when it raised (the caller then does
+    the work itself, so that the error comes out as usual). The child's stderr is discarded."""
+    r, w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 3
+        try:
+            os.close(r)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            view = memoryview(orjson.dumps(work()))
+            while view:
+                view = view[os.write(w, view):]
+            code = 0
+        except BaseException:
+            pass
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "signal", os.WTERMSIG(status)
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return "ok", orjson.loads(data)
+    return "error", None
+
+
+def _verify_isolated(c: Ctx) -> VerifyResult | None:
+    """``log verify`` of an LMDB log in a child process. When liblmdb kills it (a damaged page),
+    the first event whose read does so is found by halving ranges, each read by another child,
+    and reported as the first bad seq. None: the child raised (the caller verifies in-process
+    and the error comes out as usual)."""
+    from eventlog.log.base import VerifyResult
+
+    def verify() -> Any:
+        with c.open_log() as lg:
+            return lg.verify().to_dict()
+
+    kind, got = _in_child(verify)
+    if kind == "ok":
+        return VerifyResult(**got)
+    if kind == "error":
+        return None
+    how = _signal_name(got)
+
+    def head() -> Any:
+        with c.open_log() as lg:
+            return list(lg.head())
+
+    kind, top = _in_child(head)
+    if kind != "ok":
+        return VerifyResult(False, 0, 0, "", 1, f"data.mdb is damaged: liblmdb stopped the process reading its head "
+                                                  f"({how})", 0)
+
+    def readable(lo: int, hi: int) -> bool:
+        def read() -> Any:
+            with c.open_log() as lg:
+                return sum(1 for _ in lg.read(lo, hi, raw=True))
+        return _in_child(read)[0] == "ok"
+
+    head_seq, head_hash = int(top[0]), str(top[1])
+    lo, hi = 1, head_seq
+    if head_seq == 0 or readable(lo, hi):
+        return VerifyResult(False, head_seq, head_seq, head_hash, None,
+                            f"data.mdb is damaged outside the events (an index): liblmdb stopped the process ({how})",
+                            0)
+    while lo < hi:  # reading lo..hi stops the process; lo - 1 and before read well
+        mid = (lo + hi) // 2
+        if readable(lo, mid):
+            lo = mid + 1
+        else:
+            hi = mid
+    return VerifyResult(False, lo - 1, head_seq, head_hash, lo,
+                        f"data.mdb is damaged: reading event {lo} stops the process (liblmdb: {how})", 0)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _holds_log(path: Path) -> bool:
