@@ -36,14 +36,20 @@ def install() -> type:
         return SessionDB
     if not hasattr(hermes_state, ORIGINAL):
         setattr(hermes_state, ORIGINAL, current)
-    setattr(hermes_state, "SessionDB", SessionDB)
+    _rebind(hermes_state, "SessionDB", current, SessionDB)
+    return SessionDB
+
+
+def _rebind(hermes_state: Any, name: str, old: Any, new: Any) -> None:
+    """Put ``new`` in place of ``old`` as ``hermes_state.<name>`` and in every loaded module that
+    imported it by name (``from hermes_state import <name>``)."""
+    setattr(hermes_state, name, new)
     for module in list(sys.modules.values()):
         try:
-            if module is not hermes_state and getattr(module, "SessionDB", None) is current:
-                setattr(module, "SessionDB", SessionDB)
+            if module is not hermes_state and getattr(module, name, None) is old:
+                setattr(module, name, new)
         except Exception:  # a module with an odd __getattr__ is none of our business
             continue
-    return SessionDB
 
 
 def _install_repair(hermes_state: Any) -> None:
@@ -82,13 +88,7 @@ def _install_repair(hermes_state: Any) -> None:
 
     repair_state_db_schema._eventlog = True  # type: ignore[attr-defined]
     repair_state_db_schema.__doc__ = original.__doc__
-    hermes_state.repair_state_db_schema = repair_state_db_schema
-    for module in list(sys.modules.values()):
-        try:
-            if module is not hermes_state and getattr(module, "repair_state_db_schema", None) is original:
-                setattr(module, "repair_state_db_schema", repair_state_db_schema)
-        except Exception:  # a module with an odd __getattr__ is none of our business
-            continue
+    _rebind(hermes_state, "repair_state_db_schema", original, repair_state_db_schema)
 
 
 def original_session_db() -> Any:
