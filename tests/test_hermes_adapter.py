@@ -233,9 +233,8 @@ def test_a_crash_between_the_log_and_the_projection_is_caught_up(path: Path) -> 
     db.close()
 
 
-def test_readers_catch_up_a_crashed_writers_tail(path: Path) -> None:
-    db = SessionDB(path)
-    db.create_session("s1", "cli")
+def crash_after_appending_tail(path: Path) -> None:
+    """Another process appends "tail" to s1 and is SIGKILLed before it projects it."""
     child = textwrap.dedent(f"""
         import os, signal
         from eventlog.adapters.hermes import SessionDB, projection
@@ -243,6 +242,12 @@ def test_readers_catch_up_a_crashed_writers_tail(path: Path) -> None:
         SessionDB({str(path)!r}).append_message("s1", "user", "tail")
     """)
     subprocess.run([sys.executable, "-c", child], capture_output=True)
+
+
+def test_readers_catch_up_a_crashed_writers_tail(path: Path) -> None:
+    db = SessionDB(path)
+    db.create_session("s1", "cli")
+    crash_after_appending_tail(path)
     deadline = time.monotonic() + 5
     while db.message_count("s1") == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -257,13 +262,7 @@ def test_a_tail_caught_up_by_a_reader_bumps_the_mtime_hermes_polls(path: Path) -
     until some later write."""
     db = SessionDB(path)
     db.create_session("s1", "cli")
-    child = textwrap.dedent(f"""
-        import os, signal
-        from eventlog.adapters.hermes import SessionDB, projection
-        projection.write_cursor = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
-        SessionDB({str(path)!r}).append_message("s1", "user", "tail")
-    """)
-    subprocess.run([sys.executable, "-c", child], capture_output=True)
+    crash_after_appending_tail(path)
     os.utime(path, ns=(10**9, 10**9))  # as a poller last saw it
     deadline = time.monotonic() + 5
     while db.message_count("s1") == 0 and time.monotonic() < deadline:
