@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import click
-import orjson
 
 from eventlog.cli.common import (
     Ctx,
@@ -150,6 +149,8 @@ def _in_child(work: Callable[[], Any]) -> tuple[str, Any]:
     """Run ``work`` in a forked child: ``("ok", its JSON result)``, ``("signal", number)`` when
     the child was killed by a signal, ``("error", None)`` when it raised (the caller then does
     the work itself, so that the error comes out as usual). The child's stderr is discarded."""
+    import orjson  # not at the top: `eventlog log --help` imports only what help needs
+
     r, w = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
