@@ -158,3 +158,20 @@ def test_lazy_loading_prints_what_an_eager_group_prints(argv: list[str], width: 
     got = [CliRunner().invoke(g, argv, prog_name="eventlog", terminal_width=width) for g in (fresh, eager)]
     assert (got[0].exit_code, got[0].output) == (got[1].exit_code, got[1].output)
     assert got[0].exit_code == (0 if argv == ["--help"] else 2)
+
+
+def test_python_dash_m_eventlog_cli_is_the_command(tmp_path: Path) -> None:
+    """`python -m eventlog.cli` failed ("is a package and cannot be directly executed"): two
+    outside audits reached for it where the console script was not on PATH."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "eventlog.cli", "--home", str(tmp_path), "--profile", "p"]
+    helped = subprocess.run([sys.executable, "-m", "eventlog.cli", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("Usage: eventlog ")
+    made = subprocess.run([*run, "sessions", "new", "--title", "via -m"], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    listed = subprocess.run([*run, "sessions", "list", "--json"], capture_output=True, text=True)
+    assert listed.returncode == 0 and "via -m" in listed.stdout
+    bad = subprocess.run([*run, "sessions", "show", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 1  # exit codes pass through
