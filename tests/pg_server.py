@@ -13,6 +13,7 @@ This module imports nothing outside the standard library.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -22,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Iterator
 
 SUPERUSER = "postgres"
 PASSWORD = "eventlog-test"
@@ -148,3 +150,18 @@ class PgServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextlib.contextmanager
+def commits_held(su: Any) -> Iterator[None]:
+    """For the block, every COMMIT on the server waits for a synchronous standby that does not
+    exist, its commit record already flushed: a connection cut then loses a COMMIT's answer, not
+    the commit. ``su``: a superuser connection in autocommit."""
+    su.execute("ALTER SYSTEM SET synchronous_standby_names = 'eventlog_absent_standby'")
+    su.execute("SELECT pg_reload_conf()")
+    time.sleep(0.2)
+    try:
+        yield
+    finally:
+        su.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        su.execute("SELECT pg_reload_conf()")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 from fixtures_fs import tmpfs
@@ -163,67 +164,12 @@ def test_an_import_ended_by_sigterm_leaves_no_profile_behind(tmp_path: Path) -> 
     assert r.returncode == 0 and "imported=20010" in r.stdout, r.stderr  # a second try needs nothing cleared
 
 
-def test_a_profile_directory_this_user_may_not_write_in_is_read_as_it_stands(tmp_path: Path) -> None:
-    """A profile directory this user may read but not write in (`chmod a-w`, a profile of another
-    user shared read-only) was taken for damage: every read warned 'rebuilding state.db: attempt to
-    write a readonly database' and failed 'cannot use .../..state.generation...tmp: Permission
-    denied'; doctor said 'permissions ok' and hinted `doctor --fix`. It is now what a read-only
-    file system is: the projections are served as they stand (stale, said once), the log is
-    still appended to where it can be, and the hint says what to do."""
-    import pwd
-    import shutil
-    import tempfile
-
-    if os.geteuid() != 0:
-        pytest.skip("needs root, to run the commands as another user")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user 'nobody'")
-    if shutil.which("setpriv") is None:
-        pytest.skip("no setpriv")
-    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
-    base = Path(tempfile.mkdtemp(prefix="eventlog-ro-", dir="/tmp"))  # pytest's tmp root is 0700
-    try:
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        home = base / "h"
-
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            # the interpreter, not the console script: its folder may be closed to other users
-            return subprocess.run([*drop, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
-                                   "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
-
-        probe = cli("--version")
-        if probe.returncode != 0:
-            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
-        assert cli("sessions", "new", "--id", "s1").returncode == 0
-        assert cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
-        assert cli("sessions", "list").returncode == 0  # (a one-shot's write reaches the projections at a read)
-        profile = home / "profiles" / "default"
-        profile.chmod(0o500)
-        r = cli("search", "hello", "--json")
-        assert r.returncode == 0 and len(json.loads(r.stdout)["results"]) == 1, r.stderr
-        assert "rebuilding" not in r.stderr, r.stderr
-        r = cli("messages", "add", "s1", "--role", "user", "--content", "later")
-        assert r.returncode == 0 and r.stdout == "added message 3 to session s1\n", r.stderr
-        r = cli("sessions", "list", "--json")
-        assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 1, r.stderr  # as it stands
-        assert f"the directory {profile} is read-only for this user" in r.stderr, r.stderr
-        assert "let this user write in that directory" in r.stderr, r.stderr
-        r = cli("doctor")
-        assert r.returncode == 1 and "read-only for this user" in r.stdout, r.stdout
-        assert "let this user write in that directory" in r.stderr and "doctor --fix" not in r.stderr, r.stderr
-        profile.chmod(0o700)
-        r = cli("sessions", "list", "--json")
-        assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 2, r.stderr  # writable again: caught up
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def test_a_projection_made_by_another_user_is_named_as_such_and_rebuilt(tmp_path: Path) -> None:
-    """A read run as root on a user's profile (a cron job, sudo) builds state.db as root's file,
-    0600: the user's next read rebuilt it saying 'state.N.v2.db is not readable and writable by its
-    owner (mode 600)', which it is. It now says whose file it is and who is asking."""
+@pytest.fixture
+def as_nobody() -> Iterator[tuple[Path, Callable[..., subprocess.CompletedProcess[str]], int]]:
+    """``(home, cli, uid)``: ``cli(*args)`` runs eventlog as the user 'nobody' on ``home``, in a
+    folder that user owns (``cli(*args, user=[])``: as root). Another user is had only as root,
+    with setpriv and a 'nobody' account: elsewhere these tests are skipped, saying which is
+    missing (CI runs as root)."""
     import pwd
     import shutil
     import tempfile
@@ -235,28 +181,67 @@ def test_a_projection_made_by_another_user_is_named_as_such_and_rebuilt(tmp_path
     except KeyError:
         pytest.skip("no user 'nobody'")
     drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
-    base = Path(tempfile.mkdtemp(prefix="eventlog-owner-", dir="/tmp"))  # pytest's tmp root is 0700
+    base = Path(tempfile.mkdtemp(prefix="eventlog-user-", dir="/tmp"))  # pytest's tmp root is 0700
+    home = base / "h"
+
+    def cli(*args: str, user: list[str] = drop) -> subprocess.CompletedProcess[str]:
+        # the interpreter, not the console script: its folder may be closed to other users
+        return subprocess.run([*user, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
+                               "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
+
     try:
         os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        home = base / "h"
-
-        def cli(*args: str, user: list[str] = drop) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([*user, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
-                                   "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
-
         probe = cli("--version")
         if probe.returncode != 0:
             pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
-        assert cli("sessions", "new", "--id", "s1").returncode == 0
-        assert cli("sessions", "list").returncode == 0
-        (home / "profiles" / "default" / "state.db").unlink()
-        assert cli("sessions", "list", user=[]).returncode == 0  # root rebuilds it: root's file now
-        r = cli("sessions", "list", "--json")
-        assert r.returncode == 0 and json.loads(r.stdout)[0]["id"] == "s1", r.stderr
-        assert f"belongs to another user (uid 0, mode 600), not to this one (uid {nobody.pw_uid})" in r.stderr, r.stderr
-        assert "by its owner" not in r.stderr, r.stderr
+        yield home, cli, nobody.pw_uid
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_profile_directory_this_user_may_not_write_in_is_read_as_it_stands(as_nobody: Any) -> None:
+    """A profile directory this user may read but not write in (`chmod a-w`, a profile of another
+    user shared read-only) was taken for damage: every read warned 'rebuilding state.db: attempt to
+    write a readonly database' and failed 'cannot use .../..state.generation...tmp: Permission
+    denied'; doctor said 'permissions ok' and hinted `doctor --fix`. It is now what a read-only
+    file system is: the projections are served as they stand (stale, said once), the log is
+    still appended to where it can be, and the hint says what to do."""
+    home, cli, _uid = as_nobody
+    assert cli("sessions", "new", "--id", "s1").returncode == 0
+    assert cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+    assert cli("sessions", "list").returncode == 0  # (a one-shot's write reaches the projections at a read)
+    profile = home / "profiles" / "default"
+    profile.chmod(0o500)
+    r = cli("search", "hello", "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["results"]) == 1, r.stderr
+    assert "rebuilding" not in r.stderr, r.stderr
+    r = cli("messages", "add", "s1", "--role", "user", "--content", "later")
+    assert r.returncode == 0 and r.stdout == "added message 3 to session s1\n", r.stderr
+    r = cli("sessions", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 1, r.stderr  # as it stands
+    assert f"the directory {profile} is read-only for this user" in r.stderr, r.stderr
+    assert "let this user write in that directory" in r.stderr, r.stderr
+    r = cli("doctor")
+    assert r.returncode == 1 and "read-only for this user" in r.stdout, r.stdout
+    assert "let this user write in that directory" in r.stderr and "doctor --fix" not in r.stderr, r.stderr
+    profile.chmod(0o700)
+    r = cli("sessions", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["message_count"] == 2, r.stderr  # writable again: caught up
+
+
+def test_a_projection_made_by_another_user_is_named_as_such_and_rebuilt(as_nobody: Any) -> None:
+    """A read run as root on a user's profile (a cron job, sudo) builds state.db as root's file,
+    0600: the user's next read rebuilt it saying 'state.N.v2.db is not readable and writable by its
+    owner (mode 600)', which it is. It now says whose file it is and who is asking."""
+    home, cli, uid = as_nobody
+    assert cli("sessions", "new", "--id", "s1").returncode == 0
+    assert cli("sessions", "list").returncode == 0
+    (home / "profiles" / "default" / "state.db").unlink()
+    assert cli("sessions", "list", user=[]).returncode == 0  # root rebuilds it: root's file now
+    r = cli("sessions", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)[0]["id"] == "s1", r.stderr
+    assert f"belongs to another user (uid 0, mode 600), not to this one (uid {uid})" in r.stderr, r.stderr
+    assert "by its owner" not in r.stderr, r.stderr
 
 
 def test_a_failed_import_never_removes_a_profile_another_process_has_open(tmp_path: Path) -> None:

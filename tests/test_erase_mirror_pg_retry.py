@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_server import commits_held
 
 from eventlog.log.copy import copy_log
 from eventlog.log.lmdb import EventLog
@@ -60,14 +61,10 @@ def _copy_again(tmp_path: Path, url: str, profile: str, cut: Any) -> int:
 
         t = threading.Thread(target=copy)
         try:
-            su.execute("ALTER SYSTEM SET synchronous_standby_names = 'eventlog_absent_standby'")
-            su.execute("SELECT pg_reload_conf()")
-            time.sleep(0.2)
-            t.start()
-            cut(su)
+            with commits_held(su):
+                t.start()
+                cut(su)
         finally:
-            su.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            su.execute("SELECT pg_reload_conf()")
             t.join(60)
         assert not errors, errors
         assert target.verify().erased == 6 and list(target.read()) == list(src.read())

@@ -4,6 +4,7 @@ input, many handles and many processes. Behaviour against the real Hermes class 
 by tests/test_hermes_differential.py (``python3 run compat``)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -13,7 +14,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -282,16 +283,8 @@ def test_a_raw_read_naming_a_write_word_does_not_wait_for_the_writer(path: Path)
     db.append_message("s1", "user", "a delete request")
     assert db._conn is not None
     layout = Layout(path)
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import fcntl, os, time
-        fd = os.open({str(layout.dir)!r}, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        print("held", flush=True)
-        time.sleep(60)
-    """)], stdout=subprocess.PIPE, text=True)
     answers: list[Any] = []
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lease_held_elsewhere(layout):
         reads = ["WITH x AS (SELECT replace(content, 'a', 'b') AS c FROM messages) SELECT count(*) FROM x",
                  "WITH x AS (SELECT id FROM messages WHERE content LIKE '%delete%') SELECT count(*) FROM x"]
         reader = threading.Thread(target=lambda: answers.extend(tuple(db._conn.execute(q).fetchone()) for q in reads),
@@ -300,10 +293,25 @@ def test_a_raw_read_naming_a_write_word_does_not_wait_for_the_writer(path: Path)
         reader.join(30)
         assert not reader.is_alive()  # it waited for the lease the other process holds
         assert answers == [(1,), (1,)]
+    db.close()
+
+
+@contextlib.contextmanager
+def lease_held_elsewhere(layout: Layout) -> Iterator[None]:
+    """Another process holds the projection lease (the flock on its folder) for the block."""
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import fcntl, os, time
+        fd = os.open({str(layout.dir)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        yield
     finally:
         holder.kill()
         holder.wait()
-    db.close()
 
 
 def test_read_only_handles_never_take_the_writer(path: Path) -> None:
@@ -311,15 +319,7 @@ def test_read_only_handles_never_take_the_writer(path: Path) -> None:
     workload(db)
     layout = Layout(path)
     # Another process holds the projection lease (a writer mid-transaction, say).
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import fcntl, os, sys, time
-        fd = os.open({str(layout.dir)!r}, os.O_RDONLY | os.O_DIRECTORY)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        print("held", flush=True)
-        time.sleep(30)
-    """)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    with lease_held_elsewhere(layout):
         started = time.monotonic()
         ro = SessionDB(path, read_only=True)
         assert ro.get_session("s1")["title"] == "First session"
@@ -335,9 +335,6 @@ def test_read_only_handles_never_take_the_writer(path: Path) -> None:
         assert ro.import_sessions([])["imported"] == 0
         ro.close()
         assert time.monotonic() - started < 2
-    finally:
-        holder.kill()
-        holder.wait()
     db.close()
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_server import commits_held
 
 from eventlog.errors import WriterBusyError
 from eventlog.log.postgres import PostgresLog
@@ -147,17 +148,13 @@ def test_a_commit_whose_outcome_stays_unknown_is_its_own_error_carrying_the_ids(
 
             t = threading.Thread(target=append)
             try:
-                su.execute("ALTER SYSTEM SET synchronous_standby_names = 'eventlog_absent_standby'")
-                su.execute("SELECT pg_reload_conf()")
-                time.sleep(0.2)
-                t.start()
-                pid = _backend(su, login, "SyncRep")
-                su.execute(f'ALTER ROLE "{login}" NOLOGIN')  # the server is out of reach for this host
-                su.execute("SELECT pg_terminate_backend(%s)", (pid,))
-                t.join(30)
+                with commits_held(su):
+                    t.start()
+                    pid = _backend(su, login, "SyncRep")
+                    su.execute(f'ALTER ROLE "{login}" NOLOGIN')  # the server is out of reach for this host
+                    su.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                    t.join(30)
             finally:
-                su.execute("ALTER SYSTEM RESET synchronous_standby_names")
-                su.execute("SELECT pg_reload_conf()")
                 su.execute(f'ALTER ROLE "{login}" LOGIN')
             assert len(errors) == 1 and isinstance(errors[0], OutcomeUnknownError), errors
             err = errors[0]

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_server import commits_held
 
 from eventlog import SessionStore
 from eventlog.log.contract import ev
@@ -141,17 +142,11 @@ def test_a_connection_killed_during_commit_is_retried_to_the_original_seqs(pg_ur
         su.execute("SET synchronous_commit = local")
         got: list[Any] = []
         batch = [dict(ev("s", n=1), id="caller-id"), ev("s", n=2), ev("s", n=3)]  # caller and generated ids
-        try:
-            su.execute("ALTER SYSTEM SET synchronous_standby_names = 'eventlog_absent_standby'")
-            su.execute("SELECT pg_reload_conf()")
-            time.sleep(0.2)
+        with commits_held(su):
             t = threading.Thread(target=lambda: got.append(lg.append(batch, expected_version=1)))
             t.start()
             pid = _backend(su, "SyncRep")
             assert su.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
-        finally:
-            su.execute("ALTER SYSTEM RESET synchronous_standby_names")
-            su.execute("SELECT pg_reload_conf()")
         t.join(30)
         assert got == [[2, 3, 4]]
         assert lg.commits == commits, "the retry found the stored events and wrote nothing"

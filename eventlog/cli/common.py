@@ -196,8 +196,7 @@ def report_json(obj: Any) -> None:
     """:func:`emit_json` for a write command's report (see :func:`report`)."""
     import orjson
 
-    text = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()
-    report(text if _utf8(sys.stdout) else _NON_ASCII.sub(_json_escape, text),
+    report(_shown_json(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2).decode()),
            brief=orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode())
 
 
@@ -391,9 +390,14 @@ def _json_escape(m: re.Match[str]) -> str:
     return f"\\u{code:04x}"
 
 
+def _shown_json(text: str) -> str:
+    """JSON text as stdout can show it: orjson writes non-ASCII only inside strings, where
+    \\uXXXX means the same character, so a stdout that is not UTF-8 gets those escapes."""
+    return text if _utf8(sys.stdout) else _NON_ASCII.sub(_json_escape, text)
+
+
 def _echo_json(text: str) -> None:
-    # orjson writes non-ASCII only inside strings, where \uXXXX means the same character
-    click.echo(text if _utf8(sys.stdout) else _NON_ASCII.sub(_json_escape, text))
+    click.echo(_shown_json(text))
 
 
 def emit_json(obj: Any) -> None:
