@@ -99,3 +99,48 @@ def test_the_postgres_log_keeps_an_erase_mark(pg_url: str, pg_profile: str, tmp_
     with PostgresLog.open(pg_url, profile=pg_profile + "-copy") as c:
         c.append_sealed(raws)
         assert c.erase_mark() == second
+
+
+def test_a_warm_adapter_read_is_one_statement(tmp_path: Path, pg_url: str, pg_profile: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read the adapters can answer from what they hold asks the log only whether the stream
+    and the erase mark moved: one statement (``stream_state``), where it took two — the stream
+    version and the erase mark, two round trips to the server on every get_items / get_tuple /
+    list. Counted on the real connection (the statements this thread's calls send; the
+    projection follower's own are not the adapters')."""
+    import threading
+
+    import psycopg
+
+    monkeypatch.setenv("EVENTLOG_LOG_URL", pg_url)
+    sent: list[str] = []
+    real = psycopg.Cursor.execute
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if not threading.current_thread().name.startswith("eventlog-"):
+            sent.append(str(query))
+        return real(self, query, *args, **kwargs)
+
+    home = tmp_path / "home"
+    session = EventlogSession("chat", home=home, profile=pg_profile)
+    saver = EventlogSaver(home=home, profile=pg_profile)
+    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    try:
+        asyncio.run(session.add_items([{"role": "user", "content": "hello"}]))
+        from langgraph.checkpoint.base import empty_checkpoint
+        cp = empty_checkpoint()
+        saver.put(config, cp, {"source": "input", "step": -1}, {})
+        assert [i["content"] for i in asyncio.run(session.get_items())] == ["hello"]
+        assert saver.get_tuple(config) is not None and len(list(saver.list(config))) == 1
+        monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+        for name, read in [("get_items", lambda: asyncio.run(session.get_items())),
+                           ("get_items(limit=1)", lambda: asyncio.run(session.get_items(limit=1))),
+                           ("get_tuple", lambda: saver.get_tuple(config)),
+                           ("list", lambda: list(saver.list(config)))]:
+            sent.clear()
+            assert read()
+            assert len(sent) == 1 and "streams" in sent[0], (name, sent)
+    finally:
+        monkeypatch.undo()
+        session.close()
+        saver.close()

@@ -601,8 +601,7 @@ class EventlogSession:
         labelled with the version it was read up to, never with one looked up elsewhere."""
         profile = _shared.profile_of(store)
         while True:
-            mark = store.erase_mark()
-            version = store.version(self.key)
+            version, mark = store.version_and_erase_mark(self.key)
             h = self._history if self._history is not None and self._history.mark == mark else None
             shared = _HISTORIES.get(profile, self.key, mark)
             if shared is not None and shared.better_than(h):

@@ -696,6 +696,22 @@ class EraseContract:
         finally:
             lg.close()
 
+    def test_stream_state_is_the_version_and_the_erase_mark(self, tmp_path: Path) -> None:
+        """``stream_state(session)`` answers ``(stream_version, erase_mark)`` together (the
+        adapters' read check, one round trip on a server): a stream's count and the seq of the
+        last erase record, which an erase moves while no version changes."""
+        lg = self.make_log(tmp_path)
+        try:
+            state = getattr(lg, "stream_state")
+            assert state("e") == (0, 0) and state("never") == (0, 0)
+            lg.append([ev("e", n=0), ev("k", n=0), ev("e", n=1)])
+            assert state("e") == (2, 0) and state("k") == (1, 0)
+            seq = lg.erase([1], {"reason": "one"})
+            assert state("e") == (2, seq) == (lg.stream_version("e"), getattr(lg, "erase_mark")())
+            assert state("never") == (0, seq) and state("k") == (1, seq)
+        finally:
+            lg.close()
+
     def test_bad_erase_requests_change_nothing(self, tmp_path: Path) -> None:
         lg = self.make_log(tmp_path)
         try:

@@ -2089,6 +2089,15 @@ class _Environment:
             cur = txn.cursor(db=self._streams)
             return cur.count() if cur.set_key(key) else 0
 
+    def stream_state(self, session: str) -> tuple[int, int]:
+        """``(stream_version(session), erase_mark())`` from one read transaction."""
+        key = _lookup_key(session)
+        with self._read() as txn:
+            raw = txn.get(b"erased", db=self._meta)
+            cur = txn.cursor(db=self._streams)
+            version = cur.count() if key is not None and cur.set_key(key) else 0
+        return version, int(raw) if raw else 0
+
     def read_session(self, session: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         """The envelopes of one session stream with ``seq > after``, in seq order, in bounded
         read transactions."""
@@ -2413,6 +2422,10 @@ class EventLog(LogBase):
 
     def stream_version(self, session: str) -> int:
         return self._live().stream_version(str_arg(session, "session"))
+
+    def stream_state(self, session: str) -> tuple[int, int]:
+        """``(stream_version(session), erase_mark())`` as of one snapshot."""
+        return self._live().stream_state(str_arg(session, "session"))
 
     def erase_pending(self) -> int:
         """The seq of the last erase whose log compaction and projection purge were not

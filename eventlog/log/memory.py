@@ -196,6 +196,12 @@ class MemoryLog(LogBase):
         with self._lock:
             return len(self.storage.streams.get(session, []))
 
+    def stream_state(self, session: str) -> tuple[int, int]:
+        self._check_open()
+        str_arg(session, "session")
+        with self._lock:
+            return len(self.storage.streams.get(session, [])), self.storage.erased_at
+
     def read_session(self, session_id: str, *, after: int = 0) -> Iterator[dict[str, Any]]:
         self._check_open()
         session = str_arg(session_id, "session_id")

@@ -507,6 +507,7 @@ class Statements:
         self.get = q("SELECT body FROM {s}.events WHERE seq = %s")
         self.session = q("SELECT seq, body FROM {s}.events WHERE session = %s AND seq > %s ORDER BY seq LIMIT %s")
         self.version = q("SELECT version FROM {s}.streams WHERE session = %s")
+        self.stream_state = q("SELECT session, version FROM {s}.streams WHERE session IN (%s, %s)")
         self.set_erase_mark = q("INSERT INTO {s}.streams (session, version) VALUES (%s, %s) ON CONFLICT (session) "
                                 "DO UPDATE SET version = greatest(streams.version, EXCLUDED.version)")
         self.event_seq = q("SELECT seq FROM {s}.events WHERE id = %s")

@@ -1470,6 +1470,15 @@ class PostgresLog(LogBase):
         row = self._retrying("cannot read the log", lambda c: c.execute(self._sql.version, (ERASE_MARK_KEY,)).fetchone())
         return 0 if row is None else int(row[0])
 
+    def stream_state(self, session: str) -> tuple[int, int]:
+        """``(stream_version(session), erase_mark())`` from one statement: an adapter's read
+        asks both, and on a server each is a round trip."""
+        str_arg(session, "session")
+        rows = self._retrying("cannot read the log",
+                              lambda c: c.execute(self._sql.stream_state, (session, ERASE_MARK_KEY)).fetchall())
+        got = {str(k): int(v) for k, v in rows}
+        return got.get(session, 0), got.get(ERASE_MARK_KEY, 0)
+
     def event_seq(self, event_id: str) -> int | None:
         """The seq of the event with this id, or None."""
         str_arg(event_id, "event_id")

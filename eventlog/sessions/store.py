@@ -1601,6 +1601,18 @@ class SessionStore:
         self._check()
         return self.log.stream_version(ev.validate_session_id(session_id))
 
+    def version_and_erase_mark(self, session_id: str) -> tuple[int, int | None]:
+        """``(version(session_id), erase_mark())`` read together from one snapshot of the log (one
+        round trip on PostgreSQL, where each alone is one): what a cache keyed on a stream version
+        checks before it answers."""
+        sid = ev.validate_session_id(session_id)
+        self._check()
+        both = getattr(self.log, "stream_state", None)
+        if both is not None:
+            version, mark = both(sid)
+            return int(version), int(mark)
+        return self.log.stream_version(sid), self.erase_mark()
+
     # ------------------------------------------------------------------ projections
 
     def _need_projector(self) -> Projections:

@@ -427,7 +427,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         operations on whole threads, not by each put/put_writes: those are appended at an
         expected stream version, which the log refuses for an erased stream inside its write
         transaction (:meth:`_append_batch`), so they need no look at the mark."""
-        mark = store.erase_mark()
+        self._note_erase_mark(store.erase_mark())
+
+    def _note_erase_mark(self, mark: int | None) -> None:
+        """Forget what this saver knows of every thread when ``mark`` (the log's erase mark,
+        read by the caller, with a stream version when it needs one) moved."""
         if mark != self._erase_mark:
             self._copies.clear()
             self._sessions.clear()
@@ -725,20 +729,21 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         cid = get_checkpoint_id(config)
         cid = _text(cid, "checkpoint_id") if cid else None
         store = self._open()
-        self._check_erases(store)
         try:
             sid = model.thread_session(tid)
         except ValidationError:
+            self._check_erases(store)
             return None  # no such thread can exist
+        version, mark = store.version_and_erase_mark(sid)  # one look (one round trip on PostgreSQL)
+        self._note_erase_mark(mark)
         copy = self._copies.get(sid)
         if copy is not None and ns in copy.spaces:
             found = copy.spaces[ns].latest
-            if (cid is None or found is None or found.checkpoint_id == cid) and store.version(sid) == copy.version:
+            if (cid is None or found is None or found.checkpoint_id == cid) and version == copy.version:
                 return None if found is None or (cid is not None and found.checkpoint_id != cid) else self._tuple(found)
         # The read model (or the thread's stream replayed); a read of the latest checkpoint also
         # establishes this saver's copy when it provably holds the stream as of one version (see
         # latest.py), and what it knows of the thread's session and mirrored messages.
-        version = store.version(sid)
         if not version:  # nothing was ever written to the thread: every row of a thread is from its stream
             if cid is None:
                 self._copies.establish(sid, 0, ns, None, None)
@@ -812,15 +817,19 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
             sql += f" LIMIT {max(int(limit), 0)}"
         out: list[CheckpointTuple] = []
         store = self._open()
-        self._check_erases(store)
         sid = None
         if conf.get("thread_id") is not None:
             try:
                 sid = model.thread_session(params[0])
             except ValidationError:
+                self._check_erases(store)
                 return iter(out)  # no such thread can exist
-            if not store.version(sid):
+            version, mark = store.version_and_erase_mark(sid)  # one look (one round trip on PostgreSQL)
+            self._note_erase_mark(mark)
+            if not version:
                 return iter(out)  # nothing was ever written to it
+        else:
+            self._check_erases(store)
         with contextlib.ExitStack() as stack:
             if sid is not None:  # one thread: its stream can answer when the read model is held up
                 conn = stack.enter_context(self._thread_reads(store, sid))[0]
