@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from eventlog.errors import process_state
-from eventlog.log import Log
+from eventlog.log import Log, VerifyResult
 from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
 from eventlog.profiles import FILE_MODE as PRIVATE_FILE
@@ -93,6 +93,20 @@ def displaced(profile_dir: Path) -> list[str]:
         return []
 
 
+def unerased_detail(res: VerifyResult) -> str:
+    """What ``res.unerased`` means, for doctor and ``log verify``."""
+    return (f"{res.unerased} event(s) that erase records name still hold their content (a copy or import "
+            "by a release before 2026-12-07 brought the records without erasing what they name)")
+
+
+def unerased_hint(res: VerifyResult) -> str:
+    """The remedy: erase those sessions again (what an erase leaves is erased then)."""
+    if not res.unerased_sessions:
+        return "erase those events again (Log.erase with their seqs: they belong to no session)"
+    shown = " ".join(res.unerased_sessions[:5]) + (" ..." if len(res.unerased_sessions) > 5 else "")
+    return f"erase their sessions again: `eventlog sessions erase ID --reason ...` for {shown}"
+
+
 def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
             progress: Progress | None = None) -> dict[str, Any]:
     """The doctor's report; changes nothing (but records or clears the log's damage marker)."""
@@ -117,7 +131,8 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
     parts = {kind: _part(health[kind], never_built=not files.generations(profile_dir, kind)) for kind in ("state", "fts")}
     report: dict[str, Any] = {
         "log": {"ok": res.ok, "head_seq": res.head_seq, "head_hash": res.head_hash, "events": res.events,
-                "first_bad_seq": res.first_bad_seq, "reason": res.reason, "erased": res.erased},
+                "first_bad_seq": res.first_bad_seq, "reason": res.reason, "erased": res.erased,
+                "unerased": res.unerased, "unerased_sessions": res.unerased_sessions},
         "state": {**parts["state"], "skipped_types": skipped},
         "fts": {**parts["fts"], "degraded": bool(health["fts"].get("degraded"))},
         "lease": lease,
@@ -141,12 +156,16 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         report["log"]["detail"] = (f"the erase at seq {erase_seq} did not finish: files of the profile may "
                                    "still hold what it erased")
         report["log"]["hint"] = "run `eventlog compact` (or the erase again) to finish it"
+    elif res.ok and res.unerased:
+        report["log"]["detail"] = unerased_detail(res)
+        report["log"]["hint"] = unerased_hint(res)
     leftovers = _compaction_leftovers(profile_dir / "log")
     if leftovers:
         report["log"]["leftovers"] = leftovers
     if deep_report is not None:
         report["deep"] = deep_report
-    report["ok"] = bool(res.ok and not erase_seq and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
+    report["ok"] = bool(res.ok and not erase_seq and not res.unerased
+                        and report["state"]["ok"] and report["fts"]["ok"] and not perms and disk["ok"]
                         and lease["ok"]
                         and (deep_report is None or deep_report["ok"]))
     return report

@@ -98,7 +98,8 @@ def test_verify_json_shape_and_exit_code(tmp_path: Path) -> None:
     code, out, _ = run(tmp_path, "log", "verify", "--json")
     body = json.loads(out)
     assert code == 0
-    assert set(body) == {"ok", "events", "head_seq", "head_hash", "first_bad_seq", "reason", "erased"}
+    assert set(body) == {"ok", "events", "head_seq", "head_hash", "first_bad_seq", "reason", "erased",
+                         "unerased", "unerased_sessions"}
     assert body["ok"] is True and body["events"] == 1 and body["first_bad_seq"] is None
 
 

@@ -212,3 +212,53 @@ def test_an_imported_erase_record_the_server_refuses_to_act_on_leaves_the_import
         assert target.stubbed == 0 and target.head()[0] == 2
         assert next(iter(target.read()))["data"] == {"text": MARKER}
         assert "could not stub" in caplog.text
+
+
+def test_a_mirror_an_earlier_release_fed_is_found_by_verify_and_doctor_and_erased_again(tmp_path: Path) -> None:
+    """A mirror fed by a release before 2026-12-07 holds the source's ``log.erased`` record and,
+    whole, the events it names (that release imported records without stubbing): the chain
+    verifies, so nothing found the words. Reproduced on real bytes — the events' stored values
+    from before the erase written back over their stubs — ``log verify`` still says ok (the
+    chain holds) but counts them and names the session, with the remedy; ``doctor`` reports the
+    profile unfinished (exit 1); erasing the session again takes the words out of every file."""
+    import lmdb
+
+    from eventlog.log.lmdb import generation_dir
+
+    home, secret, kept = source(tmp_path)
+    log_dir = home / "profiles" / "p" / "log"
+
+    def values() -> dict[bytes, bytes]:
+        env = lmdb.open(str(generation_dir(log_dir)), max_dbs=8, readonly=True, lock=False)
+        try:
+            with env.begin() as txn:
+                return {bytes(k): bytes(v) for k, v in txn.cursor(db=env.open_db(b"events", txn=txn))}
+        finally:
+            env.close()
+
+    before = values()
+    erase_at(home, secret, kept)
+    stubs = {k for k, v in values().items() if k in before and v != before[k]}
+    assert len(stubs) == 6  # the creation and five messages
+    env = lmdb.open(str(generation_dir(log_dir)), max_dbs=8)
+    with env.begin(write=True) as txn:
+        db = env.open_db(b"events", txn=txn)
+        for k in stubs:
+            txn.put(k, before[k], db=db)
+    env.close()
+    assert traces(log_dir)  # the words are back in the log file
+
+    shown = json.loads(cli(home, "log", "verify", "--json"))
+    assert shown["ok"] is True and shown["unerased"] == 6 and shown["unerased_sessions"] == [secret], shown
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "log", "verify"])
+    assert r.exit_code == 0 and "6 event(s) that erase records name still hold their content" in r.stderr
+    assert f"eventlog sessions erase ID --reason ...` for {secret}" in r.stderr, r.stderr
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "doctor", "--json"])
+    assert r.exit_code == 1 and json.loads(r.stdout)["log"]["unerased_sessions"] == [secret], r.output
+
+    cli(home, "sessions", "erase", secret, "--reason", "again")
+    shown = json.loads(cli(home, "log", "verify", "--json"))
+    assert shown["ok"] is True and shown["unerased"] == 0 and shown["erased"] == 6, shown
+    assert not traces(home)
+    r = CliRunner().invoke(main, ["--home", str(home), "--profile", "p", "doctor", "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["log"]["unerased"] == 0, r.output

@@ -138,6 +138,10 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     elif res.ok:
         erased = f" ({res.erased} erased)" if res.erased else ""
         click.echo(f"ok: {res.events} events{erased}, head {res.head_seq} {res.head_hash}")
+        if res.unerased:
+            from projections.doctor import unerased_detail, unerased_hint
+
+            click.echo(f"warning: {unerased_detail(res)}; {unerased_hint(res)}", err=True)
     else:
         at = f" at seq {res.first_bad_seq}" if res.first_bad_seq is not None else ""
         click.echo(f"BROKEN{at}: {res.reason}", err=True)

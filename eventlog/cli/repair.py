@@ -87,7 +87,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             status = item.get("status", "ok" if item["ok"] else "broken")
             if part == "log" and not item["ok"]:
                 detail = f"{item.get('detail', '')} ({item.get('reason')})"
-            elif part == "log" and item.get("erase_pending"):
+            elif part == "log" and (item.get("erase_pending") or item.get("unerased")):
                 status = "unfinished"
                 detail = item.get("detail") or ""
             else:
@@ -105,7 +105,7 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
             click.echo(f"fixed: {a}")
     if not report["ok"]:
         if not as_json:
-            if not report["log"]["ok"] or report["log"].get("erase_pending"):
+            if not report["log"]["ok"] or report["log"].get("erase_pending") or report["log"].get("unerased"):
                 hint = report["log"].get("hint")
             elif not report["disk"]["ok"]:
                 hint = f"{space.remedy(str(report['disk'].get('detail') or ''))}; nothing is rebuilt until then"

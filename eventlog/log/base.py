@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
@@ -43,9 +43,30 @@ class VerifyResult:
     erased: int = 0
     """Events whose content was erased (their place in the chain verified, and each named with
     its hash by a later ``log.erased`` event; their own hash can no longer be recomputed)."""
+    unerased: int = 0
+    """Events a ``log.erased`` record names that the log still holds whole: not damage (the chain
+    verifies), but words an erase meant to remove. A copy or import made by a release before
+    2026-12-07 brought the record without stubbing what it names; erasing those sessions
+    again (``unerased_sessions``) removes them."""
+    unerased_sessions: list[str] = field(default_factory=list)
+    """The sessions of those events (an event of no session is counted, not named)."""
+    unerased_seqs: list[int] = field(default_factory=list, repr=False)
+    """Their seqs (not in :meth:`to_dict`: as many as the records name)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["unerased_seqs"]
+        return out
+
+    def name_unerased(self, get: Callable[[int], dict[str, Any] | None]) -> VerifyResult:
+        """A copy with :attr:`unerased_sessions` filled from the events at :attr:`unerased_seqs`
+        (``get``: the log's own)."""
+        named: set[str] = set()
+        for q in self.unerased_seqs:
+            env = get(q)
+            if env is not None and isinstance(env.get("session"), str) and not codec.is_stub(env):
+                named.add(env["session"])
+        return replace(self, unerased_sessions=sorted(named))
 
 
 @runtime_checkable
@@ -232,6 +253,8 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
     """
     expect, prev, events, erased = 1, codec.ZERO_HASH, 0, 0
     pending: dict[int, str] = {}  # erased events not yet named by a log.erased event: seq -> hash
+    stubbed: set[int] = set()  # every erased event (as few as the erases took)
+    whole: set[int] = set()  # events a log.erased event names and the log holds whole
 
     def bad(seq: int, reason: str) -> VerifyResult:
         hseq, hhash = head()
@@ -247,12 +270,16 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
                 return bad(seq, reason or "unreadable event")
             if codec.is_stub(env):
                 pending[seq] = env["hash"]
+                stubbed.add(seq)
                 erased += 1
             elif env.get("type") == codec.ERASED_TYPE:
                 listed = env["data"].get("erased") if isinstance(env.get("data"), dict) else None
                 for item in listed if isinstance(listed, list) else []:
                     if isinstance(item, list) and len(item) == 2 and pending.get(item[0]) == item[1]:
                         del pending[item[0]]
+                    elif isinstance(item, list) and len(item) == 2 and type(item[0]) is int \
+                            and 0 < item[0] < seq and item[0] not in stubbed:
+                        whole.add(item[0])
             prev = env["hash"]
             events += 1
             expect += 1
@@ -281,11 +308,11 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
     if hseq != events or hhash != prev:
         return VerifyResult(False, events, hseq, hhash, hseq + 1 if hseq < events else max(events, 1),
                             "recorded head does not match the last event", erased)
-    return VerifyResult(True, events, hseq, hhash, None, None, erased)
+    return VerifyResult(True, events, hseq, hhash, None, None, erased, len(whole), unerased_seqs=sorted(whole))
 
 
 class LogBase(abc.ABC):
-    """``follow`` and ``verify`` for a backend that provides ``read``, ``head``, ``closed`` and
+    """``follow`` and ``verify`` for a backend that provides ``read``, ``get``, ``head``, ``closed`` and
     ``_wait_appended(seconds)`` (returns early when this process appends or the log closes)."""
 
     _closed: bool
@@ -304,6 +331,10 @@ class LogBase(abc.ABC):
         """``(seq, hash)`` of the newest event (``(0, ZERO_HASH)`` when empty)."""
 
     @abc.abstractmethod
+    def get(self, seq: int) -> dict[str, Any] | None:
+        """The envelope at ``seq``, or None."""
+
+    @abc.abstractmethod
     def _wait_appended(self, seconds: float) -> None:
         """Return after ``seconds``, or earlier when this process appends or the log closes."""
 
@@ -314,7 +345,8 @@ class LogBase(abc.ABC):
     def verify(self) -> VerifyResult:
         """Recompute the whole chain in one streaming pass (constant memory); see :func:`verify_chain`."""
         self._check_open()
-        return verify_chain(self.read(1, raw=True), self.head, lambda seq: self.read(seq, raw=True))
+        res = verify_chain(self.read(1, raw=True), self.head, lambda seq: self.read(seq, raw=True))
+        return res.name_unerased(self.get) if res.unerased else res
 
     def follow(self, from_seq: int = 1, timeout: float | None = None, *,
                poll: float = FOLLOW_POLL_S) -> Iterator[dict[str, Any]]:

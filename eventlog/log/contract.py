@@ -696,6 +696,31 @@ class EraseContract:
         finally:
             lg.close()
 
+    def test_verify_names_events_an_erase_record_names_but_the_log_holds_whole(self, tmp_path: Path) -> None:
+        """A copy or import made by a release before 2026-12-07 brought ``log.erased`` records
+        without stubbing the events they name: the chain verifies, and the erased words stayed,
+        found by nothing. ``verify`` counts them (``unerased``) and names their sessions (the
+        remedy, erasing them again, is tested per backend on the bytes such a mirror holds)."""
+        lg = self.make_log(tmp_path)
+        lg.append([ev("a", secret="MARKER-0"), ev("k", n=0), ev("a", secret="MARKER-1"), ev("b", n=0)])
+        whole = dict(lg.read(raw=True))
+        lg.erase([1, 3], {"reason": "all of a"})
+        res = lg.verify()
+        assert res.ok and res.erased == 2 and res.unerased == 0 and res.unerased_sessions == []
+
+        def unstub(events: dict[int, bytes]) -> None:  # what an earlier release's mirror holds
+            events[1], events[3] = whole[1], whole[3]
+
+        lg = self.tamper(lg, unstub)
+        try:
+            res = lg.verify()
+            assert res.ok and res.erased == 0, res
+            assert (res.unerased, res.unerased_sessions) == (2, ["a"]), res
+            shown = res.to_dict()
+            assert shown["unerased"] == 2 and shown["unerased_sessions"] == ["a"] and "unerased_seqs" not in shown
+        finally:
+            lg.close()
+
     def test_stream_state_is_the_version_and_the_erase_mark(self, tmp_path: Path) -> None:
         """``stream_state(session)`` answers ``(stream_version, erase_mark)`` together (the
         adapters' read check, one round trip on a server): a stream's count and the seq of the

@@ -1501,7 +1501,8 @@ class PostgresLog(LogBase):
                     events = ((int(s), self._canonical(int(s), b)) for s, b in cur)
                     return verify_chain(events, lambda: head)
 
-        return self._retrying("cannot verify the log", run)
+        res = self._retrying("cannot verify the log", run)
+        return res.name_unerased(self.get) if res.unerased else res
 
     def size_bytes(self) -> int:
         """Bytes the profile's tables and indexes use on the server."""
