@@ -16,6 +16,28 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def extra_install_hint(extra: str) -> str:
+    """How to install eventlog's optional extra ``extra``, said so that copying it works.
+
+    eventlog is installed from its source tree: the name ``eventlog`` on PyPI belongs to another
+    project, so ``pip install 'eventlog[postgres]'`` installs that project (and Django) instead.
+    The hint names the extra's own requirements as this installation's metadata lists them, or,
+    without metadata, the editable install of the source tree."""
+    import shlex
+
+    try:
+        from importlib.metadata import requires
+
+        listed = requires("eventlog") or []
+    except Exception:  # no metadata (a bare source tree on sys.path)
+        listed = []
+    wanted = [r.split(";", 1)[0].strip() for r in listed
+              if ";" in r and r.split(";", 1)[1].replace("'", '"').replace(" ", "") == f'extra=="{extra}"']
+    if wanted:
+        return f"pip install {' '.join(shlex.quote(w) for w in wanted)} (eventlog's [{extra}] extra)"
+    return f"pip install -e '<eventlog source folder>[{extra}]'"
+
+
 class EventLogError(Exception):
     """Root of every eventlog error."""
 

@@ -94,13 +94,13 @@ def _closure(extra: str) -> set[str]:
 
 @pytest.mark.parametrize("index", range(2))
 def test_the_readme_install_line_brings_what_its_example_imports(index: int) -> None:
-    """``pip install 'eventlog[openai-agents]'`` / ``'eventlog[langgraph]'`` (the README's line)
+    """``pip install -e '.[openai-agents]'`` / ``'.[langgraph]'`` (the README's line, in the clone)
     must install every package the README's example for that framework imports."""
     import ast
 
     code = examples()[index]
     extra = "openai-agents" if "openai_agents" in code else "langgraph"
-    assert f"'eventlog[{extra}]'" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"'.[{extra}]'" in (ROOT / "README.md").read_text(encoding="utf-8")
     modules = {n.module for n in ast.walk(ast.parse(code)) if isinstance(n, ast.ImportFrom) and n.module}
     modules |= {a.name for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Import) for a in n.names}
     third_party = sorted(m for m in modules if m.split(".")[0] not in sys.stdlib_module_names | {"eventlog"})
@@ -139,5 +139,41 @@ def test_an_adapter_without_its_framework_names_the_extra_to_install(blocked: st
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
-    assert last.startswith("ModuleNotFoundError: ") and f"pip install 'eventlog[{extra}]'" in last, r.stderr
+    assert last.startswith("ModuleNotFoundError: ") and f"(eventlog's [{extra}] extra)" in last, r.stderr
     assert repr(blocked) in last, r.stderr
+    assert_installs_the_extra(last, extra)
+
+
+def assert_installs_the_extra(hint: str, extra: str) -> None:
+    """The hint's pip command names the extra's own requirements, never ``eventlog[extra]``: the
+    name eventlog on PyPI is another project's (``pip install 'eventlog[postgres]'`` brought
+    eventlog 0.11.0 and Django), so copying that hint installed the wrong package."""
+    import shlex
+
+    from packaging.requirements import Requirement
+
+    assert "eventlog[" not in hint, hint
+    command = shlex.split(hint.split("pip install ", 1)[1].split(" (eventlog's", 1)[0])
+    names = {Requirement(arg).name for arg in command}
+    assert names == {Requirement(r).name for r in _extra_requirements(extra)}, hint
+
+
+def _extra_requirements(extra: str) -> list[str]:
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    return [line.split(";")[0] for line in md.requires("eventlog") or []
+            if Requirement(line).marker is not None and Requirement(line).marker.evaluate({"extra": extra})
+            and not Requirement(line).marker.evaluate({"extra": ""})]
+
+
+def test_a_postgresql_log_without_psycopg_names_what_to_install(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "from eventlog.log import open_log\n"
+            "open_log('postgresql://u:p@127.0.0.1:1/db', profile='p')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert "a postgresql:// log needs psycopg 3" in last, r.stderr
+    assert_installs_the_extra(last, "postgres")

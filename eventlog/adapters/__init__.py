@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import NoReturn
 
+from eventlog.errors import extra_install_hint
+
 
 def missing_extra(error: ModuleNotFoundError, extra: str, packages: tuple[str, ...]) -> NoReturn:
     """Raise ``error`` (a framework package not installed) said the way a user can act on: which
@@ -15,4 +17,4 @@ def missing_extra(error: ModuleNotFoundError, extra: str, packages: tuple[str, .
     if missing not in packages:
         raise error
     raise ModuleNotFoundError(f"this adapter needs the {missing!r} package, which is not installed: "
-                              f"pip install 'eventlog[{extra}]'", name=error.name) from error
+                              f"{extra_install_hint(extra)}", name=error.name) from error

@@ -1,6 +1,6 @@
 """OpenAI Agents SDK memory on eventlog: :class:`EventlogSession` (the SDK's ``Session`` protocol).
 
-Needs ``pip install 'eventlog[openai-agents]'``. ::
+Needs eventlog's ``[openai-agents]`` extra (``pip install -e '.[openai-agents]'`` in its clone). ::
 
     session = EventlogSession("chat-42")            # profile "default" under $EVENTLOG_HOME
     result = await Runner.run(agent, "Hi", session=session)

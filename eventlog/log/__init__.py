@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eventlog.errors import NotFoundError, ValidationError
+from eventlog.errors import NotFoundError, ValidationError, extra_install_hint
 from eventlog.log.base import Log, LogBase, VerifyResult
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
             from eventlog.log.postgres import PostgresLog
         except ImportError as e:
             raise ValidationError("log", "a postgresql:// log needs psycopg 3",
-                                  hint="pip install 'eventlog[postgres]'") from e
+                                  hint=extra_install_hint("postgres")) from e
         return PostgresLog.open(str(target), profile=profile, durability=durability, **options)
     if isinstance(target, str) and "://" in target:
         raise ValidationError("log", f"unsupported log URL scheme in {target.split('://', 1)[0]!r}://",

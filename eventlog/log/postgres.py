@@ -1,6 +1,7 @@
 """The per-profile event log on PostgreSQL: one log shared by many hosts.
 
-Needs psycopg 3 (``pip install eventlog[postgres]``); the core never imports this module.
+Needs psycopg 3 (eventlog's ``[postgres]`` extra: ``pip install -e '.[postgres]'`` in its clone); the core
+never imports this module.
 Layout, registry and privileges: :mod:`eventlog.log.pg_schema`.
 
 Appends. Every write transaction first takes the profile's transaction-scoped advisory lock,
