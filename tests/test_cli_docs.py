@@ -175,3 +175,20 @@ def test_python_dash_m_eventlog_cli_is_the_command(tmp_path: Path) -> None:
     assert listed.returncode == 0 and "via -m" in listed.stdout
     bad = subprocess.run([*run, "sessions", "show", "nope"], capture_output=True, text=True)
     assert bad.returncode == 1  # exit codes pass through
+
+
+def test_doctors_help_names_every_part_of_its_report(tmp_path: Path) -> None:
+    """`eventlog doctor` reports a `disk` part (free space, a read-only file system) that its help
+    did not name: a user reading `doctor --help` could not know it checks the disk."""
+    from click.testing import CliRunner
+
+    home = ["--home", str(tmp_path), "--profile", "p"]
+    assert CliRunner().invoke(main, [*home, "init"]).exit_code == 0
+    done = CliRunner().invoke(main, [*home, "doctor", "--json"])
+    assert done.exit_code == 0, done.output
+    parts = set(json.loads(done.output)) - {"ok"}
+    words = {"log": "the log", "state": "state.db", "fts": "FTS index", "lease": "lease", "disk": "disk",
+             "permissions": "permissions"}
+    assert parts == set(words)
+    shown = CliRunner().invoke(main, ["doctor", "--help"], terminal_width=10_000).output
+    assert [p for p in sorted(parts) if words[p] not in shown] == []

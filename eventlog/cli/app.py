@@ -91,7 +91,7 @@ COMMANDS: dict[str, Lazy] = {
     "rebuild": Lazy("eventlog.cli.repair", "rebuild",
                     "Rebuild projections from the log into new files and swap them in (the log is not written)."),
     "doctor": Lazy("eventlog.cli.repair", "doctor",
-                   "Check the log, state.db, the FTS index, cursors, the lease and file permissions."),
+                   "Check the log, state.db, the FTS index, cursors, the lease, disk space and file permissions."),
     "replay": Lazy("eventlog.cli.transfer", "replay",
                    "Write a standalone state.db (with its FTS index) of the profile as it was at a point."),
     "export": Lazy("eventlog.cli.transfer", "export_cmd",

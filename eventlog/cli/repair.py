@@ -57,7 +57,7 @@ def rebuild(c: Ctx, which: str) -> None:
 @pass_ctx
 @handled
 def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
-    """Check the log, state.db, the FTS index, cursors, the lease and file permissions.
+    """Check the log, state.db, the FTS index, cursors, the lease, disk space and file permissions.
 
     Without --fix nothing is changed; exits 1 if anything is wrong. With --fix, exits 0 only if
     everything is ok afterwards. --deep compares every session's rows (and the index's
