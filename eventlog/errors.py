@@ -203,13 +203,15 @@ class DiskFullError(StorageError):
 
 
 class WriterBusyError(StorageError):
-    """Another process held the log's writer lock longer than the lock timeout; nothing was written."""
+    """Another process held the log's writer lock longer than the lock timeout (or ``lock``, a
+    lock a write needs besides it, such as the rules lock); nothing was written."""
 
-    def __init__(self, path: Any, pid: int | None, timeout: float) -> None:
+    def __init__(self, path: Any, pid: int | None, timeout: float, *, lock: str | None = None) -> None:
         who = f"process {pid}" if pid is not None else "another process"
         state = process_state(pid)
+        held = f"the log at {path} is being written by" if lock is None else f"{lock} {path} is held by"
         super().__init__(
-            f"the log at {path} is being written by {who}{f' ({state})' if state else ''}; "
+            f"{held} {who}{f' ({state})' if state else ''}; "
             f"gave up after {timeout:g} s and wrote nothing",
             hint=(f"resume or end that process (it is stopped: `kill -CONT {pid}`)" if state == "stopped" and pid
                   else "retry once that process's write is done; raise the lock timeout for long waits"),

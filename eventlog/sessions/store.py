@@ -862,7 +862,7 @@ class SessionStore:
             # most the log's own lock timeout, then WriterBusyError names it (nothing written).
             timeout = float(getattr(self.log, "lock_timeout", RULES_LOCK_TIMEOUT))
             if not flock_until(fd, time.monotonic() + timeout):
-                raise WriterBusyError(path, flock_holder(path), timeout)
+                raise WriterBusyError(path, flock_holder(path), timeout, lock="the rules lock")
             # A log shared by hosts (PostgreSQL) serializes the hosts' rule checks too.
             shared = getattr(self.log, "rules_lock", None)
             with shared(timeout) if shared is not None else contextlib.nullcontext():
@@ -880,7 +880,7 @@ class SessionStore:
                             f"the projections cannot be brought up to the log ({halt}), and this write must check "
                             "them: nothing was written", hint="free disk space (or make the profile writable), then retry")
                     raise WriterBusyError(os.path.join(self._core.key[0], "projector.lock"), holder,
-                                          round(time.monotonic() - began, 1))
+                                          round(time.monotonic() - began, 1), lock="the projector lease")
                 yield self._reads
         finally:
             os.close(fd)  # drops the lock

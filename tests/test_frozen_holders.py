@@ -1,0 +1,144 @@
+"""A process stopped (SIGSTOP) while it holds a lock, seen from other processes: no read waits for
+it, and a write that needs the lock fails with a typed error naming it instead of waiting for as
+long as it stays stopped; once it is resumed or killed everything goes on and nothing it
+acknowledged is lost (outside audit, helper-82). Real processes, real signals."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from eventlog.adapters.hermes import SessionDB
+from eventlog.errors import WriterBusyError, process_state
+from eventlog.log.lmdb import EventLog
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A Hermes writer that stops itself inside its write: the projection lease held, the log's
+# write transaction begun (the first event sealed), nothing committed yet.
+_HERMES_WRITER_STOPPED_MID_WRITE = """
+    import os, signal, sys
+    from eventlog.log import codec
+    from eventlog.adapters.hermes import SessionDB
+    seal = codec.seal
+    def stopping_seal(*a, **k):
+        codec.seal = seal
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return seal(*a, **k)
+    db = SessionDB(db_path=sys.argv[1])
+    codec.seal = stopping_seal
+    print(db.append_message("s1", "user", "the stopped writer's message"), flush=True)
+    db.close()
+"""
+
+
+def wait_stopped(p: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while process_state(p.pid) != "stopped":
+        assert p.poll() is None, p.communicate()
+        assert time.monotonic() < deadline, "the child never reached its stop"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def stopped_hermes_writer(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    path = tmp_path / "state.db"
+    db = SessionDB(db_path=path)
+    db.create_session("s1", "cli")
+    db.append_message("s1", "user", "before")
+    db.close()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_HERMES_WRITER_STOPPED_MID_WRITE), str(path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_stopped(p)
+        yield path, p
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
+def in_thread(fn: Any, seconds: float) -> tuple[bool, list[Any]]:
+    """Run ``fn`` in a thread for at most ``seconds``: (finished, [result or exception])."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as e:  # noqa: BLE001 - the exception is the answer under test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return not t.is_alive(), out
+
+
+def append_in_new_handle(path: Path) -> int:
+    db = SessionDB(db_path=path)
+    try:
+        return db.append_message("s1", "user", "written beside the stopped one")
+    finally:
+        db.close()
+
+
+def test_a_hermes_write_behind_a_stopped_writer_fails_naming_it_and_reads_answer(
+        stopped_hermes_writer: tuple[Path, subprocess.Popen[str]]) -> None:
+    """A Hermes write waited on the projection lease (a kernel flock, no timeout) for as long as
+    the writer holding it stayed stopped: a gateway's writes hung behind a one-shot ``hermes``
+    command suspended with Ctrl-Z. It now fails with WriterBusyError naming the stopped holder
+    once that holder has stayed stopped for STOPPED_GRACE_S; reads answer meanwhile."""
+    path, holder = stopped_hermes_writer
+    reader = SessionDB(db_path=path)
+    assert [m["content"] for m in reader.get_messages("s1")] == ["before"]  # a read never waits
+    reader.close()
+    gateway = SessionDB(db_path=path)  # a long-lived handle: it writes again once the holder is gone
+    done, out = in_thread(lambda: gateway.append_message("s1", "user", "written beside the stopped one"), 20)
+    if not done:
+        holder.kill()  # lets the waiting write go on, so that the test ends
+    assert done, "a Hermes write waited for a stopped writer for as long as it stayed stopped"
+    assert isinstance(out[0], WriterBusyError), out
+    assert out[0].pid == holder.pid and out[0].stopped
+    assert f"kill -CONT {holder.pid}" in (out[0].hint or "")
+
+    holder.send_signal(signal.SIGCONT)
+    stdout, stderr = holder.communicate(timeout=60)
+    assert holder.returncode == 0, stderr
+    acknowledged = int(stdout.split()[-1])
+    # The wait that gave up left nothing holding the lease: another process writes at once.
+    other = subprocess.run([sys.executable, "-c", "import sys; from eventlog.adapters.hermes import SessionDB; "
+                            "db = SessionDB(db_path=sys.argv[1]); print(db.append_message('s1', 'user', 'other')); "
+                            "db.close()", str(path)], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert other.returncode == 0, other.stderr
+    db = SessionDB(db_path=path)
+    messages = {m["id"]: m["content"] for m in db.get_messages("s1")}
+    assert messages[acknowledged] == "the stopped writer's message" and "other" in messages.values()
+    assert "written beside the stopped one" not in messages.values()  # the refused write wrote nothing
+    assert gateway.append_message("s1", "user", "after") > acknowledged
+    gateway.close()
+    assert [m["content"] for m in db.get_messages("s1")][-1] == "after"
+    db.close()
+    with EventLog.open(path.parent / "state.db.eventlog" / "profiles" / "default" / "log") as log:
+        assert log.verify().ok
+
+
+def test_a_hermes_write_after_the_stopped_writer_is_killed_goes_through(
+        stopped_hermes_writer: tuple[Path, subprocess.Popen[str]]) -> None:
+    path, holder = stopped_hermes_writer
+    holder.kill()
+    holder.wait()
+    done, out = in_thread(lambda: append_in_new_handle(path), 20)
+    assert done and isinstance(out[0], int), out
+    db = SessionDB(db_path=path)
+    assert [m["content"] for m in db.get_messages("s1")] == ["before", "written beside the stopped one"]
+    db.close()
