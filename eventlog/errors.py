@@ -206,18 +206,22 @@ class WriterBusyError(StorageError):
     """Another process held the log's writer lock longer than the lock timeout (or ``lock``, a
     lock a write needs besides it, such as the rules lock); nothing was written."""
 
-    def __init__(self, path: Any, pid: int | None, timeout: float, *, lock: str | None = None) -> None:
+    def __init__(self, path: Any, pid: int | None, timeout: float, *, lock: str | None = None,
+                 again: bool = False) -> None:
         who = f"process {pid}" if pid is not None else "another process"
         state = process_state(pid)
         held = f"the log at {path} is being written by" if lock is None else f"{lock} {path} is held by"
+        gave_up = (f"gave up at once (an earlier write of this process waited {timeout:g} s for it, and it has "
+                   "not moved since)" if again else f"gave up after {timeout:g} s")
         super().__init__(
-            f"{held} {who}{f' ({state})' if state else ''}; "
-            f"gave up after {timeout:g} s and wrote nothing",
+            f"{held} {who}{f' ({state})' if state else ''}; {gave_up} and wrote nothing",
             hint=(f"resume or end that process (it is stopped: `kill -CONT {pid}`)" if state == "stopped" and pid
                   else "retry once that process's write is done; raise the lock timeout for long waits"),
         )
         self.pid = pid
         self.timeout = timeout
+        self.again = again
+        """Given up at once: this process had already waited ``timeout`` for the same stopped holder."""
         self.stopped = state == "stopped" and bool(pid)
         """The holder is a stopped process (the hint then says how to resume it)."""
 

@@ -142,3 +142,59 @@ def test_a_hermes_write_after_the_stopped_writer_is_killed_goes_through(
     db = SessionDB(db_path=path)
     assert [m["content"] for m in db.get_messages("s1")] == ["before", "written beside the stopped one"]
     db.close()
+
+
+# A store writer that stops itself inside its append: the log's writer lock and LMDB's write
+# transaction held, nothing committed.
+_STORE_WRITER_STOPPED_MID_APPEND = """
+    import os, signal, sys
+    from eventlog import SessionStore
+    from eventlog.log import codec
+    seal = codec.seal
+    def stopping_seal(*a, **k):
+        codec.seal = seal
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return seal(*a, **k)
+    with SessionStore.open(home=sys.argv[1], profile="p") as store:
+        codec.seal = stopping_seal
+        print(store.append_message("s1", "user", "the stopped writer's message"), flush=True)
+"""
+
+
+def test_later_writes_give_up_at_once_on_a_stopped_writer_already_waited_for(tmp_path: Path) -> None:
+    """Each write waited the whole lock timeout for the same stopped writer: a call that writes
+    several times (a LangGraph ``invoke``: a checkpoint, then its writes) took 2-3 times 10 s
+    before failing. A write that waited its timeout for a stopped holder is remembered; the next
+    ones of this process give up at once while that holder still holds the lock stopped and the
+    log has not moved, and wait as usual once it has."""
+    from eventlog import SessionStore
+
+    home = tmp_path / "home"
+    with SessionStore.open(home=home, profile="p") as store:
+        store.create_session(id="s1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_STORE_WRITER_STOPPED_MID_APPEND), str(home)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_stopped(holder)
+        with SessionStore.open(home=home, profile="p", lock_timeout=1) as store:
+            with pytest.raises(WriterBusyError) as first:
+                store.append_message("s1", "user", "first try")
+            assert first.value.pid == holder.pid and first.value.stopped and not first.value.again
+            for text in ("second try", "third try"):
+                with pytest.raises(WriterBusyError) as again:
+                    store.append_message("s1", "user", text)
+                assert again.value.pid == holder.pid and again.value.stopped and again.value.again
+                assert "gave up at once" in str(again.value) and f"kill -CONT {holder.pid}" in (again.value.hint or "")
+            holder.send_signal(signal.SIGCONT)
+            stdout, stderr = holder.communicate(timeout=60)
+            assert holder.returncode == 0, stderr
+            acknowledged = int(stdout.split()[-1])
+            after = store.append_message("s1", "user", "after")  # the log moved: waited for as usual
+            contents = {m["id"]: m["content"] for m in store.get_messages("s1")}
+            assert contents == {acknowledged: "the stopped writer's message", after: "after"}
+            assert store.log.verify().ok
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.communicate()
