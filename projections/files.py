@@ -223,10 +223,16 @@ def _lock_fd(path: Path, op: int, create: bool) -> int | None:
 def hold(g: Generation) -> int | None:
     """A shared hold on generation ``g``: while the returned fd is open no process deletes its
     files. None when ``g`` has been (or is being) collected. A lock file missing while a pointer
-    names ``g`` (removed by hand) is made again. Release with :func:`release`."""
-    fd = _lock_fd(lock_path(g), fcntl.LOCK_SH, create=False)
+    names ``g`` (removed by hand) is made again. Release with :func:`release`.
+
+    Never waits: the only exclusive holder of a generation's lock is :func:`collect_generation`,
+    deleting a generation no pointer names, and a reader that had read the pointer just before a
+    swap waited for it -- for as long as the collecting process stayed stopped (SIGSTOP) there
+    (outside audit, helper-82). Such a generation is being collected: None, and the caller reads
+    the pointer again."""
+    fd = _lock_fd(lock_path(g), fcntl.LOCK_SH | fcntl.LOCK_NB, create=False)
     if fd is None and g.name in referenced(g.path.parent, g.kind) and g.path.exists():
-        fd = _lock_fd(lock_path(g), fcntl.LOCK_SH, create=True)
+        fd = _lock_fd(lock_path(g), fcntl.LOCK_SH | fcntl.LOCK_NB, create=True)
     return fd
 
 

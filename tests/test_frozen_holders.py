@@ -198,3 +198,65 @@ def test_later_writes_give_up_at_once_on_a_stopped_writer_already_waited_for(tmp
         if holder.poll() is None:
             holder.kill()
         holder.communicate()
+
+
+# A rebuild that stops itself while it collects the generation it replaced: the generation's
+# lock file held exclusively (its deletion under way), the projector lease held too.
+_REBUILD_STOPPED_WHILE_COLLECTING = """
+    import os, signal, sys
+    import projections.files as files
+    from eventlog import SessionStore
+    old = sys.argv[2]
+    remove = files.remove_file
+    def stopping_remove(path):
+        if str(path) == old:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return remove(path)
+    files.remove_file = stopping_remove
+    with SessionStore.open(home=sys.argv[1], profile="p") as store:
+        store.rebuild("state")
+"""
+
+
+def test_a_hold_on_a_generation_being_collected_by_a_stopped_process_does_not_wait(tmp_path: Path) -> None:
+    """A reader that had read the state pointer just before a rebuild swapped it took a shared
+    flock on that generation's lock file, blocking, while the rebuild's collection held it
+    exclusively to delete it: with the collecting process stopped there, the read waited for as
+    long as it stayed stopped. The hold now never waits: a generation being collected is not
+    held (None), and the reader reads the pointer again."""
+    import projections.files as files
+    from eventlog import SessionStore
+
+    home = tmp_path / "home"
+    with SessionStore.open(home=home, profile="p") as store:
+        store.create_session(id="s1")
+        store.append_message("s1", "user", "hello")
+        assert store.get_messages("s1")
+    profile = home / "profiles" / "p"
+    old = files.read_pointer(files.canonical_pointer(profile, "state"))
+    assert old is not None
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    collector = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_REBUILD_STOPPED_WHILE_COLLECTING),
+                                  str(home), str(old.path)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_stopped(collector)
+        assert files.read_pointer(files.canonical_pointer(profile, "state")) != old  # swapped, collecting
+        done, out = in_thread(lambda: files.hold(old), 10)
+        if not done:
+            collector.kill()  # lets the waiting hold go on, so that the test ends
+        assert done, "a hold on a generation being collected waited for the stopped collector"
+        assert out == [None]  # being collected: not held, the reader takes the pointer again
+        fd, g = files.hold_pointed(files.canonical_pointer(profile, "state"))
+        assert fd is not None and g is not None and g != old
+        files.release(fd, None)
+        collector.send_signal(signal.SIGCONT)
+        _, stderr = collector.communicate(timeout=60)
+        assert collector.returncode == 0, stderr
+        assert not old.path.exists()
+        with SessionStore.open(home=home, profile="p") as store:
+            assert [m["content"] for m in store.get_messages("s1")] == ["hello"]
+    finally:
+        if collector.poll() is None:
+            collector.kill()
+        collector.communicate()
