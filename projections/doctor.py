@@ -75,6 +75,8 @@ def lease_state(projector: Projector, state_seq: int | None, log_head: int) -> d
     if not out["ok"]:
         out["detail"] = (f"process {holder} ({state}) holds the projector lease and is stopped: reads are stale "
                          f"(projections at seq {state_seq} of {log_head})")
+        out["hint"] = (f"resume it (kill -CONT {holder}) or end it (kill {holder}); --fix cannot help while it "
+                       "holds the lease")
     return out
 
 

@@ -361,6 +361,8 @@ def test_a_stopped_lease_holder_is_named_by_reads_and_by_doctor(seeded: Path) ->
         assert report["lease"]["holder_state"] == "stopped"
         r = subprocess.run(base + ["doctor"], capture_output=True, text=True, timeout=30)
         assert f"process {holder.pid} (stopped) holds the projector lease" in r.stdout
+        # the remedy is the holder's, not --fix's (which cannot take the lease it holds)
+        assert f"kill -CONT {holder.pid}" in r.stderr and "doctor --fix" not in r.stderr, r.stderr
     finally:
         holder.send_signal(signal.SIGCONT)
         holder.kill()
