@@ -320,10 +320,21 @@ def remove_replaced(directory: Path, schemas: dict[str, int]) -> list[str]:
     """Delete every generation of this program's schemas that no pointer names, with its
     sidecars and lock file, *even one a process still holds* (after an erase nothing may keep
     the words: a holder keeps reading its open copy until it lets go; the names are gone).
+    An older program version's private pointers go first and its generations with them, even
+    while a process of that version runs: such a version may know nothing of erases, so its
+    files would keep the words and it would go on serving them (its catch-up skips the erase
+    record); it rebuilds from the log, where the content is gone, or refuses a log it cannot
+    read. A newer version's files are left to it (it purges them itself).
     Returns the names deleted. Call only under the projector lease."""
     removed = []
+    for pointer, _kind, _old in superseded_pointers(directory, schemas):
+        try:
+            os.unlink(pointer)
+            removed.append(pointer.name)
+        except FileNotFoundError:
+            pass
     for (kind, gen, schema), _names in sorted(generation_files(directory).items()):
-        if schemas.get(kind) != schema:
+        if kind not in schemas or schema > schemas[kind]:
             continue
         g = Generation(kind, gen, schema, directory / f"{kind}.{gen}.v{schema}.db")
         if g.name in referenced(directory, kind):
