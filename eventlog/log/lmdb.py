@@ -2515,13 +2515,15 @@ class EventLog(LogBase):
     def compact_after_erase(self) -> bool:
         """:meth:`compact` after an erase; False (with a warning) when a process of an earlier
         release stops it (:class:`EarlierProcessError`): the erase is recorded and its content
-        gone from every read, but the log's free pages keep it, and the log records the erase as
+        gone from every read of this release, but the log's free pages keep it, and the log records the erase as
         pending (``doctor`` says so) until a later ``compact`` or erase finishes it."""
         try:
             self.compact()
         except EarlierProcessError as e:
-            log_warn(f"the erase is recorded and its content gone from every read, but the log was not compacted: "
-                     f"{e.message}; until `eventlog compact` runs after they stop, its free pages keep the erased bytes")
+            log_warn(f"the erase is recorded and its content gone from every read of this release, but the log was "
+                     f"not compacted: {e.message}; until `eventlog compact` runs after they stop, its free pages keep "
+                     "the erased bytes (and those earlier processes may show the session empty or call the log "
+                     "damaged at its first erased event)")
             return False
         return True
 
