@@ -260,3 +260,98 @@ def test_a_hold_on_a_generation_being_collected_by_a_stopped_process_does_not_wa
         if collector.poll() is None:
             collector.kill()
         collector.communicate()
+
+
+# Holds the Hermes projection lease (an exclusive flock on the hermes/ directory, as a writer
+# holds it while it writes) until a line comes on stdin; a running process, not a stopped one.
+_LEASE_HOLDER = """
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+# A long-lived Hermes handle (a gateway, an interactive CLI) whose write, queued behind the
+# lease's holder, is interrupted with Ctrl-C; it catches KeyboardInterrupt and goes on.
+_INTERRUPTED_WRITER = """
+    import sys
+    from eventlog.adapters.hermes import SessionDB
+    db = SessionDB(db_path=sys.argv[1])
+    print("open", flush=True)
+    try:
+        db.append_message("s1", "user", "the interrupted write")
+        print("written", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    sys.stdin.readline()
+    db.close()
+    print("closed", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def queued_on(directory: Path, pid: int) -> bool:
+    """Whether ``pid`` waits in the kernel's queue for a flock on ``directory`` (/proc/locks)."""
+    ino = os.stat(directory).st_ino
+    with open("/proc/locks", encoding="ascii") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 7 and parts[1] == "->" and parts[2] == "FLOCK" and parts[5] == str(pid) \
+                    and parts[6].split(":")[-1] == str(ino):
+                return True
+    return False
+
+
+def test_an_interrupted_wait_for_the_hermes_lease_leaves_the_lease_to_others(tmp_path: Path) -> None:
+    """A Hermes write queued behind a running holder of the projection lease and interrupted
+    (Ctrl-C: KeyboardInterrupt in the waiting call) left its waiter thread claimed: once the
+    holder let go, that thread took the lease and kept it for nobody, and every other process's
+    writes then waited for as long as the interrupted handle stayed open -- and after its close
+    too (close only abandons a waiter that has not got the lock). The interrupted wait now walks
+    away like one that gave up: the lock, when it comes, is let go of at once."""
+    path = tmp_path / "state.db"
+    db = SessionDB(db_path=path)
+    db.create_session("s1", "cli")
+    db.close()
+    hermes = path.parent / "state.db.eventlog" / "profiles" / "default" / "hermes"
+    assert hermes.is_dir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_LEASE_HOLDER), str(hermes)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_INTERRUPTED_WRITER), str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    assert holder.stdin is not None and holder.stdout is not None
+    assert writer.stdin is not None and writer.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert writer.stdout.readline().strip() == "open"
+        deadline = time.monotonic() + 60
+        while not queued_on(hermes, writer.pid):
+            assert writer.poll() is None and time.monotonic() < deadline, "the write never queued on the lease"
+            time.sleep(0.02)
+        writer.send_signal(signal.SIGINT)
+        assert writer.stdout.readline().strip() == "interrupted"
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=60) == 0
+        # The interrupted handle stays open; another process writes at once.
+        done, out = in_thread(lambda: append_in_new_handle(path), 20)
+        if not done:
+            writer.kill()  # lets the waiting write go on, so that the test ends
+        assert done, "the lease stayed with the interrupted handle's waiter"
+        assert isinstance(out[0], int), out
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        assert writer.stdout.readline().strip() == "closed"
+        assert isinstance(append_in_new_handle(path), int)
+    finally:
+        for p in (holder, writer):
+            if p.poll() is None:
+                p.kill()
+            p.communicate()
+    db = SessionDB(db_path=path)
+    contents = [m["content"] for m in db.get_messages("s1")]
+    db.close()
+    assert contents == ["written beside the stopped one"] * 2  # the interrupted write wrote nothing

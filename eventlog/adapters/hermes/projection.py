@@ -128,6 +128,14 @@ class _Waiter:
             self.abandoned = True
             return True
 
+    def drop(self) -> None:
+        """Let go of the lock this waiter got (close its descriptor): for a caller that walks
+        away after :meth:`abandon` said the lock had come."""
+        with self.mu:
+            if not self.released:
+                os.close(self.fd)
+                self.released = True
+
 
 class Lease:
     """The projection writer lease: an exclusive ``flock`` on the projection directory, shared
@@ -168,15 +176,24 @@ class Lease:
         if w is None or not w.claim():
             w = self._waiter = _Waiter(self.directory)
         stopped: tuple[int, float] | None = None  # (holder, first seen stopped) of this stop
-        while not w.got.wait(HOLDER_LOOK_S):
-            holder = flock_holder(self.directory)
-            now = time.monotonic()
-            if holder is None or holder == os.getpid() or process_state(holder) != "stopped":
-                stopped = None  # running (or resumed, or another holder): waited for
-            elif stopped is None or stopped[0] != holder:
-                stopped = (holder, now)
-            elif now - stopped[1] >= STOPPED_GRACE_S and w.abandon():
-                raise WriterBusyError(self.directory, holder, STOPPED_GRACE_S, lock="the Hermes projection lease")
+        try:
+            while not w.got.wait(HOLDER_LOOK_S):
+                holder = flock_holder(self.directory)
+                now = time.monotonic()
+                if holder is None or holder == os.getpid() or process_state(holder) != "stopped":
+                    stopped = None  # running (or resumed, or another holder): waited for
+                elif stopped is None or stopped[0] != holder:
+                    stopped = (holder, now)
+                elif now - stopped[1] >= STOPPED_GRACE_S and w.abandon():
+                    raise WriterBusyError(self.directory, holder, STOPPED_GRACE_S, lock="the Hermes projection lease")
+        except BaseException:
+            # Whatever ends the wait (the give-up above, Ctrl-C's KeyboardInterrupt in the waiting
+            # call) walks away from the waiter: a waiter left claimed took the lock once its holder
+            # let go and kept it for nobody, every other process's writes queued behind it for as
+            # long as this handle stayed open, and close() left it too (outside audit, helper-84).
+            if not w.abandon():  # the lock came meanwhile: nobody here takes it
+                w.drop()
+            raise
         self._waiter = None
         if w.error is not None:
             raise w.error
@@ -215,7 +232,8 @@ class Lease:
                 os.close(self._fd)  # also releases a flock still held
                 self._fd = None
             if self._waiter is not None:  # it lets go of the lock itself if it ever gets it
-                self._waiter.abandon()
+                if not self._waiter.abandon():  # it has it already: let go of it here
+                    self._waiter.drop()
                 self._waiter = None
 
 
