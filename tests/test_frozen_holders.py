@@ -355,3 +355,34 @@ def test_an_interrupted_wait_for_the_hermes_lease_leaves_the_lease_to_others(tmp
     contents = [m["content"] for m in db.get_messages("s1")]
     db.close()
     assert contents == ["written beside the stopped one"] * 2  # the interrupted write wrote nothing
+
+
+def lease_waiters() -> int:
+    return sum(1 for t in threading.enumerate() if t.name == "eventlog-hermes-lease")
+
+
+def test_handles_closed_after_giving_up_on_a_stopped_writer_leave_one_waiter_thread(
+        stopped_hermes_writer: tuple[Path, subprocess.Popen[str]]) -> None:
+    """Each wait that gives up on a stopped holder leaves its waiter thread (and its descriptor)
+    queued in the kernel until the holder lets go; a new handle's lease made a new one, so a
+    program opening a SessionDB per request while a writer stayed stopped gained a thread and a
+    descriptor per request. A process now keeps at most one such waiter per lease directory,
+    taken back by the next wait of any of its handles; it ends once the holder lets go."""
+    path, holder = stopped_hermes_writer
+    before = lease_waiters()
+    for n in range(3):
+        db = SessionDB(db_path=path)
+        try:
+            with pytest.raises(WriterBusyError) as busy:
+                db.append_message("s1", "user", f"request {n}")
+            assert busy.value.pid == holder.pid
+        finally:
+            db.close()
+    assert lease_waiters() - before == 1
+    holder.kill()
+    holder.wait()
+    deadline = time.monotonic() + 30
+    while lease_waiters() > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lease_waiters() == before  # given the lock once nobody wants it, it let go and ended
+    assert isinstance(append_in_new_handle(path), int)  # and nothing keeps the lease

@@ -85,6 +85,23 @@ class Layout:
         return os.path.lexists(self.pointer) and self.current() is None
 
 
+_waiters: dict[tuple[int, int], "_Waiter"] = {}
+"""The waiter a wait that gave up left, per lease directory (device, inode): the next wait of any
+handle of this process takes it back."""
+_waiters_mu = threading.Lock()
+
+
+def _forget_waiters_after_fork() -> None:
+    # The waiters' threads are the parent's: a child's waits make their own.
+    global _waiters_mu
+    _waiters_mu = threading.Lock()
+    _waiters.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_waiters_after_fork)
+
+
 class _Waiter:
     """A blocking ``flock`` on a descriptor of its own, in a thread of its own: the kernel queues
     the waiters of a lock and hands it over at once (polling with pauses let busy writers of other
@@ -113,9 +130,10 @@ class _Waiter:
             self.got.set()
 
     def claim(self) -> bool:
-        """Take the waiter back for a new wait: False when it has already let go (make another)."""
+        """Take the waiter back for a new wait: False when it has already let go, or when another
+        wait has it (make another)."""
         with self.mu:
-            if self.released:
+            if self.released or not self.abandoned:
                 return False
             self.abandoned = False
             return True
@@ -143,15 +161,17 @@ class Lease:
     as long as its holder runs (a rebuild of a long log takes a while), but not for a holder that
     is stopped: :class:`~eventlog.errors.WriterBusyError` names it once it has stayed stopped for
     :data:`STOPPED_GRACE_S` (a Hermes write queued on a kernel flock behind a writer stopped with
-    Ctrl-Z waited for as long as it stayed stopped: outside audit, helper-82). At most one
-    waiter thread per lease outlives a wait that gave up; the next wait takes it back."""
+    Ctrl-Z waited for as long as it stayed stopped: outside audit, helper-82). A wait that gave
+    up leaves its waiter thread queued in the kernel (a blocking flock cannot be called off) until
+    the holder lets go, then it lets go at once and ends; the next wait of any lease of this
+    process on that directory takes it back, so a process keeps at most one such thread per
+    directory, even after its handles are closed (one per closed handle before: helper-84)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._fd: int | None = None
         self._mutex = threading.RLock()
         self._depth = 0
-        self._waiter: _Waiter | None = None
 
     def __enter__(self) -> "Lease":
         self._mutex.acquire()
@@ -172,9 +192,12 @@ class Lease:
     def _wait(self) -> None:
         """Wait for the lease in the kernel's queue (:class:`_Waiter`), looking at its holder every
         HOLDER_LOOK_S: give up on one that has stayed stopped for STOPPED_GRACE_S."""
-        w = self._waiter
-        if w is None or not w.claim():
-            w = self._waiter = _Waiter(self.directory)
+        st = os.stat(self.directory)
+        key = (st.st_dev, st.st_ino)
+        with _waiters_mu:
+            w = _waiters.get(key)
+            if w is None or not w.claim():
+                w = _waiters[key] = _Waiter(self.directory)
         stopped: tuple[int, float] | None = None  # (holder, first seen stopped) of this stop
         try:
             while not w.got.wait(HOLDER_LOOK_S):
@@ -194,7 +217,9 @@ class Lease:
             if not w.abandon():  # the lock came meanwhile: nobody here takes it
                 w.drop()
             raise
-        self._waiter = None
+        with _waiters_mu:
+            if _waiters.get(key) is w:
+                del _waiters[key]
         if w.error is not None:
             raise w.error
         old, self._fd = self._fd, w.fd  # the lock is the waiter's descriptor's
@@ -231,10 +256,6 @@ class Lease:
             if self._fd is not None:
                 os.close(self._fd)  # also releases a flock still held
                 self._fd = None
-            if self._waiter is not None:  # it lets go of the lock itself if it ever gets it
-                if not self._waiter.abandon():  # it has it already: let go of it here
-                    self._waiter.drop()
-                self._waiter = None
 
 
 def fsync_dir(directory: Path) -> None:
