@@ -717,7 +717,35 @@ class EraseContract:
             assert res.ok and res.erased == 0, res
             assert (res.unerased, res.unerased_sessions) == (2, ["a"]), res
             shown = res.to_dict()
-            assert shown["unerased"] == 2 and shown["unerased_sessions"] == ["a"] and "unerased_seqs" not in shown
+            assert shown["unerased"] == 2 and shown["unerased_sessions"] == ["a"] and "unerased_named" not in shown
+        finally:
+            lg.close()
+
+    def test_verify_counts_unerased_only_what_a_record_names_by_its_hash(self, tmp_path: Path) -> None:
+        """``unerased`` counts an event a ``log.erased`` record names *with that event's hash*,
+        as the import's stubbing does (``named_unerased``): a record naming a seq with another
+        hash, or naming an erase record (never erased), named an innocent session (``erase its
+        sessions again`` for a session no erase meant) or an event no erase can take (doctor
+        unfinished for good). Also: an event erased and named by two records is not counted (the
+        state a second erase of an earlier mirror leaves)."""
+        envs = [{"type": "a.b", "v": 1, "session": "a", "id": "e", "ts": 1, "data": {"secret": "MARKER-0"}},
+                {"type": "a.b", "v": 1, "session": "b", "id": "e", "ts": 2, "data": {"n": 0}}]
+        raws = sealed_chain(envs)
+        hashes = [codec.decode(r)["hash"] for r in raws]
+        record = {"type": codec.ERASED_TYPE, "v": 1, "session": None, "id": "r", "ts": 3}
+        raws += sealed_chain([dict(record, data={"reason": "x", "erased": [[1, "f" * 64]]})], hashes[-1], 3)
+        hashes.append(codec.decode(raws[-1])["hash"])
+        raws += sealed_chain([dict(record, data={"reason": "y", "erased": [[3, hashes[2]]]})], hashes[-1], 4)
+        lg = self.make_log(tmp_path)
+        try:
+            lg.append_sealed(raws)
+            assert [e["seq"] for e in lg.read() if codec.is_stub(e)] == []  # nothing named by its hash
+            res = lg.verify()
+            assert res.ok and (res.unerased, res.unerased_sessions) == (0, []), res
+            seq = lg.erase([2], {"reason": "b"})
+            res = lg.verify()
+            assert res.ok and res.erased == 1 and (res.unerased, res.unerased_sessions) == (0, []), res
+            assert lg.get(seq) is not None
         finally:
             lg.close()
 

@@ -1503,7 +1503,7 @@ class PostgresLog(LogBase):
                     return verify_chain(events, lambda: head)
 
         res = self._retrying("cannot verify the log", run)
-        return res.name_unerased(self.get) if res.unerased else res
+        return res.name_unerased(self.get) if res.unerased_named else res
 
     def size_bytes(self) -> int:
         """Bytes the profile's tables and indexes use on the server."""
