@@ -22,8 +22,11 @@ def extra_install_hint(extra: str) -> str:
     eventlog is installed from its source tree: the name ``eventlog`` on PyPI belongs to another
     project, so ``pip install 'eventlog[postgres]'`` installs that project (and Django) instead.
     The hint names the extra's own requirements as this installation's metadata lists them, or,
-    without metadata, the editable install of the source tree."""
+    without metadata (a source tree on the path, never installed), the editable install of the
+    folder this eventlog is imported from (a placeholder, ``<eventlog source folder>``, only when
+    that folder is not a source tree: copied, the placeholder failed)."""
     import shlex
+    from pathlib import Path
 
     try:
         from importlib.metadata import requires
@@ -35,6 +38,9 @@ def extra_install_hint(extra: str) -> str:
               if ";" in r and r.split(";", 1)[1].replace("'", '"').replace(" ", "") == f'extra=="{extra}"']
     if wanted:
         return f"pip install {' '.join(shlex.quote(w) for w in wanted)} (eventlog's [{extra}] extra)"
+    source = Path(__file__).resolve().parent.parent
+    if (source / "pyproject.toml").is_file():
+        return f"pip install -e {shlex.quote(f'{source}[{extra}]')}"
     return f"pip install -e '<eventlog source folder>[{extra}]'"
 
 

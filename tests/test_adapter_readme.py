@@ -177,3 +177,31 @@ def test_a_postgresql_log_without_psycopg_names_what_to_install(tmp_path: Path) 
     last = r.stderr.strip().splitlines()[-1]
     assert "a postgresql:// log needs psycopg 3" in last, r.stderr
     assert_installs_the_extra(last, "postgres")
+
+
+def test_without_installed_metadata_the_hint_names_the_source_folder(tmp_path: Path) -> None:
+    """Run from a source tree that was never installed (its folder on PYTHONPATH, no eventlog
+    metadata anywhere on the path), the hint said ``pip install -e '<eventlog source folder>[postgres]'``:
+    a placeholder that fails when copied. It now names the folder this eventlog is imported from."""
+    import shlex
+    import site
+
+    packages = Path(site.getsitepackages()[0])
+    bare = tmp_path / "site"  # the environment's packages without eventlog's metadata or finder
+    bare.mkdir()
+    for entry in packages.iterdir():
+        if "eventlog" not in entry.name.lower() and not entry.name.endswith(".pth"):
+            (bare / entry.name).symlink_to(entry)
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "import importlib.metadata as md\n"
+            "try:\n    md.requires('eventlog'); sys.exit('eventlog metadata found')\n"
+            "except md.PackageNotFoundError:\n    pass\n"
+            "from eventlog.log import open_log\n"
+            "open_log('postgresql://u:p@127.0.0.1:1/db', profile='p')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(bare)]))
+    r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path, env=env)
+    assert r.returncode == 1 and "a postgresql:// log needs psycopg 3" in r.stderr, r.stderr
+    hint = r.stderr.strip().splitlines()[-1].split("hint: ", 1)[-1].rstrip(")")
+    assert "<eventlog source folder>" not in hint and "eventlog[" not in hint, hint
+    assert shlex.split(hint.split("pip install -e ", 1)[1]) == [f"{ROOT}[postgres]"], hint
