@@ -198,10 +198,18 @@ def test_without_installed_metadata_the_hint_names_the_source_folder(tmp_path: P
             "except md.PackageNotFoundError:\n    pass\n"
             "from eventlog.log import open_log\n"
             "open_log('postgresql://u:p@127.0.0.1:1/db', profile='p')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(bare)]))
+    # The source tree copied without what an install leaves in it (the clone CI installs holds
+    # eventlog.egg-info, which is metadata): its packages and its pyproject.toml only.
+    import shutil
+
+    source = tmp_path / "src"
+    for name in ("eventlog", "projections", "sqlite_export"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", source / "pyproject.toml")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), str(bare)]))
     r = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=120,
                        cwd=tmp_path, env=env)
     assert r.returncode == 1 and "a postgresql:// log needs psycopg 3" in r.stderr, r.stderr
     hint = r.stderr.strip().splitlines()[-1].split("hint: ", 1)[-1].rstrip(")")
     assert "<eventlog source folder>" not in hint and "eventlog[" not in hint, hint
-    assert shlex.split(hint.split("pip install -e ", 1)[1]) == [f"{ROOT}[postgres]"], hint
+    assert shlex.split(hint.split("pip install -e ", 1)[1]) == [f"{source}[postgres]"], hint
