@@ -6,6 +6,7 @@ import re
 import click
 
 from eventlog.cli.common import Ctx, fail, handled, json_option, pass_ctx, report, report_json
+from eventlog.cli.isolate import isolated
 from eventlog.errors import ValidationError
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
@@ -28,6 +29,7 @@ def parse_duration(text: str) -> float:
 @click.option("--reason", default="retention", show_default=True, help="Why, for the audit record.")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool) -> None:
     """Erase every lineage (a session and its descendants) whose last activity, in any of its
@@ -50,6 +52,7 @@ def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool
 @click.command("compact")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def compact(c: Ctx, as_json: bool) -> None:
     """Rewrite the log file with only its live pages, giving freed space back (crash-safe)."""

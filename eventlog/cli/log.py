@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +22,7 @@ from eventlog.cli.common import (
     report,
     report_json,
 )
+from eventlog.cli.isolate import isolated
 from eventlog.errors import StorageError, ValidationError, printable
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ def _summary(env: dict[str, Any]) -> str:
 @click.option("--follow", is_flag=True, help="Keep printing events as they are appended (Ctrl-C stops).")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def log_tail(c: Ctx, from_seq: int | None, limit: int | None, follow: bool, as_json: bool) -> None:
     """Print the last events of the log (JSONL envelopes with --json).
@@ -149,95 +150,24 @@ def log_verify(c: Ctx, as_json: bool) -> None:
         sys.exit(1)
 
 
-def _in_child(work: Callable[[], Any]) -> tuple[str, Any]:
-    """Run ``work`` in a forked child: ``("ok", its JSON result)``, ``("signal", number)`` when
-    the child was killed by a signal, ``("error", None)`` when it raised (the caller then does
-    the work itself, so that the error comes out as usual). The child's stderr is discarded."""
-    import orjson  # not at the top: `eventlog log --help` imports only what help needs
-
-    r, w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns
-        code = 3
-        try:
-            os.close(r)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            view = memoryview(orjson.dumps(work()))
-            while view:
-                view = view[os.write(w, view):]
-            code = 0
-        except BaseException:
-            pass
-        finally:
-            os._exit(code)
-    os.close(w)
-    with os.fdopen(r, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return "signal", os.WTERMSIG(status)
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-        return "ok", orjson.loads(data)
-    return "error", None
-
-
 def _verify_isolated(c: Ctx) -> VerifyResult | None:
     """``log verify`` of an LMDB log in a child process. When liblmdb kills it (a damaged page),
     the first event whose read does so is found by halving ranges, each read by another child,
     and reported as the first bad seq. None: the child raised (the caller verifies in-process
     and the error comes out as usual)."""
+    from eventlog.cli.isolate import first_unreadable, in_child, signal_name
     from eventlog.log.base import VerifyResult
 
     def verify() -> Any:
         with c.open_log() as lg:
             return lg.verify().to_dict()
 
-    kind, got = _in_child(verify)
+    kind, got = in_child(verify)
     if kind == "ok":
         return VerifyResult(**got)
     if kind == "error":
         return None
-    how = _signal_name(got)
-
-    def head() -> Any:
-        with c.open_log() as lg:
-            return list(lg.head())
-
-    kind, top = _in_child(head)
-    if kind != "ok":
-        return VerifyResult(False, 0, 0, "", 1, f"data.mdb is damaged: liblmdb stopped the process reading its head "
-                                                  f"({how})", 0)
-
-    def readable(lo: int, hi: int) -> bool:
-        def read() -> Any:
-            with c.open_log() as lg:
-                return sum(1 for _ in lg.read(lo, hi, raw=True))
-        return _in_child(read)[0] == "ok"
-
-    head_seq, head_hash = int(top[0]), str(top[1])
-    lo, hi = 1, head_seq
-    if head_seq == 0 or readable(lo, hi):
-        return VerifyResult(False, head_seq, head_seq, head_hash, None,
-                            f"data.mdb is damaged outside the events (an index): liblmdb stopped the process ({how})",
-                            0)
-    while lo < hi:  # reading lo..hi stops the process; lo - 1 and before read well
-        mid = (lo + hi) // 2
-        if readable(lo, mid):
-            lo = mid + 1
-        else:
-            hi = mid
-    return VerifyResult(False, lo - 1, head_seq, head_hash, lo,
-                        f"data.mdb is damaged: reading event {lo} stops the process (liblmdb: {how})", 0)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
+    return first_unreadable(c, signal_name(got))
 
 
 def _holds_log(path: Path) -> bool:
@@ -260,6 +190,7 @@ def _holds_log(path: Path) -> bool:
               help="Copy this log (a postgresql:// URL or an LMDB log directory) into the profile's log.")
 @json_option
 @pass_ctx
+@isolated(outputs=("to",))
 @handled
 def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
     """Copy a log between backends keeping every seq and hash, then verify the copy.

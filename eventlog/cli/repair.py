@@ -16,12 +16,14 @@ from eventlog.cli.common import (
     report,
     warn_flags,
 )
+from eventlog.cli.isolate import isolated
 
 
 @click.command()
 @click.option("--projection", "which", type=click.Choice(["state", "fts", "all"]), default="all", show_default=True,
               help="Which projection to rebuild.")
 @pass_ctx
+@isolated()
 @handled
 def rebuild(c: Ctx, which: str) -> None:
     """Rebuild projections from the log into new files and swap them in (the log is not written)."""
@@ -55,6 +57,7 @@ def rebuild(c: Ctx, which: str) -> None:
               help="Also recompute the read models from the log and compare them with state.db and the FTS index.")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
     """Check the log, state.db, the FTS index, cursors, the lease, disk space and file permissions.

@@ -15,6 +15,7 @@ from eventlog.cli.common import (
     read_flags,
     warn_flags,
 )
+from eventlog.cli.isolate import isolated
 from eventlog.errors import NotFoundError, printable
 
 
@@ -27,6 +28,7 @@ from eventlog.errors import NotFoundError, printable
 @click.option("--session", "session_id", default=None, help="Only messages of this session.")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def search(c: Ctx, query: str, limit: int, role: str | None, session_id: str | None, as_json: bool) -> None:
     """Full-text search over messages (any text is accepted as a query)."""

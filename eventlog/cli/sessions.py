@@ -21,6 +21,7 @@ from eventlog.cli.common import (
     report_json,
     warn_flags,
 )
+from eventlog.cli.isolate import isolated
 from eventlog.errors import NotFoundError, printable
 
 SESSION_ARG = {"session": "SESSION_ID"}
@@ -71,6 +72,7 @@ def sessions_new(c: Ctx, sid: str | None, source: str | None, title: str | None,
                    "normalised: /a/b/ is /a/b).")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned: bool, hidden: bool,
                   workspace: str | None, as_json: bool) -> None:
@@ -96,6 +98,7 @@ def sessions_list(c: Ctx, limit: int, source: str | None, archived: bool, pinned
 @click.option("--all", "include_inactive", is_flag=True, help="Include rewound messages.")
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def sessions_show(c: Ctx, session_id: str, include_inactive: bool, as_json: bool) -> None:
     """Show a session and its messages."""

@@ -4,12 +4,14 @@ from __future__ import annotations
 import click
 
 from eventlog.cli.common import Ctx, emit_json, handled, json_flags, json_option, pass_ctx, read_flags, warn_flags
+from eventlog.cli.isolate import isolated
 from eventlog.errors import printable
 
 
 @click.command()
 @json_option
 @pass_ctx
+@isolated()
 @handled
 def stats(c: Ctx, as_json: bool) -> None:
     """Sessions and messages by source, token and cost totals, log size and head, projection lag."""

@@ -29,6 +29,7 @@ from eventlog.cli.common import (
     report_json,
 )
 from eventlog.cli.common import report as say
+from eventlog.cli.isolate import isolated
 from eventlog.errors import DiskFullError, EventLogError, IntegrityError, NotFoundError, StorageError, ValidationError
 
 INT64_MAX = 2**63 - 1
@@ -52,6 +53,7 @@ def _parse_time_ns(text: str) -> int:
                    "e.g. 2026-12-01T09:00:00+01:00).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The state.db file to write.")
 @pass_ctx
+@isolated(outputs=("out",))
 @handled
 def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
     """Write a standalone state.db (with its FTS index) of the profile as it was at a point."""
@@ -85,6 +87,7 @@ def replay(c: Ctx, until_seq: int | None, as_of: str | None, out: str) -> None:
               help="Only this session (jsonl: its lineage, the root and all under it; required for md and html).")
 @click.argument("out", type=click.Path(dir_okay=False, allow_dash=True))
 @pass_ctx
+@isolated(outputs=("out",))
 @handled
 def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
     """Export the profile to OUT ('-' for stdout with jsonl, md and html)."""

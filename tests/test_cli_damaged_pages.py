@@ -1,0 +1,136 @@
+"""Every command that walks an LMDB log, on a data.mdb with damaged pages inside it. liblmdb
+asserts on a cursor that steps onto a page of the wrong kind and aborts the process (SIGABRT):
+`rebuild`, `export`, `replay`, `log copy`, `compact`, `doctor`, and a read that rebuilds a
+projection died so ("Aborted", exit 134), leaving their temporary files, half-built projection
+generations, a compaction's copy of the log or a half-copied log behind (measured by helper-80 on
+a 10,001-event log with two zeroed pages at several places). They now do their work in a forked
+child: when it is killed, the first event whose read kills a child is found, recorded as the
+log's damage and named in one line (exit 1); what the child was writing is removed, and the
+projections serve as before."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eventlog.log import damage
+from eventlog.sessions.store import SessionStore
+
+ROOT = Path(__file__).parent.parent
+EVENTLOG = [sys.executable, "-c", "import sys; from eventlog.cli import main; sys.exit(main())"]
+IN_PROCESS = "import sys; from eventlog.log.lmdb import EventLog; EventLog.open(sys.argv[1]).verify()"
+EVENTS = 10_001
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    home = tmp_path_factory.mktemp("pages") / "home"
+    with SessionStore.open(home, "p", follower=False) as store:
+        sid = store.create_session(source="cli")
+        for b in range(40):
+            store.append_messages(sid, [{"role": "user", "content": f"message {b}-{i} " + "x" * (i % 300)}
+                                        for i in range(250)])
+        store.list_sessions()  # the projections hold every event
+    return home, sid
+
+
+@pytest.fixture(scope="module")
+def damaged(built: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the profile (projection pointers kept as links) with two zeroed pages in the
+    middle of data.mdb that make liblmdb abort an in-process verify."""
+    home, _ = built
+    where = tmp_path_factory.mktemp("damaged")
+    data = home / "profiles" / "p" / "log" / "data.mdb"
+    pages = data.stat().st_size // 4096
+    for page in range(pages // 2, pages - 2, 7):
+        copy = where / f"p{page}"
+        shutil.copytree(home, copy, symlinks=True)
+        with open(copy / "profiles" / "p" / "log" / "data.mdb", "r+b") as f:
+            f.seek(page * 4096)
+            f.write(bytes(2 * 4096))
+        r = subprocess.run([sys.executable, "-c", IN_PROCESS, str(copy / "profiles" / "p" / "log")],
+                           capture_output=True, cwd=ROOT, timeout=120)
+        if r.returncode == -signal.SIGABRT:
+            return copy
+        shutil.rmtree(copy)
+    pytest.fail("no zeroed page made liblmdb abort a verify: this test's premise no longer holds")
+
+
+def run(home: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EVENTLOG, "--home", str(home), "--profile", "p", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)
+
+
+def files_of(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*")}
+
+
+def sidecars(names: set[str]) -> set[str]:
+    """SQLite's -wal/-shm of a projection a reader had open: the database's own, not leftovers."""
+    return {n for n in names if n.endswith(("-wal", "-shm"))}
+
+
+COMMANDS = {
+    "rebuild": ["rebuild"],
+    "export jsonl": ["export", "{out}/x.jsonl"],
+    "export sqlite": ["export", "--format", "sqlite", "{out}/x.db"],
+    "replay": ["replay", "--until", str(EVENTS), "--out", "{out}/r.db"],
+    "log copy": ["log", "copy", "--to", "{out}/copy"],
+    "compact": ["compact"],
+    "doctor": ["doctor"],
+    "sessions list, no state.db": ["sessions", "list"],
+    "search, no projections": ["search", "message"],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_command_on_a_page_that_makes_liblmdb_abort_names_the_damage(damaged: Path, tmp_path: Path,
+                                                                        name: str) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    profile = home / "profiles" / "p"
+    if "no state.db" in name or "no projections" in name:
+        for pattern in ("state.*", ".state.*") + (("fts.*", ".fts.*") if "projections" in name else ()):
+            for f in profile.glob(pattern):
+                f.unlink()
+    out = tmp_path / "out"
+    out.mkdir()
+    before = files_of(profile)
+    pointer = os.readlink(profile / "state.db") if (profile / "state.db").is_symlink() else None
+
+    r = run(home, *[a.format(out=out) for a in COMMANDS[name]])
+
+    assert r.returncode == 1, (r.returncode, r.stderr[-800:])  # was -6 (SIGABRT), "Aborted"
+    found = damage.recorded(profile / "log")
+    assert found is not None and 1 < found.seq < EVENTS, found
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"the log is damaged at seq {found.seq}" in errors[0], r.stderr
+    assert "SIGABRT" in errors[0] and "restore the profile's log/ from a backup" in errors[0]
+    assert "Assertion" not in r.stderr and "Traceback" not in r.stderr
+    # nothing half-written is left: no temporary file, no generation no pointer names, no
+    # compaction copy, no half-copied log
+    left = files_of(profile) - before - sidecars(files_of(profile))
+    assert left <= {"log/damaged.json", ".state.generation", "state.v2.lock", ".fts.generation", "fts.v3.lock"}, left
+    assert os.listdir(out) == []
+    if pointer is not None:  # the old projection still serves reads, whole
+        assert os.readlink(profile / "state.db") == pointer
+        listed = run(home, "sessions", "list", "--json")
+        assert listed.returncode == 0 and json.loads(listed.stdout)[0]["message_count"] == EVENTS - 1, listed.stderr
+
+
+def test_an_undamaged_command_keeps_its_output_and_exit_status(built: tuple[Path, str], tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(built[0], home, symlinks=True)
+    r = run(home, "export", "-", "--session", built[1])
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == EVENTS and r.stderr == f"exported {EVENTS} events\n"
+    r = run(home, "sessions", "show", "no-such-session")
+    assert r.returncode == 1 and r.stderr.startswith("error: session 'no-such-session' not found"), r.stderr
+    r = run(home, "log", "copy")
+    assert r.returncode == 2 and "give exactly one of --to and --from" in r.stderr, r.stderr
+
