@@ -112,7 +112,14 @@ def unerased_hint(res: VerifyResult) -> str:
 def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
             progress: Progress | None = None) -> dict[str, Any]:
     """The doctor's report; changes nothing (but records or clears the log's damage marker)."""
-    res = log.verify()
+    known = log_damage.recorded(log)
+    if known is not None and known.file is not None and log_damage.still_damaged(log, known):
+        # found by a read that killed the process (a damaged page of data.mdb), and the file is
+        # the same: verifying again would kill this one
+        head_seq, head_hash = log.head()
+        res = VerifyResult(False, max(known.seq - 1, 0), head_seq, head_hash, known.seq, known.reason, 0)
+    else:
+        res = log.verify()
     if res.ok:
         log_damage.clear(log)
     elif res.first_bad_seq is not None:

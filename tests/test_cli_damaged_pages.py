@@ -6,7 +6,8 @@ generations, a compaction's copy of the log or a half-copied log behind (measure
 a 10,001-event log with two zeroed pages at several places). They now do their work in a forked
 child: when it is killed, the first event whose read kills a child is found, recorded as the
 log's damage and named in one line (exit 1); what the child was writing is removed, and the
-projections serve as before."""
+projections serve as before. Once recorded, the same commands stop before the damage without
+reading it again (that read would kill them), as for any damage."""
 from __future__ import annotations
 
 import json
@@ -124,6 +125,45 @@ def test_a_command_on_a_page_that_makes_liblmdb_abort_names_the_damage(damaged: 
         assert listed.returncode == 0 and json.loads(listed.stdout)[0]["message_count"] == EVENTS - 1, listed.stderr
 
 
+def test_once_recorded_the_commands_stop_before_the_damage(damaged: Path, tmp_path: Path) -> None:
+    """The recorded damage is not read again while data.mdb is the same file: a rebuild builds the
+    verified prefix, export salvages it (exit 1 naming the damage, as for any damage), doctor
+    reports it; none of them dies."""
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    r = run(home, "rebuild")
+    assert r.returncode == 1, r.stderr[-500:]
+    seq = damage.recorded(home / "profiles" / "p" / "log")
+    assert seq is not None
+    r = run(home, "rebuild")
+    assert r.returncode == 0 and f"rebuilt all: {seq.seq - 1} events" in r.stdout, (r.returncode, r.stderr[-500:])
+    out = tmp_path / "prefix.jsonl"
+    r = run(home, "export", str(out))
+    assert r.returncode == 1 and f"the log is damaged at seq {seq.seq}" in r.stderr, (r.returncode, r.stderr[-500:])
+    assert len(out.read_bytes().splitlines()) == seq.seq - 1
+    r = run(home, "doctor", "--json")
+    assert r.returncode == 1, (r.returncode, r.stderr[-500:])
+    report = json.loads(r.stdout)
+    assert report["log"]["ok"] is False and report["log"]["first_bad_seq"] == seq.seq, report["log"]
+    r = run(home, "--profile", "new", "import", str(out))  # the salvage the hint names
+    assert r.returncode == 0, r.stderr[-500:]
+
+
+def test_a_restored_log_is_read_again(built: tuple[Path, str], damaged: Path, tmp_path: Path) -> None:
+    """The record of a damage found by a killed read stands while data.mdb is the same file; a
+    data.mdb restored from a backup is checked again, and appends are accepted."""
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    assert run(home, "rebuild").returncode == 1
+    log_dir = home / "profiles" / "p" / "log"
+    assert damage.recorded(log_dir) is not None
+    shutil.copyfile(built[0] / "profiles" / "p" / "log" / "data.mdb", log_dir / "data.mdb.restored")
+    os.replace(log_dir / "data.mdb.restored", log_dir / "data.mdb")
+    r = run(home, "messages", "add", built[1], "--role", "user", "--content", "after the restore")
+    assert r.returncode == 0, r.stderr[-500:]
+    assert damage.recorded(log_dir) is None
+
+
 def test_an_undamaged_command_keeps_its_output_and_exit_status(built: tuple[Path, str], tmp_path: Path) -> None:
     home = tmp_path / "home"
     shutil.copytree(built[0], home, symlinks=True)
@@ -134,3 +174,50 @@ def test_an_undamaged_command_keeps_its_output_and_exit_status(built: tuple[Path
     r = run(home, "log", "copy")
     assert r.returncode == 2 and "give exactly one of --to and --from" in r.stderr, r.stderr
 
+
+EMBEDDED = """
+import sys, threading
+from eventlog.sessions.store import SessionStore
+stop = threading.Event()
+beside = threading.Thread(target=stop.wait, daemon=True)  # a gateway's threads: no fork is safe here
+beside.start()
+with SessionStore.open(sys.argv[1], "p", follower=False) as store:
+    listed = store.list_sessions()
+    print(listed[0]["message_count"], store.health(full=False)["damage"]["seq"])
+stop.set()
+"""
+
+
+def test_a_multithreaded_embedding_stops_before_a_recorded_page_damage(damaged: Path, tmp_path: Path) -> None:
+    """A process of several threads (a gateway) is never forked: once a command recorded the page
+    damage, the library's rebuild stops before it without reading it (docs/RELIABILITY.md)."""
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    r = run(home, "log", "verify")
+    assert r.returncode == 1, r.stderr[-500:]
+    found = damage.recorded(home / "profiles" / "p" / "log")
+    assert found is not None
+    profile = home / "profiles" / "p"
+    for pattern in ("state.*", ".state.*", "fts.*", ".fts.*"):  # a rebuild from the log, in the embedding
+        for f in profile.glob(pattern):
+            f.unlink()
+    r = subprocess.run([sys.executable, "-c", EMBEDDED, str(home)], capture_output=True, text=True, cwd=ROOT,
+                       timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-500:])  # was -6: the rebuild read the damaged page
+    assert r.stdout.split() == [str(found.seq - 2), str(found.seq)]  # the session's created event is seq 1
+
+
+def test_a_record_an_earlier_release_wrote_gains_the_file_stamp(damaged: Path, tmp_path: Path) -> None:
+    """A marker naming the seq without a stamp (`log verify` before this change) made every later
+    command read the page again; the next command that is killed there adds the stamp."""
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    log_dir = home / "profiles" / "p" / "log"
+    assert run(home, "log", "verify").returncode == 1
+    found = damage.recorded(log_dir)
+    assert found is not None
+    (log_dir / damage.MARKER).write_text(json.dumps({"seq": found.seq, "reason": found.reason}))
+    assert run(home, "rebuild").returncode == 1
+    assert damage.recorded(log_dir) == found
+    r = run(home, "rebuild")
+    assert r.returncode == 0, r.stderr[-500:]

@@ -390,7 +390,8 @@ def _fail_damaged(c: Ctx, sig: int) -> None:
     res = first_unreadable(c, how)
     if res.first_bad_seq is not None:
         with contextlib.suppress(Exception), c.open_log() as lg:
-            damage.record(lg, damage.Damage(res.first_bad_seq, res.reason or "fails the chain check"))
+            damage.record(lg, damage.Damage(res.first_bad_seq, res.reason or "fails the chain check",
+                                            damage.file_stamp(lg)))
         err = IntegrityError(
             f"`eventlog {command}` stopped: the log is damaged at seq {res.first_bad_seq} ({res.reason}); "
             "what the command was writing was removed (the projections serve as before), and the damage "

@@ -129,11 +129,13 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     alone = hasattr(os, "fork") and threading.active_count() == 1
     isolated = _verify_isolated(c) if c.log_url is None and alone else None
     with c.open_log() as lg:
-        res = isolated if isolated is not None else lg.verify()
+        res, killed = isolated if isolated is not None else (lg.verify(), False)
         if res.ok:
             damage.clear(lg)  # restored: appends are accepted again
         elif res.first_bad_seq is not None:
-            damage.record(lg, damage.Damage(res.first_bad_seq, res.reason or "fails the chain check"))
+            # a read that kills the process is not tried again while data.mdb is the same file
+            stamp = damage.file_stamp(lg) if killed else None
+            damage.record(lg, damage.Damage(res.first_bad_seq, res.reason or "fails the chain check", stamp))
     if as_json:
         emit_json(res.to_dict())
     elif res.ok:
@@ -150,11 +152,11 @@ def log_verify(c: Ctx, as_json: bool) -> None:
         sys.exit(1)
 
 
-def _verify_isolated(c: Ctx) -> VerifyResult | None:
-    """``log verify`` of an LMDB log in a child process. When liblmdb kills it (a damaged page),
-    the first event whose read does so is found by halving ranges, each read by another child,
-    and reported as the first bad seq. None: the child raised (the caller verifies in-process
-    and the error comes out as usual)."""
+def _verify_isolated(c: Ctx) -> tuple[VerifyResult, bool] | None:
+    """``log verify`` of an LMDB log in a child process, and whether a signal killed it. When
+    liblmdb kills it (a damaged page), the first event whose read does so is found by halving
+    ranges, each read by another child, and reported as the first bad seq. None: the child
+    raised (the caller verifies in-process and the error comes out as usual)."""
     from eventlog.cli.isolate import first_unreadable, in_child, signal_name
     from eventlog.log.base import VerifyResult
 
@@ -164,10 +166,10 @@ def _verify_isolated(c: Ctx) -> VerifyResult | None:
 
     kind, got = in_child(verify)
     if kind == "ok":
-        return VerifyResult(**got)
+        return VerifyResult(**got), False
     if kind == "error":
         return None
-    return first_unreadable(c, signal_name(got))
+    return first_unreadable(c, signal_name(got)), True
 
 
 def _holds_log(path: Path) -> bool:

@@ -15,7 +15,7 @@ stop at the bad seq and say so, in the process that found it.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -40,9 +40,13 @@ class Damage:
 
     seq: int
     reason: str
+    file: tuple[int, ...] | None = None
+    """For a damage found by a read that killed the process (liblmdb aborts on a damaged page):
+    the data file as it was then (:func:`file_stamp`). While the file is the same, the damage is
+    taken as still there without reading it again: that read would kill the reader."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"seq": self.seq, "reason": self.reason}
 
     def error_reading(self) -> IntegrityError:
         """The error a reader that met this damage raises (after what came before it)."""
@@ -221,25 +225,32 @@ def recorded(log: Any) -> Damage | None:
         os.close(fd)
     try:
         obj = orjson.loads(raw)
-        return Damage(int(obj["seq"]), str(obj["reason"]))
-    except (ValueError, KeyError, TypeError):
+        stamp = obj.get("file")
+        file = tuple(int(x) for x in stamp) if isinstance(stamp, list) else None
+        return Damage(int(obj["seq"]), str(obj["reason"]), file)
+    except (ValueError, KeyError, TypeError, AttributeError):
         return Damage(0, "the damage marker itself is unreadable")
 
 
 def record(log: Any, damage: Damage) -> None:
-    """Record ``damage`` for ``log`` (an earlier seq wins; nothing happens without a local path,
-    or when the directory cannot be written — the finder still reports it)."""
+    """Record ``damage`` for ``log`` (an earlier seq wins, and at the same seq the record that
+    keeps a data file's stamp; nothing happens without a local path, or when the directory
+    cannot be written — the finder still reports it)."""
     marker = marker_path(log)
     if marker is None:
         return
     old = recorded(log)
-    if old is not None and 0 < old.seq <= damage.seq:
+    if old is not None and 0 < old.seq <= damage.seq and not (old.seq == damage.seq and old.file is None
+                                                               and damage.file is not None):
         return
     from eventlog.profiles import atomic_write
 
+    content = damage.to_dict()
+    if damage.file is not None:
+        content["file"] = list(damage.file)
     try:
         with atomic_write(marker) as fp:
-            fp.write(orjson.dumps(damage.to_dict()))
+            fp.write(orjson.dumps(content))
     except OSError:
         pass
 
@@ -253,10 +264,27 @@ def clear(log: Any) -> None:
             pass
 
 
+def file_stamp(log: Any) -> tuple[int, ...] | None:
+    """What tells one data file of ``log`` from another (device, inode, size, modification time
+    of an LMDB log's ``data.mdb``); None for a log without one."""
+    where = getattr(log, "env_dir", None)
+    if where is None:
+        return None
+    try:
+        st = os.stat(os.path.join(os.fspath(where), "data.mdb"))
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def still_damaged(log: Any, damage: Damage) -> bool:
     """Whether the recorded damage is still there: event ``seq`` checked against event
-    ``seq - 1`` (two reads). A marker naming no seq is kept (``verify`` decides)."""
+    ``seq - 1`` (two reads). A marker naming no seq is kept (``verify`` decides); so is one
+    whose read killed the process while the data file is the one it was found in (it is read
+    again only once the file was replaced, e.g. restored from a backup)."""
     if damage.seq < 1:
+        return True
+    if damage.file is not None and file_stamp(log) in (damage.file, None):
         return True
     prev = codec.ZERO_HASH
     if damage.seq > 1:

@@ -2545,6 +2545,12 @@ class EventLog(LogBase):
         return self._core.commits
 
     @property
+    def env_dir(self) -> Path:
+        """The folder of the environment's files (``data.mdb``) this handle reads: ``path`` or
+        the generation a compaction made (``path/current`` names it)."""
+        return self._core.env_dir
+
+    @property
     def _env(self) -> lmdb.Environment:
         return self._core._env
 
