@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,41 @@ def test_a_record_an_earlier_release_wrote_gains_the_file_stamp(damaged: Path, t
     assert damage.recorded(log_dir) == found
     r = run(home, "rebuild")
     assert r.returncode == 0, r.stderr[-500:]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the child's death signal is Linux's")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_command_stopped_from_outside_takes_its_child_with_it(built: tuple[Path, str], sig: int) -> None:
+    """The forked child does the work: a SIGTERM sent to the command reaches it (exit 143 as
+    before), and a SIGKILLed command leaves no child running on (holding the log and the leases)."""
+    proc = subprocess.Popen([*EVENTLOG, "--home", str(built[0]), "--profile", "p", "log", "tail", "--follow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline()  # the child is following
+        children = _children(proc.pid)
+        assert len(children) == 1, children
+        proc.send_signal(sig)
+        assert proc.wait(30) == (-signal.SIGKILL if sig == signal.SIGKILL else 143)
+        for _ in range(300):
+            if _gone(children[0]):
+                break
+            time.sleep(0.01)
+        assert _gone(children[0]), f"child {children[0]} still runs after its command got {sig}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
