@@ -260,3 +260,50 @@ def test_a_command_stopped_from_outside_takes_its_child_with_it(built: tuple[Pat
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_log_copy_from_a_damaged_log_names_that_log_and_leaves_no_profile(damaged: Path, tmp_path: Path) -> None:
+    """The damage is in the log copied from, not in the profile's: that log is searched and named
+    (nothing is recorded in it), and the profile the copy was creating is removed."""
+    source = damaged / "profiles" / "p" / "log"
+    r = run(tmp_path / "home", "--profile", "q", "log", "copy", "--from", str(source))
+    assert r.returncode == 1, (r.returncode, r.stderr[-500:])  # was -6
+    assert f"the log {source} is damaged at seq " in r.stderr and "SIGABRT" in r.stderr, r.stderr
+    assert "Assertion" not in r.stderr
+    assert not (tmp_path / "home" / "profiles" / "q").exists()
+    assert damage.recorded(source) is None
+
+
+ADD = ["messages", "add", "{sid}", "--role", "user", "--content", "after the damage"]
+
+
+def append_aborts(built: tuple[Path, str], where: Path) -> tuple[Path, list[str]]:
+    """A copy of the profile with two zeroed pages where an append, made in-process, dies of
+    SIGABRT: it reads the session's stream before it writes (skipped when no page does so)."""
+    home, sid = built
+    add = [a.format(sid=sid) for a in ADD]
+    pages = (home / "profiles" / "p" / "log" / "data.mdb").stat().st_size // 4096
+    for page in range(pages // 2, pages - 2, 7):
+        copy = where / f"p{page}"
+        shutil.copytree(home, copy, symlinks=True)
+        with open(copy / "profiles" / "p" / "log" / "data.mdb", "r+b") as f:
+            f.seek(page * 4096)
+            f.write(bytes(2 * 4096))
+        r = subprocess.run([*EVENTLOG, "--home", str(copy), "--profile", "p", *add], capture_output=True,
+                           cwd=ROOT, timeout=120, env={**os.environ, "EVENTLOG_NO_ISOLATION": "1"})
+        if r.returncode == -signal.SIGABRT:
+            return copy, add
+        shutil.rmtree(copy)
+    pytest.skip("no zeroed page made liblmdb abort an append on this build")
+
+
+def test_an_append_that_meets_a_damaged_page_names_it(built: tuple[Path, str], tmp_path: Path) -> None:
+    """An append reads the log before it writes (its session's stream); where that read aborts,
+    the command names the damage instead of dying, and says what may have been appended."""
+    copy, add = append_aborts(built, tmp_path)
+    r = run(copy, *add)
+    assert r.returncode == 1, (r.returncode, r.stderr[-500:])  # was -6
+    found = damage.recorded(copy / "profiles" / "p" / "log")
+    assert found is not None and f"the log is damaged at seq {found.seq}" in r.stderr
+    assert "what it appended before it stopped, if anything, is in the log" in r.stderr and "Assertion" not in r.stderr
+

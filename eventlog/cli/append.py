@@ -19,6 +19,7 @@ from eventlog.cli.common import (
     report,
     report_json,
 )
+from eventlog.cli.isolate import isolated
 from eventlog.errors import EventLogError, TitleConflictError, ValidationError
 
 
@@ -84,6 +85,7 @@ def _name_title_line(e: TitleConflictError, events: list[dict[str, Any]], number
 @click.option("--each", is_flag=True, help="Append every line as its own batch (default: one atomic batch).")
 @json_option
 @pass_ctx
+@isolated(appends=True)
 @handled
 def append(c: Ctx, each: bool, as_json: bool) -> None:
     """Append JSONL events from stdin: one {"type", "session"?, "data", "id"?} per line.

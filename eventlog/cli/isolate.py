@@ -85,17 +85,19 @@ def in_child(work: Callable[[], Any]) -> tuple[str, Any]:
     return "error", None
 
 
-def first_unreadable(c: Ctx, how: str) -> VerifyResult:
+def first_unreadable(c: Ctx, how: str, open_log: Callable[[], Any] | None = None) -> VerifyResult:
     """After a process reading the log was killed (``how``: the signal's name): the first event
     whose read kills a child, found by halving ranges, each read by another child, as a failed
     :class:`VerifyResult` (``first_bad_seq`` None when the head cannot be read, or when every
     event reads well: then the damage is outside the events, in an index). Call only in a
     process that has not opened the log (py-lmdb cannot open it again in a child that inherited
-    it)."""
+    it). ``open_log``: opens the log to search (default: the profile's)."""
     from eventlog.log.base import VerifyResult
 
+    opener = open_log if open_log is not None else c.open_log
+
     def head() -> Any:
-        with c.open_log() as lg:
+        with opener() as lg:
             return list(lg.head())
 
     kind, top = in_child(head)
@@ -105,7 +107,7 @@ def first_unreadable(c: Ctx, how: str) -> VerifyResult:
 
     def readable(lo: int, hi: int) -> bool:
         def read() -> Any:
-            with c.open_log() as lg:
+            with opener() as lg:
                 return sum(1 for _ in lg.read(lo, hi, raw=True))
         return in_child(read)[0] == "ok"
 
@@ -156,11 +158,15 @@ def _listing(d: Path) -> set[str]:
         return set()
 
 
-def isolated(*, outputs: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def isolated(*, outputs: tuple[str, ...] = (), source: str | None = None,
+             appends: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run the command (``fn(c, ...)``, already wrapped in :func:`~eventlog.cli.common.handled`)
     in a forked child when :func:`can_isolate`. ``outputs``: the names of its parameters that
     are paths it writes (a file, or a log directory it may create): what the child left there
-    is removed when it is killed."""
+    is removed when it is killed, and so is a profile it created. ``source``: the parameter
+    naming another log the command reads (``log copy --from``): when it is given, that log is
+    the one searched for the damage (and named; nothing is recorded in it). ``appends``: the
+    command appends to the log, so the error does not claim that nothing of it was written."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -170,6 +176,11 @@ def isolated(*, outputs: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]],
             paths = [Path(str(kwargs[name])).expanduser().absolute() for name in outputs
                      if isinstance(kwargs.get(name), str) and kwargs[name] not in ("", "-") and "://" not in kwargs[name]]
             new_dirs = [p for p in paths if not os.path.lexists(p)]
+            profile_dir = c.home / "profiles" / c.profile
+            if c.log_url is None and not os.path.lexists(profile_dir):
+                new_dirs.append(profile_dir)
+            other = kwargs.get(source) if source is not None else None
+            other = other if isinstance(other, str) and other and "://" not in other else None
             log_before = _listing(_log_dir(c))
             ran = _run_child(lambda: fn(c, *args, **kwargs))
             if ran is None:  # no fork now (no memory, no process left): as before, in-process
@@ -184,7 +195,7 @@ def isolated(*, outputs: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]],
                 os.kill(os.getpid(), sig)
                 sys.exit(128 + sig)
             _clean_after(c, pid, paths, new_dirs, log_before)
-            _fail_damaged(c, sig)
+            _fail_damaged(c, sig, other, appends)
         return wrapper
 
     return decorate
@@ -380,13 +391,27 @@ def _remove_compaction_copy(log_dir: Path, before: set[str]) -> None:
         os.close(fd)
 
 
-def _fail_damaged(c: Ctx, sig: int) -> None:
-    """Name the damage that killed the child (recorded like any damage), then exit 1."""
+def _fail_damaged(c: Ctx, sig: int, other: str | None = None, appends: bool = False) -> None:
+    """Name the damage that killed the child, then exit 1: in the profile's log (recorded like
+    any damage), or in the log ``other`` the command read (named only)."""
     from eventlog.cli.common import fail
     from eventlog.log import damage
 
     how = signal_name(sig)
     command = click.get_current_context().command_path.split(" ", 1)[-1]
+    left = ("what it appended before it stopped, if anything, is in the log (`eventlog log tail`)" if appends
+            else "what the command was writing was removed (the projections serve as before)")
+    if other is not None:
+        from eventlog.log import open_log
+
+        res = first_unreadable(c, how, lambda: open_log(other, profile=c.profile, create=False))
+        if res.first_bad_seq is not None:
+            fail(str(IntegrityError(
+                f"`eventlog {command}` stopped: the log {other} is damaged at seq {res.first_bad_seq} ({res.reason}); "
+                "what the command was writing was removed",
+                hint=f"`eventlog --log-url {other} export FILE` writes the events before it; restore that log from "
+                     "a backup for the rest")))
+            return
     res = first_unreadable(c, how)
     if res.first_bad_seq is not None:
         with contextlib.suppress(Exception), c.open_log() as lg:
@@ -394,10 +419,9 @@ def _fail_damaged(c: Ctx, sig: int) -> None:
                                             damage.file_stamp(lg)))
         err = IntegrityError(
             f"`eventlog {command}` stopped: the log is damaged at seq {res.first_bad_seq} ({res.reason}); "
-            "what the command was writing was removed (the projections serve as before), and the damage "
-            "is recorded: reads stop before it and appends are refused",
+            f"{left}, and the damage is recorded: reads stop before it and appends are refused",
             hint=damage.REPAIR_HINT)
     else:  # every event reads: an index of the log, or a file other than the profile's log
-        err = IntegrityError(f"`eventlog {command}` stopped: {res.reason}; what the command was writing was removed",
+        err = IntegrityError(f"`eventlog {command}` stopped: {res.reason}; {left}",
                              hint="run `eventlog log verify`; " + damage.REPAIR_HINT)
     fail(str(err))

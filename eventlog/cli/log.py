@@ -192,7 +192,7 @@ def _holds_log(path: Path) -> bool:
               help="Copy this log (a postgresql:// URL or an LMDB log directory) into the profile's log.")
 @json_option
 @pass_ctx
-@isolated(outputs=("to",))
+@isolated(outputs=("to",), source="from_")
 @handled
 def log_copy(c: Ctx, to: str | None, from_: str | None, as_json: bool) -> None:
     """Copy a log between backends keeping every seq and hash, then verify the copy.

@@ -6,6 +6,7 @@ from typing import IO
 import click
 
 from eventlog.cli.common import Ctx, InputFile, handled, json_option, options_named, pass_ctx, report, report_json
+from eventlog.cli.isolate import isolated
 
 
 def _utf8(raw: bytes) -> str:
@@ -47,6 +48,7 @@ def messages() -> None:
 @click.option("--tool-name", default=None, help="Tool name (for role tool).")
 @json_option
 @pass_ctx
+@isolated(appends=True)
 @handled
 def messages_add(c: Ctx, session_id: str, role: str, content: str | None, content_file: IO[bytes] | None,
                  tool_name: str | None, as_json: bool) -> None:
