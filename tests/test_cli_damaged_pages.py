@@ -307,3 +307,15 @@ def test_an_append_that_meets_a_damaged_page_names_it(built: tuple[Path, str], t
     assert found is not None and f"the log is damaged at seq {found.seq}" in r.stderr
     assert "what it appended before it stopped, if anything, is in the log" in r.stderr and "Assertion" not in r.stderr
 
+
+def test_an_append_on_a_recorded_page_damage_is_refused_before_any_read(built: tuple[Path, str],
+                                                                         tmp_path: Path) -> None:
+    """Once the damage is recorded, an append is refused ("nothing was written") before the
+    session's stream is read: in a process that cannot fork (EVENTLOG_NO_ISOLATION here, a
+    gateway's library call alike) that read crossed the damaged page and aborted it."""
+    copy, add = append_aborts(built, tmp_path)
+    assert run(copy, "log", "verify").returncode == 1
+    r = subprocess.run([*EVENTLOG, "--home", str(copy), "--profile", "p", *add], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env={**os.environ, "EVENTLOG_NO_ISOLATION": "1"})
+    assert r.returncode == 1 and "append refused" in r.stderr and "nothing was written" in r.stderr, \
+        (r.returncode, r.stderr[-500:])  # was -6

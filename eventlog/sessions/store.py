@@ -39,6 +39,7 @@ from eventlog.errors import (
 from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
+from eventlog.log.damage import refuse_if_damaged
 from eventlog.profiles import (
     DEFAULT_PROFILE,
     flock_holder,
@@ -750,7 +751,12 @@ class SessionStore:
         Refused three times in a row (other processes keep appending to the same stream, each
         winning the log's lock first), the append is made under the profile's rules lock
         (:meth:`_ruled`), which every deletion and erase of a session also takes: checked on the
-        read model caught up to the log head inside it, it cannot land after a deletion."""
+        read model caught up to the log head inside it, it cannot land after a deletion.
+
+        A log with a recorded damage refuses the append first (:func:`refuse_if_damaged`, one
+        ``open`` of a marker that is almost never there): the stream read below would cross the
+        damaged event, and a page of it that makes liblmdb abort would take the process down."""
+        refuse_if_damaged(self.log, "append refused")
         recheck = False
         for _ in range(3):
             version = self._live.get(sid)
