@@ -319,3 +319,19 @@ def test_an_append_on_a_recorded_page_damage_is_refused_before_any_read(built: t
                        cwd=ROOT, timeout=120, env={**os.environ, "EVENTLOG_NO_ISOLATION": "1"})
     assert r.returncode == 1 and "append refused" in r.stderr and "nothing was written" in r.stderr, \
         (r.returncode, r.stderr[-500:])  # was -6
+
+
+def test_a_compaction_of_a_log_with_a_recorded_page_damage_is_refused(damaged: Path, tmp_path: Path) -> None:
+    """A compaction copies every event: on a log whose page damage is recorded it is refused at
+    once, nothing changed, instead of reading across the page (which aborted a process that
+    cannot fork, and cost every isolated attempt the search again)."""
+    home = tmp_path / "home"
+    shutil.copytree(damaged, home, symlinks=True)
+    assert run(home, "log", "verify").returncode == 1
+    log_dir = home / "profiles" / "p" / "log"
+    before = files_of(log_dir)
+    r = subprocess.run([*EVENTLOG, "--home", str(home), "--profile", "p", "compact"], capture_output=True, text=True,
+                       cwd=ROOT, timeout=120, env={**os.environ, "EVENTLOG_NO_ISOLATION": "1"})
+    assert r.returncode == 1 and "compaction refused" in r.stderr and "nothing was written" in r.stderr, \
+        (r.returncode, r.stderr[-500:])  # was -6
+    assert files_of(log_dir) == before

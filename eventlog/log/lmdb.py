@@ -2529,9 +2529,12 @@ class EventLog(LogBase):
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file with only its live pages and switch every process to it
-        (``{"bytes_before", "bytes_after", "generation"}``); see :meth:`_Environment.compact`."""
+        (``{"bytes_before", "bytes_after", "generation"}``); see :meth:`_Environment.compact`.
+        A log with a recorded damage is refused (:class:`IntegrityError`, nothing changed): the
+        copy reads every event, the damaged one too (a damaged page aborts the process there)."""
         core = self._live()
         self._check_writable()
+        log_damage.refuse_if_damaged(self, "compaction refused")
         return core.compact()
 
     @property
