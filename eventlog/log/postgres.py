@@ -193,8 +193,14 @@ class _Sent(Exception):
 
 def _lost(e: BaseException) -> bool:
     """A failure worth reconnecting and retrying for: the connection (or the server) went
-    away, or the server refused for a moment (starting up, shutting down, cancelled)."""
-    return isinstance(e, psycopg.OperationalError) and not isinstance(e, pgerr.DiskFull)
+    away, or the server refused for a moment (starting up, shutting down, cancelled). The
+    server ending a session left idle inside a transaction past ``idle_in_transaction_session_timeout``
+    (a host stopped or stalled in a write: the transaction did not commit) is one too, though
+    psycopg raises it as an ``InternalError`` (SQLSTATE 25P03): an erase or an import resumed
+    after it failed "check the PostgreSQL URL" where an append whose error happened to read
+    "server closed the connection" was retried."""
+    return ((isinstance(e, psycopg.OperationalError) and not isinstance(e, pgerr.DiskFull))
+            or isinstance(e, pgerr.IdleInTransactionSessionTimeout))
 
 
 class _Request:
