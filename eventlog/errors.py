@@ -212,6 +212,11 @@ class WriterBusyError(StorageError):
     """Another process held the log's writer lock longer than the lock timeout (or ``lock``, a
     lock a write needs besides it, such as the rules lock); nothing was written."""
 
+    LOCK_TIMEOUT_HINT = "retry once that process's write is done; raise the lock timeout for long waits"
+    """The hint when nothing more is known of the holder (it names a Python option: the CLI
+    words it its own way). A log that knows more (PostgreSQL: the server process holding the
+    lock, and how to end it) sets its own hint."""
+
     def __init__(self, path: Any, pid: int | None, timeout: float, *, lock: str | None = None,
                  again: bool = False) -> None:
         who = f"process {pid}" if pid is not None else "another process"
@@ -222,7 +227,7 @@ class WriterBusyError(StorageError):
         super().__init__(
             f"{held} {who}{f' ({state})' if state else ''}; {gave_up} and wrote nothing",
             hint=(f"resume or end that process (it is stopped: `kill -CONT {pid}`)" if state == "stopped" and pid
-                  else "retry once that process's write is done; raise the lock timeout for long waits"),
+                  else self.LOCK_TIMEOUT_HINT),
         )
         self.pid = pid
         self.timeout = timeout

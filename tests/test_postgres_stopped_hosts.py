@@ -119,3 +119,24 @@ def test_a_write_stopped_past_the_idle_timeout_goes_on_once_resumed(pg_url: str,
         else:
             assert out.split() == ["imported", "2"]
             assert lg.head()[0] == 2 and lg.get(2)["data"]["content"] == "secret words"
+
+
+def test_the_command_line_keeps_the_server_process_to_end_in_its_hint(pg_url: str, pg_profile: str,
+                                                                      tmp_path: Path) -> None:
+    """A command behind a host holding the profile's rules lock (stopped, or slow) gave up after
+    10 s naming the server process, but its hint was the command line's generic one ("retry once
+    that process's write is done"): the library's remedy, which server process to end and how,
+    was replaced because every WriterBusyError hint not about a stopped local process was taken
+    for the one naming the Python lock timeout. Now only that one is reworded."""
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        lg.append([{"type": "session.created", "session": "s1", "data": {"source": "cli"}}])
+        with lg.rules_lock(5):
+            holder = lg._rules.pid
+            env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                       EVENTLOG_HOME=str(tmp_path / "other-host"), EVENTLOG_LOG_URL=pg_url)
+            done = subprocess.run([sys.executable, "-m", "eventlog.cli", "--profile", pg_profile, "sessions", "title",
+                                   "s1", "a title"], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stderr
+        assert f"held by server process {holder}" in done.stderr, done.stderr
+        assert f"pg_terminate_backend({holder})" in done.stderr and f"kill -CONT {holder}" in done.stderr, done.stderr
+        assert [e["type"] for e in lg.read()] == ["session.created"]  # nothing written

@@ -325,7 +325,9 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
                 e.hint = NOT_FOUND_HINTS[e.kind]  # the command-line words for it
             fail(str(e))
         except WriterBusyError as e:
-            if not e.stopped:  # the library's hint names a Python option (the lock timeout): a command has none
+            # The library's generic hint names a Python option (the lock timeout): a command has none. A
+            # stopped holder's hint (kill -CONT) and PostgreSQL's (the server process to end) are kept.
+            if e.hint == WriterBusyError.LOCK_TIMEOUT_HINT:
                 e.hint = (f"retry once that process's write is done (a command waits for it at most "
                           f"{e.timeout:g} s)")
             fail(str(e))

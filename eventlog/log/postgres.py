@@ -830,7 +830,8 @@ class PostgresLog(LogBase):
         waited = float(timeout if timeout is not None else self.append_lock_timeout or 0)
         err = WriterBusyError(f"{self._where} ({what}{who})", None, waited)
         err.hint = ("retry once that session's write is done, or end it on the server "
-                    f"(SELECT pg_terminate_backend({holder}))" if holder is not None else
+                    f"(SELECT pg_terminate_backend({holder}); a server process that is itself stopped ends only "
+                    f"once resumed: `kill -CONT {holder}` on the server's host)" if holder is not None else
                     "retry once that session's write is done")
         err.__cause__ = e
         return err
