@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import psycopg
 import pytest
@@ -56,6 +57,21 @@ elif kind == "append":  # the two-round-trip way: stopped between the lock and t
         return real_rows(self, *a, **k)
     postgres.PostgresLog._write_rows = write_rows
     print("appended", *lg.append([said]), flush=True)
+elif kind == "copy":  # copy_log into the profile, stopped inside its import's transaction
+    from eventlog.errors import IntegrityError
+    from eventlog.log import open_log
+    from eventlog.log.copy import copy_log
+    with open_log(lmdb_dir, profile=profile) as src:
+        src.append([created, said])
+        real_write = postgres.PostgresLog._write_sealed
+        def write_sealed(self, *a, **k):
+            stop()
+            return real_write(self, *a, **k)
+        postgres.PostgresLog._write_sealed = write_sealed
+        try:
+            print("copied", copy_log(src, lg).copied, flush=True)
+        except IntegrityError as e:
+            print("refused:", e, "| hint:", e.hint, flush=True)
 else:  # an import (append_sealed): one transaction
     from eventlog.log import open_log
     with open_log(lmdb_dir, profile=profile) as src:
@@ -75,18 +91,13 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-@pytest.mark.parametrize("kind", ["erase", "import", "append"])
-def test_a_write_stopped_past_the_idle_timeout_goes_on_once_resumed(pg_url: str, pg_profile: str, kind: str,
-                                                                    tmp_path: Path) -> None:
-    """The server ends a session idle in a transaction with FATAL 25P03, which psycopg raises as
-    an InternalError, not an OperationalError: an erase or an import whose host had been stopped
-    (or paused in a debugger) past the timeout failed on resuming with "erase failed: terminating
-    connection due to idle-in-transaction timeout" and a hint to check the URL, where a lost
-    connection is reconnected and the write run again (its transaction had not committed). Now it
-    is a lost connection like any other: the erase and the import go through once resumed."""
-    PostgresLog.open(pg_url, profile=pg_profile).close()
+def _run_stopped(pg_url: str, profile: str, kind: str, tmp_path: Path,
+                 meanwhile: Callable[[], object] | None = None) -> tuple[int, str, str]:
+    """Run STOPPED_WRITER, let the server end its stopped session (then run ``meanwhile``),
+    resume it and return its exit status, stdout and stderr."""
+    PostgresLog.open(pg_url, profile=profile).close()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-c", STOPPED_WRITER, pg_url, pg_profile, kind, str(tmp_path / "src")],
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_WRITER, pg_url, profile, kind, str(tmp_path / "src")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout is not None
@@ -100,13 +111,28 @@ def test_a_write_stopped_past_the_idle_timeout_goes_on_once_resumed(pg_url: str,
             while su.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchone():
                 assert time.monotonic() < deadline, "the server did not end the stopped host's session"
                 time.sleep(0.05)
+        if meanwhile is not None:
+            meanwhile()
         os.kill(proc.pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 0, err
+    return proc.returncode, out, err
+
+
+@pytest.mark.parametrize("kind", ["erase", "import", "append"])
+def test_a_write_stopped_past_the_idle_timeout_goes_on_once_resumed(pg_url: str, pg_profile: str, kind: str,
+                                                                    tmp_path: Path) -> None:
+    """The server ends a session idle in a transaction with FATAL 25P03, which psycopg raises as
+    an InternalError, not an OperationalError: an erase or an import whose host had been stopped
+    (or paused in a debugger) past the timeout failed on resuming with "erase failed: terminating
+    connection due to idle-in-transaction timeout" and a hint to check the URL, where a lost
+    connection is reconnected and the write run again (its transaction had not committed). Now it
+    is a lost connection like any other: the erase and the import go through once resumed."""
+    rc, out, err = _run_stopped(pg_url, pg_profile, kind, tmp_path)
+    assert rc == 0, err
     with PostgresLog.open(pg_url, profile=pg_profile) as lg:
         assert lg.verify().ok
         if kind == "erase":
@@ -140,3 +166,23 @@ def test_the_command_line_keeps_the_server_process_to_end_in_its_hint(pg_url: st
         assert f"held by server process {holder}" in done.stderr, done.stderr
         assert f"pg_terminate_backend({holder})" in done.stderr and f"kill -CONT {holder}" in done.stderr, done.stderr
         assert [e["type"] for e in lg.read()] == ["session.created"]  # nothing written
+
+
+def test_a_copy_whose_target_another_host_wrote_to_meanwhile_says_so(pg_url: str, pg_profile: str,
+                                                                    tmp_path: Path) -> None:
+    """A copy into a profile (``eventlog log copy --to``) stopped past the idle timeout runs its
+    import again once resumed; another host had appended to the profile meanwhile (its append lock
+    was free), so the copy no longer fits. It said "imported event 2 does not continue the chain"
+    with the hint for a damaged log ("`eventlog log verify` names the first bad seq"), which
+    passes; now it says that the target moved under the copy, which wrote nothing."""
+    def other_host_appends() -> None:
+        with PostgresLog.open(pg_url, profile=pg_profile) as other:
+            other.append([{"type": "session.created", "session": "other", "data": {"source": "cli"}}])
+
+    rc, out, err = _run_stopped(pg_url, pg_profile, "copy", tmp_path, meanwhile=other_host_appends)
+    assert rc == 0, err
+    assert out.startswith("refused:"), out
+    assert "another process appended to it" in out and "does not continue the chain" not in out, out
+    assert "log verify" not in out.split("| hint:")[1], out
+    with PostgresLog.open(pg_url, profile=pg_profile) as lg:
+        assert lg.verify().ok and [e["session"] for e in lg.read()] == ["other"]  # nothing of the copy

@@ -56,7 +56,17 @@ def copy_log(source: Log, target: Log, *, progress: Callable[[int, int], None] |
     def flush() -> None:
         nonlocal done, batch, size
         if batch:
-            target.append_sealed(batch)  # checks that each event continues the chain
+            try:
+                target.append_sealed(batch)  # checks that each event continues the chain
+            except IntegrityError as e:
+                moved = _moved(target, start + done)
+                if moved is None:
+                    raise
+                raise IntegrityError(
+                    f"the target log moved during the copy: it holds {moved} events where the copy had brought it "
+                    f"to {start + done}; another process appended to it, so this batch was not written",
+                    hint="stop every writer of the target profile and copy into an empty log (what was copied before "
+                         "stays: a verified prefix of the source)") from e
             done += len(batch)
             batch, size = [], 0
             if progress is not None:
@@ -74,3 +84,13 @@ def copy_log(source: Log, target: Log, *, progress: Callable[[int, int], None] |
         raise IntegrityError(f"the copy does not verify: {res.reason or 'head differs from the source'} "
                              f"(first bad seq {res.first_bad_seq})")
     return CopyResult(done, start, head[0], head[1], res)
+
+
+def _moved(target: Log, expected: int) -> int | None:
+    """The target's head seq when it is not ``expected`` (another writer appended to the target
+    since the copy read it: an import then fails the chain check, which is no damage), else None."""
+    try:
+        now = target.head()[0]
+    except Exception:  # noqa: BLE001 -- the chain-check error is the one to report then
+        return None
+    return now if now != expected else None
