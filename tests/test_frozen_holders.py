@@ -275,7 +275,12 @@ _LEASE_HOLDER = """
 # A long-lived Hermes handle (a gateway, an interactive CLI) whose write, queued behind the
 # lease's holder, is interrupted with Ctrl-C; it catches KeyboardInterrupt and goes on.
 _INTERRUPTED_WRITER = """
-    import sys
+    import signal, sys
+    # Ctrl-C raises KeyboardInterrupt even when this process was started with SIGINT ignored
+    # (a background job of a non-interactive shell, as CI's run is: the test hung there).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1)  # where it waits, if an interrupt is ever not taken
     from eventlog.adapters.hermes import SessionDB
     db = SessionDB(db_path=sys.argv[1])
     print("open", flush=True)
@@ -332,7 +337,12 @@ def test_an_interrupted_wait_for_the_hermes_lease_leaves_the_lease_to_others(tmp
             assert writer.poll() is None and time.monotonic() < deadline, "the write never queued on the lease"
             time.sleep(0.02)
         writer.send_signal(signal.SIGINT)
-        assert writer.stdout.readline().strip() == "interrupted"
+        done, out = in_thread(writer.stdout.readline, 30)
+        if not (done and out[0].strip() == "interrupted"):
+            writer.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            writer.kill()
+            raise AssertionError(f"the interrupted write: {out}; its stderr: {writer.communicate()[1]}")
         holder.stdin.write("\n")
         holder.stdin.flush()
         assert holder.wait(timeout=60) == 0
@@ -344,7 +354,8 @@ def test_an_interrupted_wait_for_the_hermes_lease_leaves_the_lease_to_others(tmp
         assert isinstance(out[0], int), out
         writer.stdin.write("\n")
         writer.stdin.flush()
-        assert writer.stdout.readline().strip() == "closed"
+        done, out = in_thread(writer.stdout.readline, 30)
+        assert done and out[0].strip() == "closed", out
         assert isinstance(append_in_new_handle(path), int)
     finally:
         for p in (holder, writer):
