@@ -24,6 +24,9 @@ import pytest
 from eventlog.log import damage
 from eventlog.sessions.store import SessionStore
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_log_verify_damaged_pages import fill, zeroed_copy  # noqa: E402
+
 ROOT = Path(__file__).parent.parent
 EVENTLOG = [sys.executable, "-c", "import sys; from eventlog.cli import main; sys.exit(main())"]
 IN_PROCESS = "import sys; from eventlog.log.lmdb import EventLog; EventLog.open(sys.argv[1]).verify()"
@@ -33,11 +36,8 @@ EVENTS = 10_001
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     home = tmp_path_factory.mktemp("pages") / "home"
+    sid = fill(home)
     with SessionStore.open(home, "p", follower=False) as store:
-        sid = store.create_session(source="cli")
-        for b in range(40):
-            store.append_messages(sid, [{"role": "user", "content": f"message {b}-{i} " + "x" * (i % 300)}
-                                        for i in range(250)])
         store.list_sessions()  # the projections hold every event
     return home, sid
 
@@ -52,10 +52,7 @@ def damaged(built: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -
     pages = data.stat().st_size // 4096
     for page in range(pages // 2, pages - 2, 7):
         copy = where / f"p{page}"
-        shutil.copytree(home, copy, symlinks=True)
-        with open(copy / "profiles" / "p" / "log" / "data.mdb", "r+b") as f:
-            f.seek(page * 4096)
-            f.write(bytes(2 * 4096))
+        zeroed_copy(home, copy, page)
         r = subprocess.run([sys.executable, "-c", IN_PROCESS, str(copy / "profiles" / "p" / "log")],
                            capture_output=True, cwd=ROOT, timeout=120)
         if r.returncode == -signal.SIGABRT:
@@ -285,10 +282,7 @@ def append_aborts(built: tuple[Path, str], where: Path) -> tuple[Path, list[str]
     pages = (home / "profiles" / "p" / "log" / "data.mdb").stat().st_size // 4096
     for page in range(pages // 2, pages - 2, 7):
         copy = where / f"p{page}"
-        shutil.copytree(home, copy, symlinks=True)
-        with open(copy / "profiles" / "p" / "log" / "data.mdb", "r+b") as f:
-            f.seek(page * 4096)
-            f.write(bytes(2 * 4096))
+        zeroed_copy(home, copy, page)
         r = subprocess.run([*EVENTLOG, "--home", str(copy), "--profile", "p", *add], capture_output=True,
                            cwd=ROOT, timeout=120, env={**os.environ, "EVENTLOG_NO_ISOLATION": "1"})
         if r.returncode == -signal.SIGABRT:

@@ -24,14 +24,31 @@ EVENTLOG = [sys.executable, "-c", "import sys; from eventlog.cli import main; sy
 IN_PROCESS = "import sys; from eventlog.log.lmdb import EventLog; EventLog.open(sys.argv[1]).verify()"
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("pages") / "home"
+def fill(home: Path) -> str:
+    """A profile ``p`` of one session with 10,000 messages (10,001 events); its id."""
     with SessionStore.open(home, "p", follower=False) as store:
         sid = store.create_session(source="cli")
         for b in range(40):
             store.append_messages(sid, [{"role": "user", "content": f"message {b}-{i} " + "x" * (i % 300)}
                                         for i in range(250)])
+    return sid
+
+
+def zeroed_copy(home: Path, copy: Path, page: int) -> Path:
+    """A copy of the home ``home`` at ``copy`` (links kept as links) with pages ``page`` and
+    ``page + 1`` of profile p's data.mdb zeroed; the copy's data.mdb."""
+    shutil.copytree(home, copy, symlinks=True)
+    data = copy / "profiles" / "p" / "log" / "data.mdb"
+    with open(data, "r+b") as f:
+        f.seek(page * 4096)
+        f.write(bytes(2 * 4096))
+    return data
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("pages") / "home"
+    fill(home)
     return home
 
 
@@ -39,11 +56,7 @@ def damaged_copy(built: Path, where: Path) -> Path:
     """A copy of the profile with two zeroed pages that make liblmdb abort an in-process verify."""
     for page in range(2, 40):
         home = where / f"p{page}"
-        shutil.copytree(built, home)
-        data = home / "profiles" / "p" / "log" / "data.mdb"
-        with open(data, "r+b") as f:
-            f.seek(page * 4096)
-            f.write(bytes(2 * 4096))
+        data = zeroed_copy(built, home, page)
         r = subprocess.run([sys.executable, "-c", IN_PROCESS, str(data.parent)], capture_output=True, cwd=ROOT,
                            timeout=120)
         if r.returncode == -signal.SIGABRT:
