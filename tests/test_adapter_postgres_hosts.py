@@ -32,6 +32,12 @@ def other_host(home: Path, url: str, code: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def chat_and_thread(home: Path, profile: str) -> tuple[EventlogSession, EventlogSaver, Any]:
+    """Host objects on the shared log: the OpenAI session "chat", a saver, and thread t1's config."""
+    return (EventlogSession("chat", home=home, profile=profile), EventlogSaver(home=home, profile=profile),
+            {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}})
+
+
 def test_an_erase_on_another_host_reaches_an_open_session_and_saver(tmp_path: Path, pg_url: str, pg_profile: str,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Host A erases an OpenAI session (clear_session(erase=True)) and a LangGraph thread
@@ -42,9 +48,7 @@ def test_an_erase_on_another_host_reaches_an_open_session_and_saver(tmp_path: Pa
     stale history) and get_items returned the erased words."""
     monkeypatch.setenv("EVENTLOG_LOG_URL", pg_url)
     home_b = tmp_path / "host-b"
-    session = EventlogSession("chat", home=home_b, profile=pg_profile)
-    saver = EventlogSaver(home=home_b, profile=pg_profile)
-    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    session, saver, config = chat_and_thread(home_b, pg_profile)
     try:
         asyncio.run(session.add_items([{"role": "user", "content": "secret words"}]))
         assert [i["content"] for i in asyncio.run(session.get_items())] == ["secret words"]
@@ -121,10 +125,7 @@ def test_a_warm_adapter_read_is_one_statement(tmp_path: Path, pg_url: str, pg_pr
             sent.append(str(query))
         return real(self, query, *args, **kwargs)
 
-    home = tmp_path / "home"
-    session = EventlogSession("chat", home=home, profile=pg_profile)
-    saver = EventlogSaver(home=home, profile=pg_profile)
-    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    session, saver, config = chat_and_thread(tmp_path / "home", pg_profile)
     try:
         asyncio.run(session.add_items([{"role": "user", "content": "hello"}]))
         from langgraph.checkpoint.base import empty_checkpoint

@@ -22,17 +22,22 @@ from eventlog.log.lmdb import EventLog
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# A Hermes writer that stops itself inside its write: the projection lease held, the log's
-# write transaction begun (the first event sealed), nothing committed yet.
-_HERMES_WRITER_STOPPED_MID_WRITE = """
+# The prelude of a writer that stops itself (SIGSTOP) the first time an event is sealed: inside
+# the log's write transaction, nothing committed yet (install it with codec.seal = stopping_seal).
+_STOP_AT_SEAL = """
     import os, signal, sys
     from eventlog.log import codec
-    from eventlog.adapters.hermes import SessionDB
     seal = codec.seal
     def stopping_seal(*a, **k):
         codec.seal = seal
         os.kill(os.getpid(), signal.SIGSTOP)
         return seal(*a, **k)
+"""
+
+# A Hermes writer that stops itself inside its write: the projection lease held, the log's
+# write transaction begun (the first event sealed), nothing committed yet.
+_HERMES_WRITER_STOPPED_MID_WRITE = _STOP_AT_SEAL + """
+    from eventlog.adapters.hermes import SessionDB
     db = SessionDB(db_path=sys.argv[1])
     codec.seal = stopping_seal
     print(db.append_message("s1", "user", "the stopped writer's message"), flush=True)
@@ -146,15 +151,8 @@ def test_a_hermes_write_after_the_stopped_writer_is_killed_goes_through(
 
 # A store writer that stops itself inside its append: the log's writer lock and LMDB's write
 # transaction held, nothing committed.
-_STORE_WRITER_STOPPED_MID_APPEND = """
-    import os, signal, sys
+_STORE_WRITER_STOPPED_MID_APPEND = _STOP_AT_SEAL + """
     from eventlog import SessionStore
-    from eventlog.log import codec
-    seal = codec.seal
-    def stopping_seal(*a, **k):
-        codec.seal = seal
-        os.kill(os.getpid(), signal.SIGSTOP)
-        return seal(*a, **k)
     with SessionStore.open(home=sys.argv[1], profile="p") as store:
         codec.seal = stopping_seal
         print(store.append_message("s1", "user", "the stopped writer's message"), flush=True)

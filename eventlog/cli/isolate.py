@@ -134,11 +134,18 @@ def _real_fd(stream: Any, fd: int) -> bool:
         return False
 
 
-def can_isolate(c: Ctx) -> bool:
-    """Whether a command of ``c`` can run in a forked child (see the module's docstring)."""
+def can_fork(c: Ctx) -> bool:
+    """Whether a child forked now is safe and has a liblmdb to be killed by: ``fork`` exists, this
+    process has one thread (a child forked beside others could inherit a lock one of them held:
+    the CLI has none, a program calling main() may), and ``c``'s log is not on a server."""
     if not hasattr(os, "fork") or threading.active_count() != 1:
         return False
-    if c.log_url is not None and "://" in c.log_url:  # a server's log: no liblmdb to abort
+    return c.log_url is None or "://" not in c.log_url
+
+
+def can_isolate(c: Ctx) -> bool:
+    """Whether a command of ``c`` can run in a forked child (see the module's docstring)."""
+    if not can_fork(c):
         return False
     if os.environ.get("EVENTLOG_NO_ISOLATION"):
         return False

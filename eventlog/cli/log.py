@@ -1,9 +1,7 @@
 """``eventlog log tail|verify|copy``: the event log itself (no projections, no SQLite)."""
 from __future__ import annotations
 
-import os
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,15 +117,14 @@ def log_verify(c: Ctx, as_json: bool) -> None:
     projections stop); a chain that verifies again (a restored log) clears that record. A log
     on a server (--log-url postgresql://) keeps no such record.
     """
+    from eventlog.cli.isolate import can_fork
     from eventlog.log import damage
 
     # On LMDB the walk runs in a child process first: liblmdb aborts a process whose cursor steps
     # onto a damaged page (an assertion, SIGABRT), and this is the command that must say so. Done
     # before the parent opens the log (py-lmdb cannot open it again in a child that inherited it),
-    # and only in a process of one thread (a child forked beside other threads could inherit a
-    # lock one of them held: the CLI has none, a program calling main() may).
-    alone = hasattr(os, "fork") and threading.active_count() == 1
-    isolated = _verify_isolated(c) if c.log_url is None and alone else None
+    # where a fork is safe (its output comes back through a pipe: any stdout will do).
+    isolated = _verify_isolated(c) if c.log_url is None and can_fork(c) else None
     with c.open_log() as lg:
         res, killed = isolated if isolated is not None else (lg.verify(), False)
         if res.ok:

@@ -318,15 +318,15 @@ def _remove_if_empty(c: Ctx, d: Path, ours: str | None = None) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _data_stamp(log_dir: Path) -> tuple[int, int, int] | None:
-    """(inode, size, mtime) of the log's data file (stat only), None when there is none."""
+def _data_stamp(log_dir: Path) -> tuple[int, ...] | None:
+    """The stamp of the log's data file (:func:`eventlog.log.damage.data_stamp`), None when there is none."""
+    from eventlog.log.damage import data_stamp
     from eventlog.log.lmdb import generation_dir
 
     try:
-        st = os.stat(generation_dir(log_dir) / "data.mdb")
-    except (OSError, EventLogError):
+        return data_stamp(generation_dir(log_dir))
+    except EventLogError:
         return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 @contextlib.contextmanager

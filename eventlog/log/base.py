@@ -71,7 +71,7 @@ class VerifyResult:
         count, named = 0, set()
         for q, digest in self.unerased_named.items():
             env = get(q)
-            if env is None or codec.is_stub(env) or env.get("type") == codec.ERASED_TYPE or env.get("hash") != digest:
+            if env is None or not held_whole(env, digest):
                 continue
             count += 1
             if isinstance(env.get("session"), str):
@@ -283,13 +283,11 @@ def verify_chain(stored: Iterable[tuple[int, bytes]], head: Callable[[], tuple[i
                 pending[seq] = env["hash"]
                 erased += 1
             elif env.get("type") == codec.ERASED_TYPE:
-                listed = env["data"].get("erased") if isinstance(env.get("data"), dict) else None
-                for item in listed if isinstance(listed, list) else []:
-                    if isinstance(item, list) and len(item) == 2 and pending.get(item[0]) == item[1]:
-                        del pending[item[0]]
-                    elif isinstance(item, list) and len(item) == 2 and type(item[0]) is int \
-                            and 0 < item[0] < seq and isinstance(item[1], str):
-                        named[item[0]] = item[1]
+                for q, digest in erased_pairs(env):
+                    if pending.get(q) == digest:
+                        del pending[q]
+                    elif 0 < q < seq:
+                        named[q] = digest
             prev = env["hash"]
             events += 1
             expect += 1
@@ -421,18 +419,30 @@ def named_unerased(records: Iterable[dict[str, Any]],
     kept them, and ``verify`` counted nothing erased)."""
     named: dict[int, str] = {}
     for env in records:
-        if env.get("type") != codec.ERASED_TYPE or not isinstance(env.get("data"), dict):
-            continue
-        for pair in env["data"].get("erased") or ():
-            if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str):
-                named[pair[0]] = pair[1]
+        if env.get("type") == codec.ERASED_TYPE:
+            named.update(erased_pairs(env))
     out = []
     for q in sorted(named):
         held = envelope_at(q)
-        if held is not None and not codec.is_stub(held) and held.get("type") != codec.ERASED_TYPE \
-                and held.get("hash") == named[q]:
+        if held is not None and held_whole(held, named[q]):
             out.append(held)
     return out
+
+
+def erased_pairs(record: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """The ``(seq, hash)`` pairs a ``log.erased`` record names (its ``data.erased``); anything
+    else in that list is skipped."""
+    data = record.get("data")
+    listed = data.get("erased") if isinstance(data, dict) else None
+    for pair in listed if isinstance(listed, list) else ():
+        if isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and isinstance(pair[1], str):
+            yield pair[0], pair[1]
+
+
+def held_whole(env: dict[str, Any], digest: str) -> bool:
+    """Whether ``env`` is what an erase record naming ``digest`` at its seq meant to erase and it
+    still holds its content: not a stub, not an erase record (never erased), the same hash."""
+    return not codec.is_stub(env) and env.get("type") != codec.ERASED_TYPE and env.get("hash") == digest
 
 
 def check_erase_seqs(seqs: Any) -> list[int]:

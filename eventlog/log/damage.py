@@ -268,10 +268,14 @@ def file_stamp(log: Any) -> tuple[int, ...] | None:
     """What tells one data file of ``log`` from another (device, inode, size, modification time
     of an LMDB log's ``data.mdb``); None for a log without one."""
     where = getattr(log, "env_dir", None)
-    if where is None:
-        return None
+    return None if where is None else data_stamp(where)
+
+
+def data_stamp(env_dir: Any) -> tuple[int, ...] | None:
+    """(device, inode, size, modification time) of ``env_dir/data.mdb`` (a stat: never an open of
+    the live file), None when there is none."""
     try:
-        st = os.stat(os.path.join(os.fspath(where), "data.mdb"))
+        st = os.stat(os.path.join(os.fspath(env_dir), "data.mdb"))
     except OSError:
         return None
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

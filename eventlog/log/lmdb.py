@@ -1773,8 +1773,7 @@ class _Environment:
 
                 envs = erasable(wanted, envelope_at)
                 listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
-                stubs = [(seq_key(env["seq"]), stored.pack_stub(codec.stub(env)) if self.format == FORMAT_2
-                          else codec.canonical(codec.stub(env))) for env in envs]
+                stubs = [(seq_key(env["seq"]), self._stub_value(env)) for env in envs]
                 if not listed:
                     txn.abort()
                     return 0
@@ -1935,10 +1934,14 @@ class _Environment:
         if not envs:
             return
         for env in envs:
-            txn.put(seq_key(env["seq"]), stored.pack_stub(codec.stub(env)) if self.format == FORMAT_2
-                    else codec.canonical(codec.stub(env)), db=self._events)
+            txn.put(seq_key(env["seq"]), self._stub_value(env), db=self._events)
         txn.put(ERASE_PENDING, b"%d" % last, db=self._meta)  # until the files are clean
         self._taint_dicts(txn, [env["seq"] for env in envs])
+
+    def _stub_value(self, env: dict[str, Any]) -> bytes:
+        """The stored value of ``env``'s stub in this log's format."""
+        stub = codec.stub(env)
+        return stored.pack_stub(stub) if self.format == FORMAT_2 else codec.canonical(stub)
 
     def _sealed_id(self, txn: lmdb.Transaction, ids: lmdb.Cursor, eid: str, seq: int) -> bool:
         """Index the id ``eid`` of imported event ``seq``; False when another event has it."""

@@ -62,6 +62,7 @@ from eventlog.log.base import (
     check_sealed,
     erasable,
     erase_event,
+    erased_pairs,
     interrupted,
     named_unerased,
     prepare_batch,
@@ -1155,17 +1156,23 @@ class PostgresLog(LogBase):
         """A format-1 log cannot be erased (its rows are not what ``erase_events`` stubs): imported
         ``log.erased`` records that name events it holds whole leave them so, and say it, as a
         record the function refuses does (it said nothing: the words stayed silently)."""
-        wanted = sorted({int(x[0]) for r in records if isinstance(r.get("data"), dict)
-                         for x in r["data"].get("erased") or () if isinstance(x, list) and len(x) == 2
-                         and type(x[0]) is int})
-        if not wanted:
-            return
-        rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)}
-        envs = named_unerased(records, lambda q: self._envelope(q, rows[q]) if q in rows else None)
+        envs = self._held_whole(conn, records)
         if envs:
             _log.warning("import into %s: erase records name events this format-1 log holds whole (%d); they "
                          "stay whole (a format-1 log cannot be erased): copy the log into a new profile with "
                          "`eventlog log copy` and erase the sessions there", self._where, len(envs))
+
+    def _held_whole(self, conn: psycopg.Connection[Any], records: list[dict[str, Any]], *,
+                    only_format2: bool = False) -> list[dict[str, Any]]:
+        """The events the ``log.erased`` ``records`` name that this log holds whole
+        (:func:`named_unerased`), read in one statement; ``only_format2``: of those stored in
+        format 2."""
+        wanted = sorted({q for r in records for q, _ in erased_pairs(r)})
+        if not wanted:
+            return []
+        rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)
+                if not only_format2 or bytes(b)[:1] == b"\x02"}
+        return named_unerased(records, lambda q: self._envelope(q, rows[q]) if q in rows else None)
 
     def _pack_imported(self, seq: int, env: dict[str, Any], raw: bytes) -> bytes:
         """:func:`stored.pack_sealed`, but a ``log.erased`` record keeps its data as it is, as an
@@ -1187,13 +1194,10 @@ class PostgresLog(LogBase):
         audit, helper-74) — through ``erase_events``, as an erase does. A record the function
         cannot take (one not stored as an erase stores it, a session on it) stubs nothing: the
         import goes on, and the events stay as they were (inside a savepoint)."""
-        pairs = record.get("data", {}).get("erased") if isinstance(record.get("data"), dict) else None
-        wanted = sorted({int(x[0]) for x in pairs or () if isinstance(x, list) and len(x) == 2 and type(x[0]) is int})
-        if not wanted or body[:1] != b"\x02":
+        if body[:1] != b"\x02":
             return
-        rows = {int(q): bytes(b) for q, b in conn.execute(self._sql.erase_rows, (wanted,), binary=True)
-                if bytes(b)[:1] == b"\x02"}  # a first-format value in a format-2 log is not erase_events'
-        envs = named_unerased([record], lambda q: self._envelope(q, rows[q]) if q in rows else None)
+        # a first-format value in a format-2 log is not erase_events'
+        envs = self._held_whole(conn, [record], only_format2=True)
         if not envs:
             return
         try:

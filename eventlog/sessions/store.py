@@ -753,14 +753,15 @@ class SessionStore:
         (:meth:`_ruled`), which every deletion and erase of a session also takes: checked on the
         read model caught up to the log head inside it, it cannot land after a deletion.
 
-        A log with a recorded damage refuses the append first (:func:`refuse_if_damaged`, one
-        ``open`` of a marker that is almost never there): the stream read below would cross the
-        damaged event, and a page of it that makes liblmdb abort would take the process down."""
-        refuse_if_damaged(self.log, "append refused")
+        Before the stream of a session it has not seen live is read, a log with a recorded damage
+        refuses the append (:func:`refuse_if_damaged`): that read would cross the damaged event,
+        and a page of it that makes liblmdb abort would take the process down. An append at a
+        version already known reads nothing: the log's own append refuses it."""
         recheck = False
         for _ in range(3):
             version = self._live.get(sid)
             if version is None:
+                refuse_if_damaged(self.log, "append refused")
                 if recheck or sid in self._deleted:
                     # Caught up before the version is read, so that the check after it — which
                     # must cover what that version counts, a deletion by another process — is
