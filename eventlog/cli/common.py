@@ -48,6 +48,10 @@ class Ctx:
     def profile_dir(self, *, create: bool) -> Path:
         """The profile's directory; :class:`NotFoundError` unless it has a log or ``create``.
         With a log URL it holds only this host's projections, and is made when missing."""
+        if self.log_url is None and create:  # before the directories are made there
+            from eventlog.log.filesystem import refuse_network
+
+            refuse_network(self.home / "profiles" / profiles.validate_profile(self.profile) / "log")
         d = profiles.profile_dir(self.home, self.profile, create=create or self.log_url is not None)
         if self.log_url is None:
             profiles.refuse_lost_log(d)

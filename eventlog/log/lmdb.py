@@ -73,6 +73,7 @@ from eventlog.log.base import (
     str_arg,
     verify_chain,
 )
+from eventlog.log.filesystem import refuse_network
 from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import (
     FILE_MODE,
@@ -2346,6 +2347,7 @@ class EventLog(LogBase):
                     or (name != "lock_timeout" and (not isinstance(value, int) or value >= 1 << 63)):
                 raise ValidationError(name, f"must be a number of at least {low}, got {value!r}")
         p = Path(path)
+        refuse_network(p)  # never on NFS, SMB, sshfs, ... (eventlog.log.filesystem)
         if not readonly:
             try:
                 make_dir(p)

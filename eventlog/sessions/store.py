@@ -40,6 +40,7 @@ from eventlog.log import LOG_URL_ENV, Log, open_log
 from eventlog.log.base import prepare_batch
 from eventlog.log.codec import new_id
 from eventlog.log.damage import refuse_if_damaged
+from eventlog.log.filesystem import refuse_network
 from eventlog.profiles import (
     DEFAULT_PROFILE,
     flock_holder,
@@ -49,6 +50,7 @@ from eventlog.profiles import (
     profile_dir,
     refuse_lost_log,
     resolve_home,
+    validate_profile,
 )
 from eventlog.sessions import events as ev
 from eventlog.sessions import rules
@@ -547,9 +549,11 @@ class SessionStore:
         one projector (a stronger ``durability`` than the open one raises ValidationError).
         """
         h = resolve_home(home)
-        d = profile_dir(h, profile)
         if log is None:
             log = os.environ.get(LOG_URL_ENV) or None
+        if log is None:  # the LMDB log in the profile's directory: never on NFS, SMB, sshfs, ... (created below)
+            refuse_network(h / "profiles" / validate_profile(profile) / "log")
+        d = profile_dir(h, profile)
         if log is not None and not isinstance(log, (Log, str, os.PathLike)):
             raise ValidationError("log", f"must implement eventlog.log.Log or be a URL, got {type(log).__name__}")
         extensions = options.pop("extensions", None)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
 from eventlog.errors import HeadMovedError, StorageError, ValidationError
+from eventlog.log.filesystem import refuse_network
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import make_dir, refuse_lost_log
 
@@ -185,6 +186,7 @@ class Engine:
         that is missing or unusable. A usable one is served as it stands, without the lease: a
         lag is a writer's commit under way (it applies its own events), or, when the lease is
         free, a dead writer's tail, applied here: an open never waits for a busy writer."""
+        refuse_network(self.layout.log_dir)  # before a Hermes database there is imported into a log beside it
         make_dir(self.layout.dir)
         try:
             if self.layout.is_foreign_file():
