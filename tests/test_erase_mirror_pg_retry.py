@@ -29,7 +29,7 @@ def _waiting(su: psycopg.Connection[Any], wait_event: str, seen: set[int], timeo
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         su.execute("SELECT pg_stat_clear_snapshot()")
-        for (pid,) in su.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'eventlog' "
+        for (pid,) in su.execute("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'eventlog %%' "
                                  "AND wait_event = %s", (wait_event,)).fetchall():
             if pid not in seen:
                 seen.add(pid)

@@ -194,7 +194,7 @@ def test_a_connection_lost_before_commit_is_still_a_plain_storage_error(pg_url: 
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not errors:
                 su.execute("SELECT pg_stat_clear_snapshot()")  # a transaction sees one snapshot of the stats
-                for (pid,) in su.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'eventlog' "
+                for (pid,) in su.execute("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'eventlog %' "
                                          "AND wait_event = 'advisory'").fetchall():
                     su.execute("SELECT pg_terminate_backend(%s)", (pid,))
                 time.sleep(0.05)

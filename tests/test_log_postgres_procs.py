@@ -124,7 +124,7 @@ def test_a_server_crash_under_load_loses_no_acknowledged_write(pg_server: Any, p
 def _backend(su: psycopg.Connection[Any], wait_event: str, timeout: float = 10.0) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        row = su.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'eventlog' AND wait_event = %s",
+        row = su.execute("SELECT pid FROM pg_stat_activity WHERE application_name LIKE 'eventlog %%' AND wait_event = %s",
                          (wait_event,)).fetchone()
         if row is not None:
             return int(row[0])

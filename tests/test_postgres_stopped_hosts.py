@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -166,6 +167,10 @@ def test_the_command_line_keeps_the_server_process_to_end_in_its_hint(pg_url: st
         assert f"held by server process {holder}" in done.stderr, done.stderr
         assert f"pg_terminate_backend({holder})" in done.stderr and f"kill -CONT {holder}" in done.stderr, done.stderr
         assert [e["type"] for e in lg.read()] == ["session.created"]  # nothing written
+        # ... and which client holds it: this process, on this host (it may be the one stopped)
+        client = f"for eventlog process {os.getpid()} on host {socket.gethostname()}"
+        assert client in done.stderr and f"`kill -CONT {os.getpid()}` on {socket.gethostname()}" in done.stderr, \
+            done.stderr
 
 
 def test_a_copy_whose_target_another_host_wrote_to_meanwhile_says_so(pg_url: str, pg_profile: str,

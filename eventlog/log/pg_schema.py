@@ -23,7 +23,9 @@ these rights.
 """
 from __future__ import annotations
 
+import os
 import re
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +129,33 @@ def storage_error(e: BaseException, action: str, where: str = "") -> StorageErro
                         hint="check the PostgreSQL URL (postgresql://user:password@host:port/database) and the server")
 
 
+APPLICATION_RE = re.compile(r"eventlog ([0-9]+)@(.*)")
+
+
+def application_name() -> str:
+    """What this process's connections tell the server: ``eventlog <pid>@<host>`` (PostgreSQL
+    keeps 63 printable ASCII characters). A host waiting behind a lock is told which process of
+    which host holds it (:func:`holder_text`), not only the server process serving it."""
+    host = socket.gethostname().encode("ascii", "replace").decode()
+    host = "".join(c if " " <= c <= "~" else "?" for c in host)
+    return f"eventlog {os.getpid()}@{host}"[:63]
+
+
+def holder_text(application: str | None, address: str | None) -> tuple[str, str]:
+    """``(what, remedy)`` for the client behind a lock holder's server process, from its
+    ``pg_stat_activity`` row: an eventlog process (by pid and host) or another application."""
+    found = APPLICATION_RE.fullmatch(application or "")
+    where = f" from {address}" if address else ""
+    if found:
+        pid, host = found.groups()
+        return (f"for eventlog process {pid} on host {host}{where}",
+                f"if that process is stopped, `kill -CONT {pid}` on {host}, or let the server end its "
+                "transaction (idle_in_transaction_session_timeout)")
+    if application:
+        return f"for application {application!r}{where}", ""
+    return (f"for a client{where}", "") if where else ("", "")
+
+
 def connect(url: str, *, connect_timeout: float = 10.0, answer_timeout: float | None = None) -> psycopg.Connection[Any]:
     """An autocommit connection with keepalives (a dead server is noticed within ~20 s). The
     URL's scheme is matched in any case (RFC 3986), and handed to libpq in lower case: libpq
@@ -137,7 +166,7 @@ def connect(url: str, *, connect_timeout: float = 10.0, answer_timeout: float | 
     if found:
         url = found.group(0).lower() + url[found.end():]
     conn = WatchedConnection.connect(url, autocommit=True, connect_timeout=max(1, int(connect_timeout)),
-                                     application_name="eventlog", keepalives=1, keepalives_idle=10,
+                                     application_name=application_name(), keepalives=1, keepalives_idle=10,
                                      keepalives_interval=5, keepalives_count=2)
     conn.probe_url, conn.probe_connect_timeout = url, connect_timeout
     conn.answer_timeout = answer_timeout
@@ -463,8 +492,9 @@ class Statements:
         self.lock_args = (LOCK_NAMESPACE, info.id)
         # The rules lock (PostgresLog.rules_lock): which of these server pids still hold it.
         self.rules_args = (LOCK_NAMESPACE + 1, info.id)
-        self.lock_holder = ("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
-                            "AND objid = %s AND objsubid = 2 AND granted LIMIT 1")  # with lock_args
+        self.lock_holder = ("SELECT l.pid, a.application_name, host(a.client_addr) FROM pg_catalog.pg_locks l "
+                            "LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+                            "AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 AND l.granted LIMIT 1")  # lock_args
         self.rules_held = ("SELECT pid FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = %s "
                            "AND objid = %s AND objsubid = 2 AND granted AND pid = ANY(%s::integer[])")
         self.head = q("SELECT seq, hash FROM {s}.head")

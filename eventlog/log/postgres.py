@@ -82,6 +82,7 @@ from eventlog.log.pg_schema import (
     Statements,
     connect,
     drop_if_empty,
+    holder_text,
     lookup,
     provision,
     redact,
@@ -820,20 +821,22 @@ class PostgresLog(LogBase):
               timeout: float | None = None) -> WriterBusyError:
         """A lock's wait ran out — the append lock's (``lock_timeout``) or, with ``rules``, the
         rules lock's (``what`` names it in the message): who holds it, as far as the server says."""
-        holder = None
+        holder, client, remedy = None, "", ""
         try:
             with self._pool.conn() as c:
                 row = c.execute(self._sql.lock_holder, self._sql.rules_args if rules else self._sql.lock_args).fetchone()
-                holder = int(row[0]) if row else None
+                if row:
+                    holder = int(row[0])
+                    client, remedy = holder_text(row[1], row[2])
         except psycopg.Error:
             pass
-        who = f", held by server process {holder}" if holder is not None else ""
+        who = f", held by server process {holder}{' ' + client if client else ''}" if holder is not None else ""
         waited = float(timeout if timeout is not None else self.append_lock_timeout or 0)
         err = WriterBusyError(f"{self._where} ({what}{who})", None, waited)
-        err.hint = ("retry once that session's write is done, or end it on the server "
-                    f"(SELECT pg_terminate_backend({holder}); a server process that is itself stopped ends only "
-                    f"once resumed: `kill -CONT {holder}` on the server's host)" if holder is not None else
-                    "retry once that session's write is done")
+        err.hint = ("retry once that session's write is done" + (f"; {remedy}" if remedy else "") +
+                    f"; or end it on the server (SELECT pg_terminate_backend({holder}); a server process that is "
+                    f"itself stopped ends only once resumed: `kill -CONT {holder}` on the server's host)"
+                    if holder is not None else "retry once that session's write is done")
         err.__cause__ = e
         return err
 
