@@ -12,21 +12,35 @@ import os
 import sqlite3
 from typing import Any, Awaitable, Iterator, Sequence, TypeVar
 
+from eventlog.errors import ValidationError
+from eventlog.log import Log
 from eventlog.profiles import DEFAULT_PROFILE
 from eventlog.sessions.events import make_event
 from eventlog.sessions.extensions import Extension
 from eventlog.sessions.store import SessionStore
 
 _T = TypeVar("_T")
+LogArg = str | Log | None
 
 
 def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
-            extensions: Sequence[Extension] = (), *, follower: bool = True) -> SessionStore:
-    """A store handle on ``(home, profile)`` with ``extensions`` registered; ``follower`` as for
-    :meth:`SessionStore.open` (the background thread runs while any handle of the profile in the
-    process asked for it)."""
-    return SessionStore.open(None if home is None else os.fspath(home), profile,
+            extensions: Sequence[Extension] = (), *, follower: bool = True, log: LogArg = None) -> SessionStore:
+    """A store handle on ``(home, profile)`` with ``extensions`` registered; ``follower`` and
+    ``log`` (where the profile's events live) as for :meth:`SessionStore.open` (the background
+    thread runs while any handle of the profile in the process asked for it)."""
+    return SessionStore.open(None if home is None else os.fspath(home), profile, log=log,
                              extensions=list(extensions) if extensions else None, follower=follower)
+
+
+def check_log(log: object) -> LogArg:
+    """An adapter's ``log=`` argument, checked when the adapter is made (the store opens later,
+    on first use): None, a ``postgresql://`` URL or an LMDB log directory, or a Log object."""
+    if log is None or isinstance(log, (str, Log)):
+        return log
+    if isinstance(log, os.PathLike):
+        return os.fspath(log) if isinstance(os.fspath(log), str) else os.fsdecode(log)
+    raise ValidationError("log", f"must be a postgresql:// URL, a log directory or an eventlog.log.Log, "
+                                 f"got {type(log).__name__}")
 
 
 def release(store: SessionStore) -> None:

@@ -71,6 +71,7 @@ from eventlog.errors import (
     NotFoundError,
     ValidationError,
 )
+from eventlog.log import Log
 from eventlog.log.codec import MAX_DEPTH, MAX_EVENT_BYTES
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions import events
@@ -489,9 +490,11 @@ class EventlogSession:
     ``session_id``: any string (see :func:`session_key`). ``home``/``profile``: the store, as
     everywhere in eventlog (``$EVENTLOG_HOME`` or ``~/.eventlog``). ``session_settings``: a
     ``SessionSettings`` or a dict of its fields (``limit``: how many of the latest items
-    ``get_items()`` returns when it is given no limit).
+    ``get_items()`` returns when it is given no limit). ``log``: where the profile's events
+    live, as for :meth:`SessionStore.open` (a ``postgresql://`` URL, an LMDB log directory or a
+    Log object; default ``$EVENTLOG_LOG_URL``, else the LMDB log under ``home``).
 
-    Sessions of one (home, profile) share one store in the process, opened on first use and
+    Sessions of one (home, profile, log) share one store in the process, opened on first use and
     closed with the last session. Every method runs its blocking work in a worker thread. The
     history is read from the log itself (the source of truth), never from the projections, so
     no read waits for another process's rebuild nor trusts a projection that lags the log.
@@ -500,9 +503,11 @@ class EventlogSession:
     session_settings: SessionSettings | None
 
     def __init__(self, session_id: str, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
-                 session_settings: SessionSettings | dict[str, Any] | None = None) -> None:
+                 session_settings: SessionSettings | dict[str, Any] | None = None,
+                 log: str | os.PathLike[str] | Log | None = None) -> None:
         key, hashed = map_id(session_id, field="session_id", domain="openai_agents")
         validate_profile(profile)
+        self._log = _shared.check_log(log)
         self.session_id = session_id
         self.session_settings = (coerce_session_settings(session_settings) if session_settings is not None
                                  else SessionSettings())
@@ -530,7 +535,7 @@ class EventlogSession:
             if self._closed:
                 raise ClosedError(f"EventlogSession {self.key!r} is closed")
             if self._store is None:
-                self._store = _shared.acquire(self._home, self._profile)
+                self._store = _shared.acquire(self._home, self._profile, log=self._log)
             self._calls += 1
             return self._store
 
@@ -540,7 +545,7 @@ class EventlogSession:
             if self._closed:
                 raise ClosedError(f"EventlogSession {self.key!r} is closed")
             if self._store is None:
-                self._store = _shared.acquire(self._home, self._profile)
+                self._store = _shared.acquire(self._home, self._profile, log=self._log)
             return self._store
 
     def _leave(self) -> None:

@@ -35,6 +35,7 @@ from eventlog.errors import (
     ProjectionError,
     ValidationError,
 )
+from eventlog.log import Log
 from eventlog.profiles import DEFAULT_PROFILE, validate_profile
 from eventlog.sessions.events import make_event, upcast
 from eventlog.sessions.store import SessionStore
@@ -337,7 +338,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
     messages gone from every file, an audit record kept; the thread id cannot be used again: a
     later write to it raises NotFoundError and writes nothing).
 
-    Savers of one (home, profile) share one store in the process. ``follower``: whether the
+    Savers of one (home, profile, log) share one store in the process; ``log``: where the
+    profile's events live, as for :meth:`SessionStore.open` (a ``postgresql://`` URL, an LMDB
+    log directory or a Log object; default ``$EVENTLOG_LOG_URL``, else the LMDB log under ``home``). ``follower``: whether the
     saver's handle asks for the store's background follower. Off by default: a graph's turn is
     several writes in a few milliseconds, and a thread applying them to state.db every 20 ms
     competes with the graph for the GIL (a quarter of the throughput of eight concurrent
@@ -350,9 +353,11 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
 
     def __init__(self, *, home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_PROFILE,
                  serde: SerializerProtocol | None = None, mirror_messages: bool = True,
-                 erase_deleted: bool = False, follower: bool = False) -> None:
+                 erase_deleted: bool = False, follower: bool = False,
+                 log: str | os.PathLike[str] | Log | None = None) -> None:
         super().__init__(serde=serde)
         validate_profile(profile)
+        self._log = _shared.check_log(log)
         self._home = home
         self._profile = profile
         self._mirror = mirror_messages
@@ -402,9 +407,9 @@ class EventlogSaver(BaseCheckpointSaver[Any]):
         is stopped), the registration stands and the saver goes on without it: its reads of a
         thread answer from the thread's stream meanwhile (:meth:`_thread_reads`)."""
         try:
-            return _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower)
+            return _shared.acquire(self._home, self._profile, [model.EXTENSION], follower=self._follower, log=self._log)
         except ProjectionError as e:
-            store = _shared.acquire(self._home, self._profile, (), follower=self._follower)
+            store = _shared.acquire(self._home, self._profile, (), follower=self._follower, log=self._log)
             try:
                 store.check_events([{"type": "langgraph.thread_pruned", "session": model.thread_session("t"),
                                      "data": {"thread_id": "t", "strategy": "delete"}}])
