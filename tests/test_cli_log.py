@@ -319,3 +319,23 @@ def test_log_copy_to_a_directory_is_a_live_backup_and_copy_from_restores_it(tmp_
     assert {eid: stored.get(eid) for eid in acked} == acked  # every acknowledged event, at its seq
     restore = copy("--from", str(backup), at=restored)
     assert (restore["head_seq"], restore["head_hash"]) == head
+
+
+@pytest.mark.parametrize("ts", ["x", None, -1, 2**63 - 1, 1e30, 1.7e18])
+def test_tail_shows_an_odd_imported_ts_as_unknown(tmp_path: Path, ts: object) -> None:
+    """An export's envelope is imported as it is whatever ts its hash covers (the chain vouches
+    for the bytes, not for a clock): `log tail` raised a traceback on a string, null or
+    out-of-range ts instead of showing the event, its time as unknown (DESIGN.md invariant 8)."""
+    import hashlib
+
+    from eventlog.log import codec
+
+    env: dict[str, object] = {"seq": 1, "id": "e1", "ts": ts, "type": "session.created", "v": 1,
+                              "session": "s1", "data": {"source": "cli"}, "prev": codec.ZERO_HASH}
+    env["hash"] = hashlib.sha256(bytes.fromhex(codec.ZERO_HASH) + codec.canonical(env)).hexdigest()
+    export = tmp_path / "odd.jsonl"
+    export.write_bytes(codec.canonical(env) + b"\n")
+    assert run(tmp_path, "import", str(export))[0] == 0
+    assert run(tmp_path, "log", "verify")[0] == 0
+    code, out, err = run(tmp_path, "log", "tail")
+    assert (code, err) == (0, "") and out.split()[:3] == ["1", "unknown", "session.created"]

@@ -40,11 +40,14 @@ def _summary(env: dict[str, Any]) -> str:
 
     import orjson
 
-    ts = datetime.fromtimestamp(env["ts"] / 1e9, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    from eventlog.sessions.rules import event_time
+
+    at = event_time(env.get("ts"))  # an imported export's envelope may carry any ts its hash covers
+    ts = "unknown" if at is None else datetime.fromtimestamp(at, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     data = orjson.dumps(env.get("data")).decode()
     if len(data) > 80:
         data = data[:77] + "..."
-    line = f"{env['seq']:>8}  {ts}  {env['type']:<24} {env.get('session') or '-'}  {data}"
+    line = f"{env['seq']:>8}  {ts:<27}  {env['type']:<24} {env.get('session') or '-'}  {data}"
     return printable(line)  # orjson escapes only C0 controls: C1, bidi overrides, U+2028 are raw
 
 
