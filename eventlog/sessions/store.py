@@ -414,22 +414,29 @@ _shared_lock = threading.Lock()
 _opening: dict[tuple[str, str, str], threading.Lock] = {}
 
 
-def _activity(env: dict[str, Any]) -> float | None:
+def _activity(env: dict[str, Any], newest: float = 0.0) -> float | None:
     """When an event of a session was activity, in seconds, for :meth:`SessionStore.retention`:
     the time its data gives for the events that carry their own (a session's start, a message's
     timestamp, an end: an import keeps the source's), else the event's own time (``ts``); None
-    for what is no activity: a deletion, an erased event, an import's echo without a time."""
+    for what is no activity: a deletion, an erased event, an import's echo without a time.
+
+    ``newest``: the latest ``ts`` (seconds) of the events before it in the log. An event appended
+    after them was not written before them: when its ``ts`` is earlier, its writer's clock was
+    behind by at least that much (a host whose clock jumped back, a PostgreSQL host whose clock
+    is late), and its times are moved forward by as much, so that retention does not take a
+    session written a moment ago for one a year old. An import's times are the source's and
+    stay as they are."""
     etype, data = env.get("type"), env.get("data")
     if etype == "session.deleted" or env.get("erased") is True or not isinstance(data, dict):
         return None
     field = ev.EVENT_TIME_FIELDS.get(etype) if isinstance(etype, str) else None
     at = data.get(field) if field is not None else None
+    imported = data.get("imported") is True
+    ts = rules.event_time(env.get("ts"))
+    behind = 0.0 if imported or ts is None else max(0.0, newest - ts)
     if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at:
-        return float(at)
-    if data.get("imported") is True:
-        return None
-    ts = env.get("ts")
-    return ts / 1e9 if isinstance(ts, int) and not isinstance(ts, bool) else None
+        return float(at) + behind
+    return None if imported or ts is None else ts + behind
 
 
 def _user() -> str:
@@ -1513,10 +1520,11 @@ class SessionStore:
         last: dict[str, float] = {}
         words: set[str] = set()
         deleted: dict[str, None] = {}  # in log order
+        newest = 0.0  # the latest ts so far, in log order (_activity)
         for env in self.log.read():
             sid = env.get("session")
             if cutoff is not None and isinstance(sid, str):
-                at = _activity(env)
+                at = _activity(env, newest)
                 if at is not None and at > last.get(sid, 0.0):
                     last[sid] = at
                 if env.get("erased") is not True:
@@ -1532,6 +1540,7 @@ class SessionStore:
                 named = env["data"].get("sessions")
                 if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
                     children.setdefault(named[0], []).extend(n for n in named[1:])
+            newest = max(newest, rules.event_time(env.get("ts")) or 0.0)
         limit = cutoff or 0.0
         return children, [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit], last
 

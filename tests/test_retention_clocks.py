@@ -1,0 +1,67 @@
+"""Retention against clocks that are wrong: writers whose clock is behind, a host whose clock
+is ahead. Real processes under libfaketime (``faketime -f OFFSET``), each with its own clock,
+write one profile; the monotonic clock stays real (``FAKETIME_DONT_FAKE_MONOTONIC``), as it does
+when a wall clock jumps."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+FAKETIME = shutil.which("faketime")
+pytestmark = pytest.mark.skipif(FAKETIME is None, reason="needs libfaketime's faketime (apt-get install faketime)")
+
+
+def at(offset: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``eventlog --home HOME --profile p ARGS`` in a process whose wall clock is OFFSET from ours
+    (``-400d``, ``+365d``; ``+0`` for the real one)."""
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([str(FAKETIME), "-f", offset, sys.executable, "-m", "eventlog.cli", "--home", str(home),
+                           "--profile", "p", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def python_at(offset: str, code: str) -> None:
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([str(FAKETIME), "-f", offset, sys.executable, "-c", textwrap.dedent(code)], env=env,
+                   check=True, timeout=120)
+
+
+def test_a_session_written_by_a_host_whose_clock_is_behind_is_not_old(tmp_path: Path) -> None:
+    """A host whose clock is a year behind (a reset RTC, a PostgreSQL host late against the
+    others) writes a session now: its events come after every other in the log, stamped a year
+    early. Retention on a right clock took them at their word and erased the session at once;
+    an event appended after others was not written before them."""
+    assert at("+0", tmp_path, "sessions", "new", "--id", "here").returncode == 0
+    assert at("+0", tmp_path, "messages", "add", "here", "--role", "user", "--content", "hi").returncode == 0
+    assert at("-400d", tmp_path, "sessions", "new", "--id", "late").returncode == 0
+    assert at("-400d", tmp_path, "messages", "add", "late", "--role", "user", "--content", "now").returncode == 0
+    # A writer that stamps its data with its own clock (as the Hermes facade does).
+    python_at("-400d", f"""
+        import time
+        from eventlog import SessionStore
+        with SessionStore.open({str(tmp_path)!r}, "p", follower=False) as store:
+            sid = store.create_session(id="stamped", source="cli", started_at=time.time())
+            store.append_message(sid, "user", "now too", timestamp=time.time())
+    """)
+    listed = json.loads(at("+0", tmp_path, "sessions", "list", "--json").stdout)
+    assert {s["id"] for s in listed} == {"here", "late", "stamped"}
+    planned = at("+0", tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json")
+    assert planned.returncode == 0 and json.loads(planned.stdout)["sessions"] == []
+    # Times given as old on a right clock still count as given.
+    python_at("+0", f"""
+        from eventlog import SessionStore
+        with SessionStore.open({str(tmp_path)!r}, "p", follower=False) as store:
+            sid = store.create_session(id="ancient", source="cli", started_at=1_000_000_000.0)
+            store.append_message(sid, "user", "old words", timestamp=1_000_000_001.0)
+    """)
+    done = at("+0", tmp_path, "retention", "--older-than", "30d", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["sessions"] == ["ancient"]
+    # What the late host writes a year on (its clock caught up) ages as everything does.
+    planned = at("+400d", tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json")
+    assert sorted(json.loads(planned.stdout)["sessions"]) == ["here", "late", "stamped"]
