@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,31 @@ def test_a_session_written_by_a_host_whose_clock_is_behind_is_not_old(tmp_path: 
     # What the late host writes a year on (its clock caught up) ages as everything does.
     planned = at("+400d", tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json")
     assert sorted(json.loads(planned.stdout)["sessions"]) == ["here", "late", "stamped"]
+
+
+def test_a_host_whose_clock_is_ahead_says_so_before_and_after_it_erases(tmp_path: Path) -> None:
+    """Retention judges age by this host's clock alone: one a year ahead finds every session old
+    (nothing in the log can tell that from a profile left alone for a year). It said only
+    `would erase 2 sessions` and `erased 2 sessions`, silently; the report now names the cutoff
+    by that clock, and a warning says when every event in the log is older than it, so a dry
+    run shows the wrong clock before anything goes."""
+    for sid in ("a", "b"):
+        assert at("+0", tmp_path, "sessions", "new", "--id", sid).returncode == 0
+        assert at("+0", tmp_path, "messages", "add", sid, "--role", "user", "--content", "hi").returncode == 0
+    here = at("+0", tmp_path, "retention", "--older-than", "30d", "--dry-run")
+    assert (here.returncode, here.stderr) == (0, "") and here.stdout.startswith("would erase 0 sessions, inactive since")
+    ahead = at("+365d", tmp_path, "retention", "--older-than", "30d", "--dry-run")
+    assert ahead.returncode == 0 and ahead.stdout.splitlines()[1:] == ["  b", "  a"]
+    assert ahead.stdout.startswith("would erase 2 sessions, inactive since before ")
+    assert ahead.stderr.startswith("warning: every event in the log is older than the cutoff") and "--dry-run" in ahead.stderr
+    plan = json.loads(at("+365d", tmp_path, "retention", "--older-than", "30d", "--dry-run", "--json").stdout)
+    assert plan["newest"] < plan["cutoff"] and sorted(plan["sessions"]) == ["a", "b"]
+    assert 334 * 86400 < plan["cutoff"] - time.time() < 336 * 86400  # that host's clock less 30 days
+    done = at("+365d", tmp_path, "retention", "--older-than", "30d")
+    assert done.returncode == 0 and done.stdout.startswith("erased 2 sessions (")
+    assert done.stderr.startswith("warning: every event in the log is older than the cutoff")
+    # The erase record that host wrote is stamped a year ahead: a right clock says so.
+    assert at("+0", tmp_path, "sessions", "new", "--id", "c").returncode == 0
+    back = at("+0", tmp_path, "retention", "--older-than", "1s", "--dry-run")
+    assert back.returncode == 0 and back.stdout.startswith("would erase 0 sessions")
+    assert back.stderr.startswith("warning: the log holds events stamped up to ")

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import click
 
-from eventlog.cli.common import Ctx, fail, handled, json_option, pass_ctx, report, report_json
+from eventlog.cli.common import Ctx, fail, handled, iso, json_option, pass_ctx, report, report_json
 from eventlog.cli.isolate import isolated
 from eventlog.errors import ValidationError
 
@@ -40,13 +41,37 @@ def retention(c: Ctx, older_than: str, dry_run: bool, reason: str, as_json: bool
             out = store.retention(seconds, dry_run=dry_run, reason=reason)
         except ValidationError as e:  # the user gave it as --reason
             raise ValidationError("--reason", e.problem, hint=e.hint) if e.field == "reason" else e from None
+    _warn_clock(out, seconds)
     if as_json:
         report_json(out)
         return
     verb = "would erase" if dry_run else "erased"
     n = len(out["sessions"])
-    report("\n".join([f"{verb} {n} session{'s' if n != 1 else ''}" + ("" if dry_run else f" ({out['erased_events']} events)"),
+    report("\n".join([f"{verb} {n} session{'s' if n != 1 else ''}" + ("" if dry_run else f" ({out['erased_events']} events)")
+                       + f", inactive since before {iso(out['cutoff'])} UTC by this host's clock",
                        *(f"  {sid}" for sid in out["sessions"])]))
+
+
+CLOCK_SLACK_S = 60.0
+"""How far the log's newest event may be stamped past this host's clock before retention says
+so (hosts sharing a PostgreSQL log differ by some milliseconds; an NTP step by a few seconds)."""
+
+
+def _warn_clock(out: dict[str, Any], older_than: float) -> None:
+    """Say (on stderr, before the report) when the host's clock and the log disagree: retention
+    judges age by this clock alone, and a clock far ahead makes every session old."""
+    cutoff, newest = out["cutoff"], out["newest"]
+    if newest is None:
+        return
+    now = cutoff + older_than
+    if out["sessions"] and older_than > 0 and newest < cutoff:
+        click.echo(f"warning: every event in the log is older than the cutoff: the newest is of {iso(newest)} UTC, "
+                   f"this host's clock says {iso(now)} UTC (hint: retention trusts this clock; if it is wrong, set it right "
+                   "before the next retention, and use --dry-run to see what one would erase)", err=True)
+    elif newest > now + CLOCK_SLACK_S:
+        click.echo(f"warning: the log holds events stamped up to {iso(newest)} UTC, later than this host's clock "
+                   f"({iso(now)} UTC): this clock is behind, or a writer's was ahead; a session written after "
+                   "such an event ages from that time on", err=True)
 
 
 @click.command("compact")

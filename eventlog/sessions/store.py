@@ -1510,12 +1510,14 @@ class SessionStore:
             frontier = nxt
         return members
 
-    def _scan_lineages(self, cutoff: float | None = None) -> tuple[dict[str, list[str]], list[str], dict[str, float]]:
+    def _scan_lineages(self, cutoff: float | None = None
+                       ) -> tuple[dict[str, list[str]], list[str], dict[str, float], float]:
         """One scan of the log: every session's children as the log names them, and (with
         ``cutoff``, seconds) the deleted sessions whose last activity is older than it and whose
         words the log still holds — a tombstone hides a session from every read model, so
         retention finds them here: a delete must not outlive a retention policy — and every
-        session's last activity (:func:`_activity`, seconds; with ``cutoff`` only)."""
+        session's last activity (:func:`_activity`, seconds; with ``cutoff`` only), and the latest
+        ``ts`` in the log (seconds; 0.0 for none)."""
         children: dict[str, list[str]] = {}
         last: dict[str, float] = {}
         words: set[str] = set()
@@ -1542,7 +1544,7 @@ class SessionStore:
                     children.setdefault(named[0], []).extend(n for n in named[1:])
             newest = max(newest, rules.event_time(env.get("ts")) or 0.0)
         limit = cutoff or 0.0
-        return children, [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit], last
+        return children, [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit], last, newest
 
     def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
                   by: str | None = None) -> dict[str, Any]:
@@ -1550,17 +1552,22 @@ class SessionStore:
         sessions — is older than ``older_than_s`` seconds, and every deleted session as old whose
         words the log still holds, in one erase and one compaction, as :meth:`erase_session`
         erases (a write that lands meanwhile goes with its session, or is refused). ``dry_run``:
-        only say which. Returns ``{"sessions", "erased_events", "seq"}``."""
+        only say which. Returns ``{"sessions", "erased_events", "seq", "dry_run", "cutoff",
+        "newest"}``: ``cutoff`` is this host's clock less ``older_than_s`` (epoch seconds), the
+        one clock retention trusts, and ``newest`` the latest ``ts`` in the log (None for an empty
+        log), to hold it against: a clock far ahead makes every session old (``newest`` older
+        than ``cutoff``), so run with ``dry_run`` first."""
         self._check()
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, (int, float)) or not older_than_s >= 0:
             raise ValidationError("older_than", "must be a duration of 0 seconds or more")
         reason = _check_reason(reason)  # checked whether or not anything is old enough: the same input, the same answer
         by = _check_by(by)
         cutoff = time.time() - older_than_s
+        seen = {"newest": 0.0}
 
         def pick() -> list[str]:
             live = self._fresh().list_sessions(archived=None, hidden=None, limit=None)
-            children, deleted, last = self._scan_lineages(cutoff)
+            children, deleted, last, seen["newest"] = self._scan_lineages(cutoff)
             # A session's last activity is its newest event's, not only its newest message's: a
             # LangGraph thread whose checkpoints are written now (no messages mirrored), a session
             # pinned, titled or used through an extension's events now is in use (outside audit,
@@ -1578,11 +1585,13 @@ class SessionStore:
             return members
 
         if dry_run:
-            return {"sessions": pick(), "erased_events": 0, "seq": 0, "dry_run": True}
-        members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by})
-        if not members:
-            self.finish_erase()  # an earlier erase killed before its files were clean
-        return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": False}
+            members, seq, erased = pick(), 0, 0
+        else:
+            members, seq, erased = self._erase_streams(pick, {"reason": reason, "by": by})
+            if not members:
+                self.finish_erase()  # an earlier erase killed before its files were clean
+        return {"sessions": members, "erased_events": erased, "seq": seq, "dry_run": dry_run, "cutoff": cutoff,
+                "newest": seen["newest"] or None}
 
     def compact(self) -> dict[str, Any]:
         """Rewrite the log file so freed space returns to the filesystem (LMDB log only); see
