@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -94,3 +95,35 @@ def test_a_host_whose_clock_is_ahead_says_so_before_and_after_it_erases(tmp_path
     back = at("+0", tmp_path, "retention", "--older-than", "1s", "--dry-run")
     assert back.returncode == 0 and back.stdout.startswith("would erase 0 sessions")
     assert back.stderr.startswith("warning: the log holds events stamped up to ")
+
+
+def test_imported_times_that_are_unknown_or_ahead_age_from_the_import(tmp_path: Path) -> None:
+    """A Hermes ``state.db`` carries odd times (DESIGN.md names the TEXT timestamp and the epoch
+    of 1e30): the read models show them as unknown, but retention read a string or a negative
+    time as no activity at all — a 10-year retention erased at once a session imported a moment
+    before — and a time in 2099 or past the range as activity then, so no retention ever erased
+    it. Such a time is read as the import's own: its session ages from then."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from fixtures_hermes import LEGACY_SCHEMA
+
+    source = tmp_path / "hermes.db"
+    odd = {"text": "2025-01-02 08:00:00", "negative": -86400.5, "ahead": 4.1e9,
+           "beyond": 5e9, "wide": 2**63 - 1}
+    conn = sqlite3.connect(source)
+    conn.executescript(LEGACY_SCHEMA)
+    with conn:
+        for name, when in odd.items():
+            conn.execute("INSERT INTO sessions (id, source, started_at, ended_at) VALUES (?, 'cli', ?, ?)",
+                         (name, when, when))
+            conn.execute("INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', ?, ?)",
+                         (name, f"{name} words", when))
+        conn.execute("INSERT INTO sessions (id, source, started_at) VALUES ('old', 'cli', 1000000000.0)")
+    conn.close()
+    home = tmp_path / "home"
+    assert at("+0", home, "import", "--format", "hermes", str(source)).returncode == 0
+    listed = json.loads(at("+0", home, "sessions", "list", "--json").stdout)
+    assert len(listed) == 6
+    decade = json.loads(at("+0", home, "retention", "--older-than", "3650d", "--dry-run", "--json").stdout)
+    assert decade["sessions"] == ["old"]  # a time the source gave and the range holds counts as given
+    later = json.loads(at("+2d", home, "retention", "--older-than", "1d", "--dry-run", "--json").stdout)
+    assert sorted(later["sessions"]) == sorted([*odd, "old"])

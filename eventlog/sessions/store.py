@@ -420,6 +420,11 @@ def _activity(env: dict[str, Any], newest: float = 0.0) -> float | None:
     timestamp, an end: an import keeps the source's), else the event's own time (``ts``); None
     for what is no activity: a deletion, an erased event, an import's echo without a time.
 
+    No later than the event's ``ts``: what the data says happened was appended by then (an
+    import of times in 2099 ages from the import). A time the read models show as unknown (a
+    string, out of range) counts as the ``ts``: its age is not known, and retention erases
+    only what it knows to be old.
+
     ``newest``: the latest ``ts`` (seconds) of the events before it in the log. An event appended
     after them was not written before them: when its ``ts`` is earlier, its writer's clock was
     behind by at least that much (a host whose clock jumped back, a PostgreSQL host whose clock
@@ -430,13 +435,16 @@ def _activity(env: dict[str, Any], newest: float = 0.0) -> float | None:
     if etype == "session.deleted" or env.get("erased") is True or not isinstance(data, dict):
         return None
     field = ev.EVENT_TIME_FIELDS.get(etype) if isinstance(etype, str) else None
-    at = data.get(field) if field is not None else None
+    given = data.get(field) if field is not None else None
     imported = data.get("imported") is True
     ts = rules.event_time(env.get("ts"))
     behind = 0.0 if imported or ts is None else max(0.0, newest - ts)
-    if isinstance(at, (int, float)) and not isinstance(at, bool) and at == at:
-        return float(at) + behind
-    return None if imported or ts is None else ts + behind
+    at = rules.as_number(given, 0.0, rules.MAX_TIME)
+    if at is not None:
+        return (at if ts is None else min(at, ts)) + behind
+    if imported and given is None:
+        return None
+    return None if ts is None else ts + behind
 
 
 def _user() -> str:
@@ -1572,7 +1580,8 @@ class SessionStore:
             # LangGraph thread whose checkpoints are written now (no messages mirrored), a session
             # pinned, titled or used through an extension's events now is in use (outside audit,
             # helper-52: retention erased threads written a moment before).
-            active = {s["id"]: max(s.get("last_activity_at") or s.get("started_at") or 0, last.get(s["id"], 0.0))
+            # The log's account when it has one: the read model's times are the data's as given.
+            active = {s["id"]: last.get(s["id"], s.get("last_activity_at") or s.get("started_at") or 0)
                       for s in live}
             members: list[str] = []
             # A session whose parent is gone (deleted or erased) is the root of what is left.
