@@ -20,18 +20,25 @@ FAKETIME = shutil.which("faketime")
 pytestmark = pytest.mark.skipif(FAKETIME is None, reason="needs libfaketime's faketime (apt-get install faketime)")
 
 
+# libfaketime 0.9.10 with a real monotonic clock fails Python's time.sleep (clock_nanosleep on an
+# absolute monotonic deadline: EINVAL, whatever the offset), while select() and lock waits work:
+# each child sleeps through select() so that a wait for a lock still works under it.
+SLEEP = "import select, time\ntime.sleep = lambda s: select.select([], [], [], s) and None\n"
+
+
+def python_at(offset: str, code: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Python ``code`` in a process whose wall clock is OFFSET from ours (``-400d``, ``+365d``;
+    ``+0`` for the real one)."""
+    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([str(FAKETIME), "-f", offset, sys.executable, "-c", SLEEP + textwrap.dedent(code)],
+                          env=env, check=check, capture_output=True, text=True, timeout=120)
+
+
 def at(offset: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``eventlog --home HOME --profile p ARGS`` in a process whose wall clock is OFFSET from ours
-    (``-400d``, ``+365d``; ``+0`` for the real one)."""
-    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([str(FAKETIME), "-f", offset, sys.executable, "-m", "eventlog.cli", "--home", str(home),
-                           "--profile", "p", *args], env=env, capture_output=True, text=True, timeout=120)
-
-
-def python_at(offset: str, code: str) -> None:
-    env = {**os.environ, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    subprocess.run([str(FAKETIME), "-f", offset, sys.executable, "-c", textwrap.dedent(code)], env=env,
-                   check=True, timeout=120)
+    """``eventlog --home HOME --profile p ARGS`` with its wall clock OFFSET from ours."""
+    argv = ["eventlog", "--home", str(home), "--profile", "p", *args]
+    return python_at(offset, f"import sys\nsys.argv = {argv!r}\nfrom eventlog.cli import main\nmain(prog_name='eventlog')",
+                     check=False)
 
 
 def test_a_session_written_by_a_host_whose_clock_is_behind_is_not_old(tmp_path: Path) -> None:
