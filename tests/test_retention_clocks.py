@@ -86,7 +86,8 @@ def test_a_host_whose_clock_is_ahead_says_so_before_and_after_it_erases(tmp_path
         assert at("+0", tmp_path, "sessions", "new", "--id", sid).returncode == 0
         assert at("+0", tmp_path, "messages", "add", sid, "--role", "user", "--content", "hi").returncode == 0
     here = at("+0", tmp_path, "retention", "--older-than", "30d", "--dry-run")
-    assert (here.returncode, here.stderr) == (0, "") and here.stdout.startswith("would erase 0 sessions, inactive since")
+    assert here.returncode == 0 and here.stdout.startswith("would erase 0 sessions, inactive since")
+    assert "clock" not in here.stderr
     ahead = at("+365d", tmp_path, "retention", "--older-than", "30d", "--dry-run")
     assert ahead.returncode == 0 and ahead.stdout.splitlines()[1:] == ["  b", "  a"]
     assert ahead.stdout.startswith("would erase 2 sessions, inactive since before ")
