@@ -180,6 +180,17 @@ class StorageError(EventLogError):
     hint: str | None = "check the profile directory's disk and permissions; `eventlog doctor` says what is wrong"
 
 
+class PermissionDeniedError(StorageError):
+    """A file or folder of the profile cannot be used by this user: another user's (a command run
+    with sudo, a restored backup, a copied profile) or a mode that keeps its owner out. ``path``
+    is the one that refuses; the message says whose it is and the hint how to give it back
+    (``chown``/``chmod``: nothing needs deleting). Nothing was written."""
+
+    def __init__(self, message: str, *, hint: str | None = None, path: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+
+
 class ProfileGoneError(StorageError):
     """The profile this log handle was opened on was removed from the server (or removed and
     created anew) while the handle was open; nothing was read or written through it."""

@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import re
+import shlex
 import stat
 import threading
 import time
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from eventlog.errors import IntegrityError, ProfileNameError, StorageError, ValidationError
+from eventlog.errors import IntegrityError, PermissionDeniedError, ProfileNameError, StorageError, ValidationError
 
 PROFILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 DEFAULT_PROFILE = "default"
@@ -111,6 +112,8 @@ def profile_dir(home: str | os.PathLike[str] | None, profile: str, *, create: bo
     if create:
         try:
             make_dir(d)
+        except PermissionError as e:
+            raise denied(e, f"cannot create the profile directory {d}") from e
         except OSError as e:
             raise StorageError(f"cannot create the profile directory {d}: {e.strerror or e}",
                                hint="check that the home directory (--home, $EVENTLOG_HOME) is a writable directory") from e
@@ -188,6 +191,93 @@ def restrict_file(path: str | os.PathLike[str]) -> None:
     except OSError as e:
         if e.errno not in (errno.EROFS, errno.EPERM, errno.EACCES):
             raise
+
+
+def user_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a uid without an account."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _profile_root(path: Path) -> Path | None:
+    """The profile folder ``path`` is in (or is), or None when it is not under ``profiles/``."""
+    for p in (path, *path.parents):
+        if p.parent.name == "profiles" and PROFILE_RE.fullmatch(p.name):
+            return p
+    return None
+
+
+def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple[Path, str, str] | None:
+    """Why this process may not use ``path`` (a file or folder eventlog keeps), as ``(the part
+    that refuses, what, hint)``: the first part of the path, from ``/`` down, that this user may not enter (a
+    folder on the way), read, or write (``path`` itself, or the folder a missing ``path`` would
+    be made in; ``write=False``: read only). Either it belongs to another user (a command run
+    with sudo, a backup restored as root, a profile copied from another account) -- the hint
+    gives it back with ``chown -R`` -- or its mode keeps its owner out (the hint: ``chmod``).
+    None when nothing on the way refuses (root, or ``path`` is usable now). The hint never says
+    to delete anything: these files may hold the only copy of the data (the log, a ``-wal``)."""
+    target = Path(os.path.abspath(os.fspath(path)))
+    for p in (*reversed(target.parents), target):
+        last = p == target
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:  # made by the open: the folder it goes in must take it
+            p = p.parent
+            st = os.stat(p)
+            last, write = True, True
+        except OSError:
+            return None
+        is_dir = stat.S_ISDIR(st.st_mode)
+        if not last and not is_dir:
+            return None
+        need = os.X_OK if not last else (os.R_OK | (os.W_OK if write else 0) | (os.X_OK if is_dir else 0))
+        if os.access(p, need, effective_ids=os.access in os.supports_effective_ids):
+            if last:
+                return None
+            continue
+        me = os.geteuid()
+        if st.st_uid != me:
+            owner = chown_owner(me, os.getegid())
+            whole = _profile_root(p) or p
+            return (p, f"{p} belongs to {user_name(st.st_uid)}, not to this user, {user_name(me)}",
+                    f"if it should be this user's (a command run with sudo, a restored backup, a copied profile), "
+                    f"give it back: sudo chown -R {owner} {shlex.quote(str(whole))} (delete nothing: its files hold "
+                    "the data)")
+        bits = "rwx" if is_dir else "rw"
+        return (p, f"{p} is mode {stat.S_IMODE(st.st_mode):o}: its owner (this user) may not "
+                f"{'enter, read or write' if is_dir else 'read or write'} it",
+                f"chmod u+{bits} {shlex.quote(str(p))} (delete nothing: its files hold the data)")
+    return None
+
+
+def chown_owner(uid: int, gid: int) -> str:
+    """``name:`` for ``chown`` (the user and their login group), or ``uid:gid`` without a name."""
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}:"
+    except KeyError:
+        return f"{uid}:{gid}"
+
+
+def denied(e: OSError, action: str, path: str | os.PathLike[str] | None = None, *,
+           write: bool = True) -> StorageError:
+    """:class:`PermissionDeniedError` for ``e`` (an ``EACCES``/``EPERM`` met while ``action``),
+    naming the file or folder that refuses and the command that gives access back
+    (:func:`access_problem`); the caller chains ``e``."""
+    where = path if path is not None else e.filename
+    found = access_problem(where, write=write) if where is not None else None
+    if found is None:
+        at = f" ({where})" if where is not None else ""
+        return PermissionDeniedError(f"{action}: {e.strerror or e}{at}",
+                                     hint="check the owner and permissions of the profile's files (`eventlog doctor`)",
+                                     path=None if where is None else str(where))
+    part, what, hint = found
+    return PermissionDeniedError(f"{action}: {what}", hint=hint, path=str(part))
 
 
 def list_profiles(home: str | os.PathLike[str] | None = None) -> list[str]:

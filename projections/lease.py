@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from eventlog.errors import LeaseError
-from eventlog.profiles import open_private
+from eventlog.profiles import access_problem, open_private
 
 LOCK_NAME = "projector.lock"
 
@@ -49,6 +49,12 @@ class Lease:
             try:
                 os.close(open_private(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC))
                 self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except PermissionError as e:
+                found = access_problem(e.filename or self.path)
+                if found is None:
+                    raise LeaseError(f"cannot open the projector lease {self.path}: {e.strerror}",
+                                     hint="check that the profile directory is writable by this user") from e
+                raise LeaseError(f"cannot open the projector lease: {found[1]}", hint=found[2]) from e
             except OSError as e:
                 raise LeaseError(f"cannot open the projector lease in {self.directory}: {e.strerror}",
                                  hint="check that the profile directory is writable by this user") from e

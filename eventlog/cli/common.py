@@ -347,6 +347,10 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
             fail(str(e))
         except BrokenPipeError:
             sys.exit(0)
+        except PermissionError as e:
+            from eventlog.profiles import denied
+
+            fail(str(denied(e, "cannot use")) if e.filename else f"cannot use: {e.strerror or e}")
         except OSError as e:
             where = f" {e.filename}" if e.filename else ""
             fail(f"cannot use{where}: {e.strerror or e}")

@@ -52,6 +52,7 @@ from eventlog.errors import (
     ForkedEnvironmentError,
     HeadMovedError,
     IntegrityError,
+    PermissionDeniedError,
     StorageError,
     ValidationError,
     WriterBusyError,
@@ -78,6 +79,8 @@ from eventlog.log.stored import FORMAT_1, FORMAT_2
 from eventlog.profiles import (
     FILE_MODE,
     GENERATION_RE,
+    access_problem,
+    denied,
     flock_holder,
     flock_until,
     fsync_dir,
@@ -717,6 +720,8 @@ class _Environment:
                     raise DiskFullError(f"cannot write the log at {self.path}: {e.strerror}",
                                         hint="make the file system writable (or free space), then retry: "
                                              "nothing was written; reads go on") from e
+                if isinstance(e, PermissionError):
+                    raise denied(e, "cannot open the log's writer lock", path) from e
                 raise StorageError(f"cannot open the log's writer lock {path}: {e.strerror}",
                                    hint="check the owner and permissions of the profile's log/ directory") from e
         return self._writer_fd
@@ -1080,6 +1085,8 @@ class _Environment:
             if retry_half_made and isinstance(e, lmdb.InvalidError) and lock_file_magic(p / "lock.mdb") == 0:
                 raise _HalfMadeLock() from e  # the failed open left no environment of ours on it
             err = storage_error(e, f"cannot open log at {p}")
+            if "Permission denied" in str(e):
+                err = _denied_log(p, readonly, create) or err
             try:
                 size = os.path.getsize(p / "data.mdb")
             except OSError:
@@ -2186,6 +2193,25 @@ class _Environment:
         return f"_Environment({str(self.path)!r}, durability={self.durability!r}, refs={self.refs})"
 
 
+def _denied_log(p: Path, readonly: bool, create: bool) -> StorageError | None:
+    """What LMDB's 'Permission denied' opening the environment at ``p`` was about: its lock table
+    (which every reader writes), its data file, or the folder (:class:`PermissionDeniedError`
+    naming the file and the remedy), or None when none of them refuses now."""
+    for name, write in (("lock.mdb", True), ("data.mdb", not readonly)):
+        if os.path.lexists(p / name):
+            found = access_problem(p / name, write=write)
+            if found is not None:
+                break
+    else:
+        found = access_problem(p, write=create and not readonly)
+    if found is None:
+        return None
+    part, what, hint = found
+    if part.name == "lock.mdb":
+        what += " (LMDB's reader table: a reader of the log writes it too)"
+    return PermissionDeniedError(f"cannot open log at {p}: {what}", hint=hint, path=str(part))
+
+
 def _compaction_error(e: lmdb.Error | OSError, path: Path) -> StorageError:
     """The error of a compaction that failed before ``current`` moved (nothing was changed)."""
     if isinstance(e, lmdb.Error):
@@ -2351,6 +2377,8 @@ class EventLog(LogBase):
         if not readonly:
             try:
                 make_dir(p)
+            except PermissionError as e:
+                raise denied(e, f"cannot create the log directory {p}") from e
             except OSError as e:
                 raise StorageError(f"cannot create the log directory {p}: {e.strerror}",
                                    hint="check that the home directory is writable") from e
@@ -2373,8 +2401,11 @@ class EventLog(LogBase):
                                                   "close those handles to open it for writing")
                         core.refs += 1
                     else:
-                        core = _open_envs[key] = _Environment(p, durability, profile, map_size, max_readers,
-                                                              readonly, lock_timeout)
+                        try:
+                            core = _open_envs[key] = _Environment(p, durability, profile, map_size, max_readers,
+                                                                  readonly, lock_timeout)
+                        except PermissionError as e:  # a file or folder of the log another user owns
+                            raise denied(e, f"cannot open log at {p}", write=not readonly) from e
                     break
             # Another thread is closing this log's environment (it waits for the commits and reads
             # under way): a second one opened meanwhile would hold LMDB's files twice in one

@@ -35,7 +35,7 @@ from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
 from eventlog.errors import HeadMovedError, StorageError, ValidationError
 from eventlog.log.filesystem import refuse_network
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
-from eventlog.profiles import make_dir, refuse_lost_log
+from eventlog.profiles import denied, make_dir, refuse_lost_log
 
 log = logging.getLogger("eventlog.adapters.hermes")
 T = TypeVar("T")
@@ -151,7 +151,10 @@ class Engine:
             engine = _registry.get(key)
             if engine is None or engine.closing:
                 engine = cls(layout)
-                engine._open()
+                try:
+                    engine._open()
+                except PermissionError as e:  # a folder or file of another user's (a run with sudo)
+                    raise denied(e, f"cannot open the session store {layout.pointer}") from e
                 _registry[key] = engine
             engine.refs += 1
             return engine

@@ -1,0 +1,142 @@
+"""Files of a profile this user cannot use: a command run with sudo on the user's profile, a backup
+restored (or a profile copied) as another user, a ``chmod`` that kept the owner out. Run as a real
+unprivileged user ('nobody'), since root ignores permission bits. Each case either repairs itself
+(a file of the user's own whose mode keeps the user out gets its 0600 back) or names the file that
+refuses and the ``chown``/``chmod`` that gives it back -- never a bare "Permission denied", never a
+deletion -- and nothing acknowledged is lost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+
+@dataclass
+class User:
+    base: Path
+    home: Path
+    uid: int
+    gid: int
+    drop: list[str]
+
+    @property
+    def profile(self) -> Path:
+        return self.home / "profiles" / "default"
+
+    def cli(self, *args: str, root: bool = False) -> subprocess.CompletedProcess[str]:
+        """``eventlog --home HOME ARGS`` as this user (``root``: as root, a `sudo` run)."""
+        # the interpreter, not the console script: its folder may be closed to other users
+        return subprocess.run([*([] if root else self.drop), sys.executable, "-c",
+                               "from eventlog.cli.app import main; main(prog_name='eventlog')",
+                               "--home", str(self.home), *args], capture_output=True, text=True, timeout=120,
+                              cwd=self.base)
+
+    def py(self, code: str, root: bool = False) -> subprocess.CompletedProcess[str]:
+        """Python ``code`` as this user, with ``HOME`` (the eventlog home) and ``BASE`` set."""
+        return subprocess.run([*([] if root else self.drop), sys.executable, "-c", code], capture_output=True,
+                              text=True, timeout=120, cwd=self.base,
+                              env={**os.environ, "HOME": str(self.home), "BASE": str(self.base)})
+
+    def give_back(self, path: Path) -> None:
+        """``sudo chown -R user: path``, as the hint says."""
+        for p in [path, *path.rglob("*")]:
+            os.lchown(p, self.uid, self.gid)
+
+
+@pytest.fixture
+def user() -> Iterator[User]:
+    """The user 'nobody', in a folder of its own under /tmp (pytest's temp root is 0700). Another
+    user is had only as root, with setpriv: elsewhere these tests are skipped, saying why."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv, to run eventlog as another user")
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user 'nobody'")
+    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
+    base = Path(tempfile.mkdtemp(prefix="eventlog-owner-", dir="/tmp"))
+    u = User(base, base / "h", nobody.pw_uid, nobody.pw_gid, drop)
+    try:
+        os.chown(base, nobody.pw_uid, nobody.pw_gid)
+        probe = u.cli("--version")
+        if probe.returncode != 0:
+            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
+        yield u
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def one_line(r: subprocess.CompletedProcess[str]) -> str:
+    assert r.returncode == 1 and "Traceback" not in r.stderr, (r.returncode, r.stderr)
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    return r.stderr
+
+
+def test_a_log_compacted_by_root_names_the_folder_and_the_chown(user: User) -> None:
+    """`sudo eventlog compact` (or an erase, which compacts) on a user's profile puts the log in a
+    new generation folder of root's: every command of the user then failed "cannot use
+    .../log/g1/data.mdb: Permission denied" (no hint), and SessionStore.open raised a bare
+    PermissionError. Now it is PermissionDeniedError naming the folder, its owner and the
+    `chown -R` that gives it back; after that chown everything acknowledged is there."""
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    assert user.cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+    r = user.cli("compact", root=True)
+    assert r.returncode == 0, r.stderr
+    err = one_line(user.cli("sessions", "list"))
+    assert f"{user.profile}/log/g1 belongs to root (uid 0), not to this user, nobody (uid {user.uid})" in err, err
+    assert f"sudo chown -R nobody: {user.profile} (delete nothing" in err, err
+    r = user.py("import os\nfrom eventlog import SessionStore\nfrom eventlog.errors import PermissionDeniedError\n"
+                "try:\n    SessionStore.open(os.environ['HOME'])\n"
+                "except PermissionDeniedError as e:\n    print(e.path)\n")
+    assert r.stdout == f"{user.profile}/log/g1\n", r.stderr
+    user.give_back(user.profile)
+    r = user.cli("sessions", "show", "s1", "--json")
+    assert r.returncode == 0 and [m["content"] for m in json.loads(r.stdout)["messages"]] == ["hello"], r.stderr
+    assert user.cli("messages", "add", "s1", "--role", "user", "--content", "again").returncode == 0
+
+
+def test_a_home_made_by_root_first_names_itself_and_the_chown(user: User) -> None:
+    """`sudo eventlog init` before the user's first run makes the home root's (0700): the user's
+    commands said "cannot use .../profiles/default/log: Permission denied"."""
+    assert user.cli("init", root=True).returncode == 0
+    for args in (("sessions", "list"), ("sessions", "new", "--id", "s1")):
+        err = one_line(user.cli(*args))
+        assert f"{user.home} belongs to root (uid 0), not to this user, nobody (uid {user.uid})" in err, err
+        assert f"sudo chown -R nobody: {user.home} (delete nothing" in err, err
+    user.give_back(user.home)
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+
+
+def test_a_hermes_store_opened_first_by_root_names_the_folder(user: User) -> None:
+    """A Hermes gateway or `hermes` command run once with sudo makes state.db.eventlog root's: the
+    user's SessionDB() then raised a bare PermissionError. Now PermissionDeniedError names the
+    folder and the chown; after it, what root wrote and what the user writes are both there."""
+    code = ("import os, sys\nfrom pathlib import Path\nfrom eventlog.adapters.hermes import SessionDB\n"
+            "from eventlog.errors import PermissionDeniedError\n"
+            "try:\n    db = SessionDB(db_path=Path(os.environ['BASE']) / 'hermes' / 'state.db')\n"
+            "except PermissionDeniedError as e:\n    print('refused', e.path, e.hint)\n    sys.exit(0)\n"
+            "if db.get_session('s1') is None:\n    db.create_session('s1', source='cli')\n"
+            "db.append_message('s1', role='user', content='from ' + str(os.geteuid()))\n"
+            "print([m['content'] for m in db.get_messages('s1')])\ndb.close()\n")
+    (user.base / "hermes").mkdir()
+    os.chown(user.base / "hermes", user.uid, user.gid)
+    r = user.py(code, root=True)
+    assert r.stdout == "['from 0']\n", r.stderr
+    r = user.py(code)
+    where = user.base / "hermes" / "state.db.eventlog"
+    assert r.stdout.startswith(f"refused {where} ") and f"sudo chown -R nobody: {where} " in r.stdout, (r.stdout,
+                                                                                                        r.stderr)
+    user.give_back(where)
+    r = user.py(code)
+    assert r.stdout == f"['from 0', 'from {user.uid}']\n", r.stderr
+
