@@ -280,6 +280,24 @@ def denied(e: OSError, action: str, path: str | os.PathLike[str] | None = None, 
     return PermissionDeniedError(f"{action}: {what}", hint=hint, path=str(part))
 
 
+def give_owner_access(path: str | os.PathLike[str]) -> bool:
+    """Make a file of this user's whose mode keeps its owner out (``chmod 000``, ``chmod a-w``,
+    a copy that lost its modes) 0600 again, saying so; True when it was changed. A file of
+    another user, a link, a folder or one already usable is left as it is (False): only the
+    owner's own bits are restored, nothing is read, moved or deleted."""
+    try:
+        st = os.lstat(path)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
+                or stat.S_IMODE(st.st_mode) & FILE_MODE == FILE_MODE):
+            return False
+        os.chmod(path, FILE_MODE)
+    except OSError:
+        return False
+    logging.getLogger("eventlog").warning("%s was mode %o, which kept its owner (this user) out; made %o",
+                                          path, stat.S_IMODE(st.st_mode), FILE_MODE)
+    return True
+
+
 def list_profiles(home: str | os.PathLike[str] | None = None) -> list[str]:
     """Names of the profiles that exist under ``home``."""
     root = resolve_home(home) / "profiles"
@@ -327,6 +345,10 @@ def open_private(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE
     removed — the link, never what it points at — and the file made where it belongs. Raises
     ``OSError`` as ``os.open`` does otherwise."""
     try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except PermissionError:
+        if not give_owner_access(path):
+            raise
         return os.open(path, flags | os.O_NOFOLLOW, mode)
     except OSError as e:
         if e.errno != errno.ELOOP or not os.path.islink(path):

@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -139,4 +140,24 @@ def test_a_hermes_store_opened_first_by_root_names_the_folder(user: User) -> Non
     user.give_back(where)
     r = user.py(code)
     assert r.stdout == f"['from 0', 'from {user.uid}']\n", r.stderr
+
+
+@pytest.mark.parametrize("name", ["log/data.mdb", "log/lock.mdb", "log/writer.lock", "projector.lock"])
+def test_a_file_of_the_users_own_that_keeps_the_user_out_is_given_back(user: User, name: str) -> None:
+    """`chmod 000` (or 0444) on a file of the user's own: the log's data file or lock table failed
+    every command ("the log directory or its lock file is not writable"), the writer lock every
+    append, the projector lock every search and doctor. Only the owner's bits come back (0600),
+    said once on stderr; the file is never replaced, and nothing acknowledged is lost."""
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    assert user.cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+    assert user.cli("search", "hello").returncode == 0
+    path = user.profile / name
+    inode = path.stat().st_ino
+    path.chmod(0o000)
+    r = user.cli("messages", "add", "s1", "--role", "user", "--content", "hello again")
+    assert r.returncode == 0 and r.stdout == "added message 3 to session s1\n", r.stderr
+    r2 = user.cli("search", "hello", "--json")
+    assert r2.returncode == 0 and len(json.loads(r2.stdout)["results"]) == 2, r2.stderr
+    assert f"{path} was mode 0, which kept its owner (this user) out; made 600" in r.stderr + r2.stderr
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_ino == inode
 

@@ -85,6 +85,7 @@ from eventlog.profiles import (
     flock_until,
     fsync_dir,
     fsync_file,
+    give_owner_access,
     make_dir,
     open_private,
     path_text,
@@ -506,6 +507,9 @@ class _Environment:
         # becomes writable at this process's first write (_ensure_writable).
         self._env_readonly = readonly or (self.env_dir / "data.mdb").exists()
         map_size, max_readers, durability = self._open_args
+        if not readonly:  # (a reader writes lock.mdb too: its slot in the reader table)
+            for name in ("data.mdb", "lock.mdb"):
+                give_owner_access(self.env_dir / name)
         try:
             env = self._open_env(self.env_dir, map_size, max_readers, durability, self._env_readonly)
         except StorageError:
