@@ -23,6 +23,7 @@ from eventlog.log import Log, VerifyResult
 from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
 from eventlog.profiles import FILE_MODE as PRIVATE_FILE
+from eventlog.profiles import chown_owner, user_name
 from projections import files, space
 from projections.health import HEALTHY
 from projections.projector import Projector
@@ -31,14 +32,25 @@ Progress = Callable[[int, int], None]
 
 
 def permission_problems(profile_dir: Path) -> list[str]:
-    """Paths under the profile that are more open than 0700 (dirs) / 0600 (files)."""
+    """Paths under the profile whose mode is not 0700 (dirs) / 0600 (files) -- more open, or
+    keeping the owner out -- or that belong to another user than the profile directory's owner
+    (left by a command run as root, or a copy made as another user)."""
+    return [text for _p, text, _mode in _permission_findings(profile_dir)]
+
+
+def _permission_findings(profile_dir: Path) -> list[tuple[Path, str, int | None]]:
+    """``(path, problem, the mode that repairs it)``; None: ``chmod`` cannot (another user's)."""
     paths = [profile_dir]
     for root, dirs, names in os.walk(profile_dir):
         # A directory standing where a pointer belongs, or one set aside, is not eventlog's:
         # it is reported as such, its contents are not judged.
         dirs[:] = [d for d in dirs if not (root == str(profile_dir) and _stray(d))]
         paths.extend(Path(root) / n for n in [*dirs, *names])
-    problems = []
+    try:
+        owner = os.stat(profile_dir).st_uid
+    except OSError:
+        return []
+    found: list[tuple[Path, str, int | None]] = []
     for p in paths:
         try:
             st = os.lstat(p)
@@ -47,9 +59,21 @@ def permission_problems(profile_dir: Path) -> list[str]:
         if stat.S_ISLNK(st.st_mode):
             continue
         want = PRIVATE_DIR if stat.S_ISDIR(st.st_mode) else PRIVATE_FILE
-        if stat.S_IMODE(st.st_mode) & ~want:
-            problems.append(f"{p} is {oct(stat.S_IMODE(st.st_mode))}, expected {oct(want)}")
-    return problems
+        if st.st_uid != owner:
+            found.append((p, f"{p} belongs to {user_name(st.st_uid)}, not to the profile's owner, {user_name(owner)}", None))
+        elif stat.S_IMODE(st.st_mode) != want:
+            found.append((p, f"{p} is {oct(stat.S_IMODE(st.st_mode))}, expected {oct(want)}", want))
+    return found
+
+
+def ownership_hint(profile_dir: Path) -> str:
+    """How to give the profile's files back to its owner: ``chown -R`` (nothing is deleted)."""
+    import shlex
+
+    st = os.stat(profile_dir)
+    return (f"give them back to the profile's owner: sudo chown -R {chown_owner(st.st_uid, st.st_gid)} "
+            f"{shlex.quote(str(profile_dir))} "
+            "(delete nothing: they may hold the data)")
 
 
 def _stray(name: str) -> bool:
@@ -148,6 +172,8 @@ def examine(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
         "disk": disk,
         "permissions": {"ok": not perms, "problems": perms, "displaced": displaced(profile_dir)},
     }
+    if any(" belongs to " in p for p in perms):
+        report["permissions"]["hint"] = ownership_hint(profile_dir)
     if not res.ok and res.first_bad_seq is not None:
         if log_damage.marker_path(log) is not None:
             report["log"]["detail"] = (f"damaged at seq {res.first_bad_seq}: the projections stop before it and "
@@ -228,8 +254,12 @@ def repair(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
             if not found["ok"] and found["first_difference"] is not None:
                 projector.rebuild("all")
                 done.append(f"rebuilt state and fts ({found['detail']})")
-    for problem in permission_problems(profile_dir):
-        p = Path(problem.split(" is ")[0])
-        os.chmod(p, PRIVATE_DIR if p.is_dir() else PRIVATE_FILE)
+    for p, _problem, mode in _permission_findings(profile_dir):
+        if mode is None:
+            continue  # another user's: only its owner (or root) can give it back (ownership_hint)
+        try:
+            os.chmod(p, mode)
+        except OSError:
+            continue  # still reported by the check that follows
         done.append(f"chmod {p}")
     return done

@@ -161,3 +161,28 @@ def test_a_file_of_the_users_own_that_keeps_the_user_out_is_given_back(user: Use
     assert f"{path} was mode 0, which kept its owner (this user) out; made 600" in r.stderr + r2.stderr
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.stat().st_ino == inode
 
+
+def test_doctor_names_a_file_that_keeps_its_owner_out_and_files_of_another_user(user: User) -> None:
+    """Doctor judged only modes more open than 0600: a writer lock at 0000 (every append refused)
+    passed as 'permissions ok', and so did the files a `sudo eventlog rebuild` left root's. Both
+    are named now; --fix gives the owner's bits back, and another user's files get the chown."""
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    writer_lock = user.profile / "log" / "writer.lock"
+    writer_lock.chmod(0o000)
+    r = user.cli("doctor")
+    assert r.returncode == 1 and f"{writer_lock} is 0o0, expected 0o600" in r.stdout, r.stdout
+    r = user.cli("doctor", "--fix")
+    assert r.returncode == 0 and f"fixed: chmod {writer_lock}" in r.stdout, (r.stdout, r.stderr)
+    assert stat.S_IMODE(writer_lock.stat().st_mode) == 0o600
+    assert user.cli("rebuild", root=True).returncode == 0
+    assert user.cli("sessions", "list").returncode == 0  # rebuilt again, as the user's: root's files stay
+    r = user.cli("doctor", "--json")
+    problems = json.loads(r.stdout)["permissions"]["problems"]
+    assert r.returncode == 1 and problems, r.stdout
+    assert all(p.endswith(f"belongs to root (uid 0), not to the profile's owner, nobody (uid {user.uid})")
+               for p in problems), problems
+    r = user.cli("doctor", "--fix")
+    assert r.returncode == 1 and f"sudo chown -R nobody: {user.profile} (delete nothing" in r.stderr, r.stderr
+    user.give_back(user.profile)
+    r = user.cli("doctor")
+    assert r.returncode == 0, (r.stdout, r.stderr)

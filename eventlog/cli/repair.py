@@ -114,6 +114,8 @@ def doctor(c: Ctx, fix: bool, deep: bool, as_json: bool) -> None:
                 hint = f"{space.remedy(str(report['disk'].get('detail') or ''))}; nothing is rebuilt until then"
             elif report["lease"].get("hint"):
                 hint = report["lease"]["hint"]
+            elif report["permissions"].get("hint"):
+                hint = report["permissions"]["hint"]
             else:
                 hint = None if fix else "run `eventlog doctor --fix`"
             click.echo("error: problems found" + (f" (hint: {hint})" if hint else ""), err=True)
