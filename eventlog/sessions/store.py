@@ -43,6 +43,7 @@ from eventlog.log.damage import refuse_if_damaged
 from eventlog.log.filesystem import refuse_network
 from eventlog.profiles import (
     DEFAULT_PROFILE,
+    denied,
     flock_holder,
     flock_until,
     open_private,
@@ -596,8 +597,11 @@ class SessionStore:
                 # with their tables in its one pass, and the catch-up after takes them along (one
                 # decode of each event for all).
                 registry = registry_of(extensions) if extensions is not None else None
-                core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions,
-                                      registry=registry)
+                try:
+                    core = cls._open_core(key, d, profile, log, dict(options), catch_up=not extensions,
+                                          registry=registry)
+                except PermissionError as e:  # a file or folder of another user's (a run with sudo)
+                    raise denied(e, f"cannot open profile {profile!r}") from e
                 with _shared_lock:
                     _shared[key] = core
                     core.refs += 1
