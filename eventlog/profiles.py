@@ -178,6 +178,32 @@ def make_dir(path: Path) -> None:
         except FileExistsError:
             continue
         os.chmod(d, DIR_MODE)
+        hand_over(d)
+
+
+def hand_over(path: str | os.PathLike[str], fd: int | None = None) -> None:
+    """A file or folder this process just made (``fd``: open on it), given to the owner of the
+    folder it is in when this process is root and that folder is another user's: a command run
+    with ``sudo`` on a user's profile (a compaction, an erase, a rebuild, the first ``init``)
+    left files of root's that the user's own processes could not open. Nothing happens
+    otherwise, nor to a link, a file with other links (it may be anything) or a file that is not
+    root's; the ownership is changed on the descriptor, or without following a link. Callers
+    pass only what they made (``O_EXCL``, or a name that did not exist before)."""
+    if os.geteuid() != 0:
+        return
+    try:
+        folder = os.stat(os.path.dirname(os.path.abspath(path)))
+        if folder.st_uid == 0:
+            return
+        st = os.fstat(fd) if fd is not None else os.lstat(path)
+        if st.st_uid != 0 or stat.S_ISLNK(st.st_mode) or (not stat.S_ISDIR(st.st_mode) and st.st_nlink != 1):
+            return
+        if fd is not None:
+            os.fchown(fd, folder.st_uid, folder.st_gid)
+        else:
+            os.chown(path, folder.st_uid, folder.st_gid, follow_symlinks=False)
+    except OSError:
+        pass  # the owner's file is still usable by root: only the user's next run would say so
 
 
 def restrict_file(path: str | os.PathLike[str]) -> None:
@@ -344,6 +370,14 @@ def open_private(path: str | os.PathLike[str], flags: int, mode: int = FILE_MODE
     follows a symlink: one found in its place (a hostile or mistaken link, dangling or not) is
     removed — the link, never what it points at — and the file made where it belongs. Raises
     ``OSError`` as ``os.open`` does otherwise."""
+    if flags & os.O_CREAT and os.geteuid() == 0:
+        try:  # made here: a run with sudo gives it to the owner of the folder (hand_over)
+            fd = os.open(path, flags | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except OSError:
+            pass
+        else:
+            hand_over(path, fd)
+            return fd
     try:
         return os.open(path, flags | os.O_NOFOLLOW, mode)
     except PermissionError:
@@ -373,6 +407,7 @@ def atomic_write(path: str | os.PathLike[str], *, mode: int = FILE_MODE) -> Iter
     try:
         if mode == FILE_MODE:
             os.fchmod(fd, FILE_MODE)
+            hand_over(tmp, fd)
         with os.fdopen(fd, "wb") as fp:
             yield fp
             fp.flush()

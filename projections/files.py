@@ -39,7 +39,7 @@ from pathlib import Path
 # The one place private directories are made and files written atomically (re-exported here).
 from eventlog.profiles import DIR_MODE as DIR_MODE
 from eventlog.profiles import FILE_MODE as FILE_MODE
-from eventlog.profiles import atomic_write, open_private
+from eventlog.profiles import atomic_write, hand_over, open_private
 from eventlog.profiles import fsync_dir as fsync_dir
 from eventlog.profiles import fsync_file as fsync_file
 from eventlog.profiles import make_dir as make_dir
@@ -156,7 +156,10 @@ def create_empty(path: Path) -> None:
     Any leftover of that name (a crashed build) is removed first."""
     remove_file(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
-    os.close(fd)
+    try:
+        hand_over(path, fd)  # (SQLite, run as root, gives a database's -wal and -shm its owner)
+    finally:
+        os.close(fd)
 
 
 def swap_pointer(pointer: Path, target: Generation) -> None:

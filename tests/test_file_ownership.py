@@ -202,3 +202,44 @@ def test_doctor_names_a_file_that_keeps_its_owner_out_and_files_of_another_user(
     r = user.cli("doctor")
     assert r.returncode == 0, (r.stdout, r.stderr)
 
+
+def roots(path: Path) -> list[str]:
+    """Files and folders under ``path`` (itself included) that are root's; links do not count."""
+    return sorted(str(p) for p in [path, *path.rglob("*")] if not p.is_symlink() and p.lstat().st_uid == 0)
+
+
+def test_what_a_sudo_run_makes_in_a_users_profile_is_the_users(user: User) -> None:
+    """A command run with sudo on a user's profile made its new files root's: after `sudo
+    eventlog compact` (or an erase, or a retention, which compact) the user's every command
+    failed on the new log/g1; after `sudo eventlog init` before the user's first run, the home
+    itself was root's; a `sudo` rebuild, title or doctor --fix left root's files for the user's
+    doctor to report. What root makes in a folder of another user is now that user's, as if the
+    user had made it (links excepted: their owner means nothing)."""
+    assert user.cli("init", root=True).returncode == 0
+    assert roots(user.home) == []
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    assert user.cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+    assert user.cli("sessions", "new", "--id", "s2").returncode == 0
+    for args in (("messages", "add", "s1", "--role", "user", "--content", "by root"), ("sessions", "title", "s1", "T"),
+                 ("rebuild",), ("compact",), ("sessions", "erase", "s2", "--reason", "test"), ("doctor", "--fix")):
+        r = user.cli(*args, root=True)
+        assert r.returncode == 0, (args, r.stderr)
+        assert roots(user.home) == [], args
+        r = user.cli("messages", "add", "s1", "--role", "user", "--content", f"after {args[0]}")
+        assert r.returncode == 0, (args, r.stderr)
+    r = user.cli("sessions", "show", "s1", "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["messages"]) == 8, r.stderr
+    r = user.cli("doctor")
+    assert r.returncode == 0, r.stdout
+
+
+def test_a_hermes_store_a_sudo_run_made_first_is_the_users(user: User) -> None:
+    """A `hermes` command run once with sudo before the user's first made state.db.eventlog
+    root's, and the user's SessionDB() failed on it. Now it is the user's, with root's write in it."""
+    (user.base / "hermes").mkdir()
+    os.chown(user.base / "hermes", user.uid, user.gid)
+    r = user.py(HERMES, root=True)
+    assert r.stdout == "['from 0']\n", r.stderr
+    assert roots(user.base / "hermes") == []
+    r = user.py(HERMES)
+    assert r.stdout == f"['from 0', 'from {user.uid}']\n", r.stderr

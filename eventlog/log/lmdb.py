@@ -86,6 +86,7 @@ from eventlog.profiles import (
     fsync_dir,
     fsync_file,
     give_owner_access,
+    hand_over,
     make_dir,
     open_private,
     path_text,
@@ -824,6 +825,7 @@ class _Environment:
                 make_dir(tmp)
                 self._copy_into(tmp, txn)
                 restrict_file(tmp / "data.mdb")
+                hand_over(tmp / "data.mdb")
                 fsync_file(tmp / "data.mdb")  # a new file nothing has open
                 result = verify_environment(tmp)
                 expect = (key_seq(head[:_SEQ]), head[_SEQ:].hex()) if head else (0, codec.ZERO_HASH)
@@ -1068,6 +1070,7 @@ class _Environment:
     @staticmethod
     def _open_env_once(p: Path, map_size: int, max_readers: int, durability: str, readonly: bool,
                        create: bool = True, retry_half_made: bool = False) -> lmdb.Environment:
+        made = [n for n in ("data.mdb", "lock.mdb") if not os.path.lexists(p / n)] if os.geteuid() == 0 else []
         try:
             env = lmdb.open(
                 str(p),
@@ -1099,6 +1102,8 @@ class _Environment:
                 err = StorageError(f"cannot open log at {p}: its data file data.mdb is truncated ({size} bytes)",
                                    hint="restore the profile's log/ from a backup or an export")
             raise err from e
+        for name in made:  # by LMDB just now, in a run with sudo
+            hand_over(p / name)
         short = _short_data_file(env, p)
         if short is not None:
             env.close()

@@ -37,7 +37,7 @@ from typing import Any, Iterable
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.apply import apply
 from eventlog.errors import WriterBusyError, process_state
-from eventlog.profiles import FILE_MODE, atomic_write, flock_holder, make_dir
+from eventlog.profiles import FILE_MODE, atomic_write, flock_holder, hand_over, make_dir
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
@@ -287,7 +287,11 @@ def remove_file(path: Path) -> None:
 
 def create_empty(path: Path) -> None:
     remove_file(path)
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+    try:
+        hand_over(path, fd)  # (SQLite, run as root, gives a database's -wal and -shm its owner)
+    finally:
+        os.close(fd)
 
 
 def connect(path: Path, *, readonly: bool = False, timeout: float = 30.0) -> sqlite3.Connection:
