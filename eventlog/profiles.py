@@ -269,10 +269,20 @@ def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple
         if st.st_uid != me:
             owner = chown_owner(me, os.getegid())
             whole = _profile_root(p) or p
-            return (p, f"{p} belongs to {user_name(st.st_uid)}, not to this user, {user_name(me)}",
-                    f"if it should be this user's (a command run with sudo, a restored backup, a copied profile), "
-                    f"give it back: sudo chown -R {owner} {shlex.quote(str(whole))} (delete nothing: its files hold "
-                    "the data)")
+            chown = f"sudo chown -R {owner} {shlex.quote(str(whole))} (delete nothing: its files hold the data)"
+            if st.st_uid == 0:
+                hint = (f"if it should be this user's (a command run with sudo, a restored backup, a copied profile), "
+                        f"give it back: {chown}")
+            else:  # a profile of another account: using it as that account is the first answer
+                import pwd
+
+                try:
+                    them = f"sudo -u {shlex.quote(pwd.getpwuid(st.st_uid).pw_name)}"
+                except KeyError:
+                    them = f"sudo -u '#{st.st_uid}'"
+                hint = (f"run eventlog as its owner ({them} ...) or read a copy its owner exports; if it should be "
+                        f"this user's (a profile copied from that account): {chown}")
+            return (p, f"{p} belongs to {user_name(st.st_uid)}, not to this user, {user_name(me)}", hint)
         bits = "rwx" if is_dir else "rw"
         return (p, f"{p} is mode {stat.S_IMODE(st.st_mode):o}: its owner (this user) may not "
                 f"{'enter, read or write' if is_dir else 'read or write'} it",

@@ -243,3 +243,25 @@ def test_a_hermes_store_a_sudo_run_made_first_is_the_users(user: User) -> None:
     assert roots(user.base / "hermes") == []
     r = user.py(HERMES)
     assert r.stdout == f"['from 0', 'from {user.uid}']\n", r.stderr
+
+
+def test_a_reader_of_another_users_profile_is_told_whose_it_is(user: User) -> None:
+    """A second user who may read a profile but not write it (a group- or world-readable copy)
+    cannot read the log -- LMDB's readers write lock.mdb -- and was told "the log directory or its
+    lock file is not writable" with "check the owner and permissions". It is now told whose file
+    refuses and to run as that user (or read an export); the chown comes only as the remedy for
+    a profile that should be this user's."""
+    try:
+        other = pwd.getpwnam("daemon")
+    except KeyError:
+        pytest.skip("no user 'daemon' to own the profile")
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    for p in [user.home, *user.home.rglob("*")]:
+        os.lchown(p, other.pw_uid, other.pw_gid)
+        if not p.is_symlink():
+            p.chmod(0o755 if p.is_dir() else 0o644)
+    for args in (("sessions", "list"), ("search", "x")):
+        err = one_line(user.cli(*args))
+        assert (f"{user.profile}/log/lock.mdb belongs to daemon (uid {other.pw_uid}), not to this user, nobody "
+                f"(uid {user.uid}) (LMDB's reader table") in err, err
+        assert "run eventlog as its owner (sudo -u daemon ...) or read a copy its owner exports" in err, err
