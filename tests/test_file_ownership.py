@@ -265,3 +265,27 @@ def test_a_reader_of_another_users_profile_is_told_whose_it_is(user: User) -> No
         assert (f"{user.profile}/log/lock.mdb belongs to daemon (uid {other.pw_uid}), not to this user, nobody "
                 f"(uid {user.uid}) (LMDB's reader table") in err, err
         assert "run eventlog as its owner (sudo -u daemon ...) or read a copy its owner exports" in err, err
+
+
+@pytest.mark.parametrize("how", ["chmod 444", "root's, 644"])
+def test_a_hermes_projection_the_user_cannot_write_is_repaired(user: User, how: str) -> None:
+    """The failure Hermes' own log describes: a read-only state.db (chmod 444, a copied dotfile,
+    a restore as root) failed every write with the opaque "attempt to write a readonly database".
+    Here SQLite then made the -shm 0444 as well, so writes kept failing after the database was
+    made writable again -- the state in which users delete the -wal. Now a file of the user's own
+    gets its 0600 back, and one of another user is rebuilt from the log as a file of the user's;
+    every write is kept."""
+    (user.base / "hermes").mkdir()
+    os.chown(user.base / "hermes", user.uid, user.gid)
+    r = user.py(HERMES)
+    assert r.stdout == f"['from {user.uid}']\n", r.stderr
+    target = (user.base / "hermes" / "state.db").resolve()
+    if how == "chmod 444":
+        target.chmod(0o444)
+    else:
+        os.chown(target, 0, 0)
+        target.chmod(0o644)
+    r = user.py(HERMES)
+    assert r.stdout == f"['from {user.uid}', 'from {user.uid}']\n", r.stderr
+    r = user.py(HERMES)
+    assert r.stdout == f"['from {user.uid}', 'from {user.uid}', 'from {user.uid}']\n", r.stderr

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import Any, Iterable
 from eventlog.adapters.hermes import schema
 from eventlog.adapters.hermes.apply import apply
 from eventlog.errors import WriterBusyError, process_state
-from eventlog.profiles import FILE_MODE, atomic_write, flock_holder, hand_over, make_dir
+from eventlog.profiles import FILE_MODE, atomic_write, flock_holder, give_owner_access, hand_over, make_dir
 
 log = logging.getLogger("eventlog.adapters.hermes")
 
@@ -336,6 +337,27 @@ def problem(path: Path | None, eventlog: Any) -> str | None:
     return examine(path, eventlog)[0]
 
 
+def unwritable(path: Path) -> str | None:
+    """Why the writer cannot write the projection ``path`` (or its ``-wal``/``-shm``), or None.
+    A file of this user's whose mode keeps its owner out gets 0600 back first: SQLite makes the
+    sidecars with the database's mode, so a projection made read-only (chmod 444) left a 0444
+    ``-shm`` that failed every write with "attempt to write a readonly database", also once the
+    database itself was writable again. A file of another user cannot be repaired here: the
+    projection is then rebuilt as a new file of this user's (the log is untouched)."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        give_owner_access(p)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            return f"{p.name} cannot be used: {e.strerror}"
+        if not os.access(p, os.R_OK | os.W_OK):
+            return (f"{p.name} is not writable by this user (uid {os.geteuid()}; it belongs to uid {st.st_uid}, "
+                    f"mode {stat.S_IMODE(st.st_mode):o})")
+    return None
+
+
 def examine(path: Path | None, eventlog: Any) -> tuple[str | None, tuple[int, int, int, str] | None]:
     """:func:`problem` and, when there is none, the cursor it read (:func:`read_cursor`), so that
     an open reads the file once."""
@@ -343,6 +365,9 @@ def examine(path: Path | None, eventlog: Any) -> tuple[str | None, tuple[int, in
         return "no projection", None
     if not path.exists():
         return f"{path.name} is missing", None
+    why = unwritable(path)
+    if why is not None:
+        return why, None
     try:
         conn = connect(path, readonly=True)
     except sqlite3.Error as e:
