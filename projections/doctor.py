@@ -23,7 +23,7 @@ from eventlog.log import Log, VerifyResult
 from eventlog.log import damage as log_damage
 from eventlog.profiles import DIR_MODE as PRIVATE_DIR
 from eventlog.profiles import FILE_MODE as PRIVATE_FILE
-from eventlog.profiles import chown_owner, user_name
+from eventlog.profiles import chown_owner, hand_over, user_name
 from projections import files, space
 from projections.health import HEALTHY
 from projections.projector import Projector
@@ -237,8 +237,9 @@ def _part(h: dict[str, Any], *, never_built: bool = False) -> dict[str, Any]:
 
 def repair(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
            progress: Progress | None = None) -> list[str]:
-    """Rebuild what is broken (``deep``: also what differs from the log) and tighten
-    permissions. Never writes the log. Returns what it did."""
+    """Rebuild what is broken (``deep``: also what differs from the log), set file modes, and
+    (run as root) give root's files back to the profile's owner. Never writes the log. Returns
+    what it did."""
     done = []
     with Projector(profile_dir, log, profile) as projector:
         before = projector.health(full=True)
@@ -256,7 +257,15 @@ def repair(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
                 done.append(f"rebuilt state and fts ({found['detail']})")
     for p, _problem, mode in _permission_findings(profile_dir):
         if mode is None:
-            continue  # another user's: only its owner (or root) can give it back (ownership_hint)
+            # another user's: root (doctor --fix run with sudo) gives root's own files back to the
+            # profile's owner; otherwise only the hint can (ownership_hint)
+            hand_over(p)
+            try:
+                if os.lstat(p).st_uid == os.stat(p.parent).st_uid:
+                    done.append(f"chown {p}")
+            except OSError:
+                pass
+            continue
         try:
             os.chmod(p, mode)
         except OSError:

@@ -289,3 +289,19 @@ def test_a_hermes_projection_the_user_cannot_write_is_repaired(user: User, how: 
     assert r.stdout == f"['from {user.uid}', 'from {user.uid}']\n", r.stderr
     r = user.py(HERMES)
     assert r.stdout == f"['from {user.uid}', 'from {user.uid}', 'from {user.uid}']\n", r.stderr
+
+
+def test_doctor_fix_run_with_sudo_gives_roots_files_back(user: User) -> None:
+    """A log restored as root leaves the user locked out; `sudo eventlog doctor --fix` (what a
+    user tries first) reported root's files (owners are compared with the profile folder's) but
+    changed nothing. Run as root, --fix now gives root's files back to the profile's owner."""
+    assert user.cli("sessions", "new", "--id", "s1").returncode == 0
+    assert user.cli("messages", "add", "s1", "--role", "user", "--content", "hello").returncode == 0
+    user.restore_as_root(user.profile / "log")
+    one_line(user.cli("sessions", "list"))
+    r = user.cli("doctor", root=True)
+    assert r.returncode == 1 and f"{user.profile}/log belongs to root (uid 0)" in r.stdout, r.stdout
+    r = user.cli("doctor", "--fix", root=True)
+    assert r.returncode == 0 and f"fixed: chown {user.profile}/log\n" in r.stdout, (r.stdout, r.stderr)
+    r = user.cli("sessions", "show", "s1", "--json")
+    assert r.returncode == 0 and [m["content"] for m in json.loads(r.stdout)["messages"]] == ["hello"], r.stderr
