@@ -1513,14 +1513,14 @@ class SessionStore:
         :meth:`_scan_lineages`, when the caller already read it (one scan for many sessions)."""
         if not any(env.get("type") == "session.created" for env in self.log.read_session(sid)):
             return []
-        members, frontier = [sid], {sid}
+        members, frontier = {sid: None}, {sid}  # in order, each once (a list's `in` was quadratic in them)
         if children is None:
             children = self._scan_lineages()[0]
         while frontier:
             nxt = {c for p in frontier for c in children.get(p, ()) if c not in members}
-            members.extend(sorted(nxt))
+            members.update(dict.fromkeys(sorted(nxt)))
             frontier = nxt
-        return members
+        return list(members)
 
     def _scan_lineages(self, cutoff: float | None = None
                        ) -> tuple[dict[str, list[str]], list[str], dict[str, float], float]:
@@ -1587,15 +1587,15 @@ class SessionStore:
             # The log's account when it has one: the read model's times are the data's as given.
             active = {s["id"]: last.get(s["id"], s.get("last_activity_at") or s.get("started_at") or 0)
                       for s in live}
-            members: list[str] = []
+            members: dict[str, None] = {}  # in order, each once (a list's `in` was quadratic in the sessions)
             # A session whose parent is gone (deleted or erased) is the root of what is left.
             roots = [s["id"] for s in live if s.get("parent_session_id") not in active and active[s["id"]] < cutoff]
             for sid in roots + deleted:
                 lineage = self._lineage_in_log(sid, children)
                 if any(active.get(m, 0) >= cutoff for m in lineage):
                     continue  # a descendant is still in use: the lineage is not old
-                members.extend(m for m in lineage if m not in members)
-            return members
+                members.update(dict.fromkeys(lineage))
+            return list(members)
 
         if dry_run:
             members, seq, erased = pick(), 0, 0
