@@ -1,16 +1,25 @@
-"""Retention and erase over many sessions: choosing what to erase costs work linear in the
-sessions. Retention collected its lineages into a list, testing each new one with ``in`` against
-everything collected before, and a lineage's descendants were collected the same way: quadratic
-(outside audit, helper-87: a dry run over 100,000 one-session lineages took 303 s, nearly all of
-it in those tests). Counted here as the comparisons of session ids, not timed."""
+"""Retention and erase at scale (outside audit, helper-87).
+
+Choosing what to erase costs work linear in the sessions: retention collected its lineages into a
+list, testing each new one with ``in`` against everything collected before, and a lineage's
+descendants were collected the same way, quadratic (a dry run over 100,000 one-session lineages
+took 303 s, nearly all of it in those tests). Counted here as comparisons of session ids, not timed.
+
+An erase of more events than one ``log.erased`` record can name within the event size limit (a
+session of ~190,000 events, a retention over 100,000 small sessions) is recorded in several
+records; it was refused as too large, naming an internal field, and could never run. Shown here
+with the limit scaled down."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventlog.sessions.store import SessionStore
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 N = 1500
 
@@ -65,3 +74,47 @@ def test_a_long_lineage_is_collected_with_linear_work(tmp_path: Path, monkeypatc
         lineage = store._lineage_in_log("root")
         assert lineage == ["root"] + [f"c{i:05d}" for i in range(N)]
         assert Counted.compared < 10 * N  # it was N * N / 2
+
+
+LIMIT = 64 * 1024  # the event size limit, scaled down: the record then names ~700 events
+
+
+def _records(store: SessionStore) -> list[dict[str, Any]]:
+    return [env for env in store.log.read() if env["type"] == "log.erased"]
+
+
+def test_a_session_with_more_events_than_one_record_can_name_is_erased(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_erase import MARKER, traces  # (beside this file)
+
+    from eventlog.log import codec
+
+    monkeypatch.setattr(codec, "MAX_EVENT_BYTES", LIMIT)
+    with SessionStore.open(tmp_path, follower=False) as store:
+        sid = store.create_session(source="cli")
+        for k in range(4):
+            store.append_messages(sid, [{"role": "user", "content": f"{MARKER} {k} {i}"} for i in range(500)])
+        keep = store.create_session(source="cli")
+        store.append_message(keep, "user", "stays")
+        out = store.erase_session(sid, "asked")  # it was: EventTooLargeError naming events[0].data
+        assert out["events"] == 2001 and out["sessions"] == [sid]
+        records = _records(store)
+        assert len(records) >= 3 and sum(len(r["data"]["erased"]) for r in records) == 2001
+        assert store.log.verify().ok and store.log.verify().erased == 2001
+        assert store.get_session(sid) is None and [m["content"] for m in store.get_messages(keep)] == ["stays"]
+        assert store.erase_session(sid, "again")["events"] == 0
+    assert traces(tmp_path) == []
+
+
+def test_retention_over_more_events_than_one_record_can_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventlog.log import codec
+
+    monkeypatch.setattr(codec, "MAX_EVENT_BYTES", LIMIT)
+    with SessionStore.open(tmp_path, follower=False) as store:
+        store.log.append([e for i in range(600) for e in (
+            {"type": "session.created", "session": f"s{i:04d}", "data": {"source": "cli"}},
+            {"type": "message.appended", "session": f"s{i:04d}", "v": 2, "data": {"role": "user", "content": "x"}})])
+        out = store.retention(0)  # it was: EventTooLargeError naming events[0].data
+        assert len(out["sessions"]) == 600 and out["erased_events"] == 1200
+        assert len(_records(store)) >= 2 and store.log.verify().erased == 1200
+        assert store.list_sessions(limit=None) == []

@@ -249,6 +249,22 @@ def _check_reason(reason: Any) -> str:
     return rules.clean_text(reason)
 
 
+ERASE_ENTRY_BYTES = 90
+"""The most bytes one erased event takes in its erase record: ``[seq, "<64 hex>"],``."""
+
+
+def _erase_record_room(data: dict[str, Any]) -> int:
+    """How many events one ``log.erased`` record with ``data`` (reason, by, sessions) can name
+    within the event size limit (at least one: a record that cannot name one is refused as the
+    log refuses it)."""
+    import orjson
+
+    from eventlog.log import codec
+
+    room = codec.MAX_EVENT_BYTES - 1024 - len(orjson.dumps(data))
+    return max(1, room // ERASE_ENTRY_BYTES)
+
+
 def _check_by(by: Any) -> str:
     """An erase's ``by`` (who, for the audit record): the OS user when None, else checked as
     ``reason`` is. It was stored as given: a number, a list, an empty or a megabyte text in the
@@ -1375,9 +1391,18 @@ class SessionStore:
             for _ in range(ERASE_ROUNDS):
                 for env in events:
                     seen[env["session"]] = max(seen[env["session"]], env["seq"])
-                seqs = [env["seq"] for env in events if not env.get("erased")]
+                seqs = sorted(env["seq"] for env in events if not env.get("erased"))
                 if not seqs:
                     break
+                # More events than one record can name (its [seq, hash] list is bound by the event
+                # size limit): the oldest are erased first, in records that fit, each its own commit
+                # (outside audit, helper-87: a session of 250,000 events, or a retention over
+                # 100,000 small sessions, could never be erased: the record was refused as too large).
+                per_record = _erase_record_room(data)
+                while len(seqs) > per_record:
+                    part, seqs = seqs[:per_record], seqs[per_record:]
+                    got = int(erase(part, data, compact=False) if compact is not None else erase(part, data))
+                    seq, erased = max(seq, got), erased + (self._erased_by(got, len(part)) if got else 0)
                 # The streams too, read inside the erase: one round leaves nothing of them, and a
                 # process killed after it leaves no event of theirs live (outside audit, PostgreSQL:
                 # killed between rounds, the writes of another host stayed live and acknowledged).
@@ -1562,7 +1587,8 @@ class SessionStore:
                   by: str | None = None) -> dict[str, Any]:
         """Erase every lineage (a session and its descendants) whose last activity — of any of its
         sessions — is older than ``older_than_s`` seconds, and every deleted session as old whose
-        words the log still holds, in one erase and one compaction, as :meth:`erase_session`
+        words the log still holds, in one erase (several when one record cannot name them all)
+        and one compaction, as :meth:`erase_session`
         erases (a write that lands meanwhile goes with its session, or is refused). ``dry_run``:
         only say which. Returns ``{"sessions", "erased_events", "seq", "dry_run", "cutoff",
         "newest"}``: ``cutoff`` is this host's clock less ``older_than_s`` (epoch seconds), the
