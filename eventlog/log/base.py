@@ -393,9 +393,12 @@ def erase_event(seqs_hashes: list[list[Any]], data: dict[str, Any]) -> dict[str,
     return {"type": codec.ERASED_TYPE, "session": None, "data": {**data, "erased": seqs_hashes}}
 
 
-def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:
-    """The envelopes at ``wanted`` an erase replaces: those not erased already, in order.
-    :class:`ValidationError` for a seq the log does not hold or an erase record (never erased)."""
+def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | None],
+             keep: Callable[[dict[str, Any]], Any] = lambda env: env) -> list[Any]:
+    """The envelopes at ``wanted`` an erase replaces: those not erased already, in order, each
+    as ``keep`` reduces it (what the erase needs of it: the envelopes of a large session whole
+    held gigabytes). :class:`ValidationError` for a seq the log does not hold or an erase record
+    (never erased)."""
     out = []
     for q in wanted:
         env = envelope_at(q)
@@ -405,7 +408,7 @@ def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | No
             continue
         if env.get("type") == codec.ERASED_TYPE:
             raise ValidationError("seqs", f"event {q} is an erase record: it is never erased")
-        out.append(env)
+        out.append(keep(env))
     return out
 
 

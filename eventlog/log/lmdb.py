@@ -1788,9 +1788,10 @@ class _Environment:
                     value = txn.get(seq_key(q), db=self._events)
                     return None if value is None else self._envelope(q, bytes(value))
 
-                envs = erasable(wanted, envelope_at)
-                listed: list[list[Any]] = [[env["seq"], env["hash"]] for env in envs]
-                stubs = [(seq_key(env["seq"]), self._stub_value(env)) for env in envs]
+                kept = erasable(wanted, envelope_at, lambda env: (env["seq"], env["hash"], self._stub_value(env)))
+                listed: list[list[Any]] = [[q, digest] for q, digest, _ in kept]
+                stubs = [(seq_key(q), stub) for q, _, stub in kept]
+                del kept
                 if not listed:
                     txn.abort()
                     return 0

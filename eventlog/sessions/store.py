@@ -249,6 +249,15 @@ def _check_reason(reason: Any) -> str:
     return rules.clean_text(reason)
 
 
+def _erase_view(env: dict[str, Any]) -> dict[str, Any]:
+    """What an erase reads of an event of the streams it erases: its place, type and whether it
+    is erased, and the data of a creation (its parent). Holding the envelopes whole, a session of
+    200,000 messages took 2 GB to erase (outside audit, helper-87)."""
+    view = {k: env.get(k) for k in ("seq", "session", "type", "erased")}
+    view["data"] = env.get("data") if env.get("type") == "session.created" else None
+    return view
+
+
 ERASE_ENTRY_BYTES = 90
 """The most bytes one erased event takes in its erase record: ``[seq, "<64 hex>"],``."""
 
@@ -1374,7 +1383,7 @@ class SessionStore:
             members = pick()
             if not members:
                 return [], 0, 0
-            events = [env for member in members for env in self.log.read_session(member)]
+            events = [_erase_view(env) for member in members for env in self.log.read_session(member)]
             if any(env.get("type") in _LINEAGE_FLAG_TYPES for env in events):
                 # each erased lineage's top: its parent (as its creation, read above, names it) stays
                 inside = set(members)
@@ -1409,7 +1418,8 @@ class SessionStore:
                 got = int(erase(seqs, data, compact=False, streams=members) if compact is not None
                           else erase(seqs, data, streams=members))
                 seq, erased = max(seq, got), erased + (self._erased_by(got, len(seqs)) if got else 0)
-                events = [env for member in members for env in self.log.read_session(member, after=seen[member])]
+                events = [_erase_view(env) for member in members
+                          for env in self.log.read_session(member, after=seen[member])]
             else:
                 raise ConcurrencyError(members[0], 0, len(events))
         if not seq:
