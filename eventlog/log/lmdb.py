@@ -352,6 +352,17 @@ def _short_data_file(env: lmdb.Environment, p: Path) -> tuple[int, int] | None:
     return (size, need) if size < need else None
 
 
+def _address_space_limit() -> int | None:
+    """This process's address-space limit (RLIMIT_AS, ``ulimit -v``) in bytes; None when unlimited."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else int(limit)
+
+
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -368,6 +379,16 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     if ("File too large" in text or "Input/output error" in text) and _size_limited(path):
         return DiskFullError(f"{action}: the log file reached this process's file-size limit (ulimit -f)",
                              hint="raise the limit (ulimit -f), then retry: nothing was written")
+    limit = _address_space_limit() if "Cannot allocate memory" in text else None
+    if limit is not None:
+        # LMDB maps the whole map size (DEFAULT_MAP_SIZE) at open: address space, not memory (outside
+        # audit, helper-87: under `ulimit -v` the open said "Cannot allocate memory" and to check the
+        # disk and permissions).
+        return StorageError(f"{action}: the log's memory map does not fit this process's address-space limit "
+                            f"(ulimit -v: {limit // (1024 * 1024)} MiB)",
+                            hint=f"raise the limit (`ulimit -v unlimited`: the map of {DEFAULT_MAP_SIZE >> 30} GiB "
+                                 "reserves address space, only the pages read use memory) or open the log with a "
+                                 "map_size that fits under it")
     if isinstance(e, (lmdb.ReadonlyError,)) or "Permission denied" in text or "Read-only" in text:
         return StorageError(
             f"{action}: the log directory or its lock file is not writable ({text})",
