@@ -140,3 +140,35 @@ def test_an_erase_holds_what_it_needs_of_each_event_not_the_event(tmp_path: Path
         finally:
             tracemalloc.stop()
     assert peak < 500 * words / 2  # it was ~3x the words (12 MB here); now ~2 KB an event
+
+
+def test_a_hermes_conversation_with_more_events_than_one_record_can_name_is_deleted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hermes' delete erases in the facade's engine: the same limit, the same cure (the record was
+    refused after the delete committed, and again at each process's first write, which finishes
+    the erases due)."""
+    from test_erase import MARKER, traces  # (beside this file)
+
+    from eventlog.adapters.hermes.db import SessionDB
+    from eventlog.log import EventLog, codec
+
+    monkeypatch.setattr(codec, "MAX_EVENT_BYTES", 32 * 1024)
+    db = SessionDB(db_path=tmp_path / "state.db")
+    try:
+        db.create_session("conv", source="cli")
+        db.replace_messages("conv", [{"role": "user", "content": f"{MARKER} {i}"} for i in range(150)])
+        for i in range(700):
+            db.append_message("conv", "assistant", content=f"{MARKER} reply {i}")
+        db.create_session("other", source="cli")
+        db.append_message("other", "user", content="stays")
+        assert db.delete_session("conv")  # it was: EventTooLargeError naming events[0].data
+        assert db.get_session("conv") is None and [m["content"] for m in db.get_messages("other")] == ["stays"]
+    finally:
+        db.close()
+    with EventLog.open(tmp_path / "state.db.eventlog" / "profiles" / "default" / "log") as log:
+        records = [env for env in log.read() if env["type"] == "log.erased"]
+        assert len(records) >= 2 and records[-1]["data"]["sessions"] == ["conv"]
+        assert all(r["data"]["sessions"] == [] for r in records[:-1])
+        result = log.verify()
+        assert result.ok and result.erased == sum(len(r["data"]["erased"]) for r in records)
+    assert traces(tmp_path) == []

@@ -393,6 +393,18 @@ def erase_event(seqs_hashes: list[list[Any]], data: dict[str, Any]) -> dict[str,
     return {"type": codec.ERASED_TYPE, "session": None, "data": {**data, "erased": seqs_hashes}}
 
 
+ERASE_ENTRY_BYTES = 90
+"""The most bytes one erased event takes in its erase record: ``[seq, "<64 hex>"],``."""
+
+
+def erase_record_room(data: dict[str, Any]) -> int:
+    """How many events one ``log.erased`` record with ``data`` (reason, by, sessions, ...) can
+    name within the event size limit (at least one: a record that cannot name one is refused as
+    the log refuses it). An erase of more is made of several, the oldest events first."""
+    room = codec.MAX_EVENT_BYTES - 1024 - len(codec.encode_plain(data, "data"))
+    return max(1, room // ERASE_ENTRY_BYTES)
+
+
 def erasable(wanted: list[int], envelope_at: Callable[[int], dict[str, Any] | None],
              keep: Callable[[dict[str, Any]], Any] = lambda env: env) -> list[Any]:
     """The envelopes at ``wanted`` an erase replaces: those not erased already, in order, each

@@ -37,7 +37,7 @@ from eventlog.errors import (
     process_state,
 )
 from eventlog.log import LOG_URL_ENV, Log, open_log
-from eventlog.log.base import prepare_batch
+from eventlog.log.base import erase_record_room, prepare_batch
 from eventlog.log.codec import new_id
 from eventlog.log.damage import refuse_if_damaged
 from eventlog.log.filesystem import refuse_network
@@ -256,22 +256,6 @@ def _erase_view(env: dict[str, Any]) -> dict[str, Any]:
     view = {k: env.get(k) for k in ("seq", "session", "type", "erased")}
     view["data"] = env.get("data") if env.get("type") == "session.created" else None
     return view
-
-
-ERASE_ENTRY_BYTES = 90
-"""The most bytes one erased event takes in its erase record: ``[seq, "<64 hex>"],``."""
-
-
-def _erase_record_room(data: dict[str, Any]) -> int:
-    """How many events one ``log.erased`` record with ``data`` (reason, by, sessions) can name
-    within the event size limit (at least one: a record that cannot name one is refused as the
-    log refuses it)."""
-    import orjson
-
-    from eventlog.log import codec
-
-    room = codec.MAX_EVENT_BYTES - 1024 - len(orjson.dumps(data))
-    return max(1, room // ERASE_ENTRY_BYTES)
 
 
 def _check_by(by: Any) -> str:
@@ -1407,7 +1391,7 @@ class SessionStore:
                 # size limit): the oldest are erased first, in records that fit, each its own commit
                 # (outside audit, helper-87: a session of 250,000 events, or a retention over
                 # 100,000 small sessions, could never be erased: the record was refused as too large).
-                per_record = _erase_record_room(data)
+                per_record = erase_record_room(data)
                 while len(seqs) > per_record:
                     part, seqs = seqs[:per_record], seqs[per_record:]
                     got = int(erase(part, data, compact=False) if compact is not None else erase(part, data))

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from eventlog.adapters.hermes import events, projection
 from eventlog.adapters.hermes.apply import apply, erase_due, settle_erase_due
 from eventlog.errors import HeadMovedError, StorageError, ValidationError
+from eventlog.log.base import erase_record_room
 from eventlog.log.filesystem import refuse_network
 from eventlog.log.lmdb import EventLog  # at import, before any caller can patch what it uses
 from eventlog.profiles import denied, make_dir, refuse_lost_log
@@ -588,8 +589,15 @@ class Engine:
             except Exception:  # no user database entry (a container)
                 who = "unknown"
             # The record names every id it settles (a rebuild then finds none of them due).
-            seq = int(self.log.erase(seqs, {"reason": reason, "by": who, "sessions": list(found),
-                                            "sqlite_sequence": sequences}, compact=False))
+            data = {"reason": reason, "by": who, "sessions": list(found), "sqlite_sequence": sequences}
+            # More events than one record can name (a conversation of ~190,000 messages): the
+            # oldest go first in records that settle no session, the last record settles them all
+            # (outside audit, helper-87: the record was refused as too large, at every first write).
+            seqs, per_record = sorted(seqs), erase_record_room(data)
+            while len(seqs) > per_record:
+                part, seqs = seqs[:per_record], seqs[per_record:]
+                self.log.erase(part, {**data, "sessions": []}, compact=False)
+            seq = int(self.log.erase(seqs, data, compact=False))
             compacted = bool(seq) and self.log.compact_after_erase()
             self._purge_rebuild()  # the replaced generation held the words
             if compacted:
