@@ -172,3 +172,19 @@ def test_a_hermes_conversation_with_more_events_than_one_record_can_name_is_dele
         result = log.verify()
         assert result.ok and result.erased == sum(len(r["data"]["erased"]) for r in records)
     assert traces(tmp_path) == []
+
+
+@pytest.mark.postgres
+def test_retention_over_more_events_than_one_record_can_name_on_postgresql(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str, pg_profile: str) -> None:
+    from eventlog.log import codec
+
+    monkeypatch.setattr(codec, "MAX_EVENT_BYTES", LIMIT)
+    with SessionStore.open(tmp_path, pg_profile, log=pg_url, follower=False) as store:
+        store.log.append([e for i in range(600) for e in (
+            {"type": "session.created", "session": f"s{i:04d}", "data": {"source": "cli"}},
+            {"type": "message.appended", "session": f"s{i:04d}", "v": 2, "data": {"role": "user", "content": "x"}})])
+        out = store.retention(0)
+        assert len(out["sessions"]) == 600 and out["erased_events"] == 1200
+        assert len(_records(store)) >= 2 and store.log.verify().erased == 1200
+        assert store.list_sessions(limit=None) == []
