@@ -6,7 +6,7 @@ descendants were collected the same way, quadratic (a dry run over 100,000 one-s
 took 303 s, nearly all of it in those tests). Counted here as comparisons of session ids, not timed.
 
 An erase of more events than one ``log.erased`` record can name within the event size limit (a
-session of ~190,000 events, a retention over 100,000 small sessions) is recorded in several
+session of ~215,000 events, a retention over 100,000 small sessions) is recorded in several
 records; it was refused as too large, naming an internal field, and could never run. Shown here
 with the limit scaled down."""
 from __future__ import annotations

@@ -590,7 +590,7 @@ class Engine:
                 who = "unknown"
             # The record names every id it settles (a rebuild then finds none of them due).
             data = {"reason": reason, "by": who, "sessions": list(found), "sqlite_sequence": sequences}
-            # More events than one record can name (a conversation of ~190,000 messages): the
+            # More events than one record can name (~186,000: a long conversation): the
             # oldest go first in records that settle no session, the last record settles them all
             # (outside audit, helper-87: the record was refused as too large, at every first write).
             seqs, per_record = sorted(seqs), erase_record_room(data)
