@@ -24,7 +24,7 @@ import json
 import math
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from eventlog.sessions.rules import MAX_TIME, as_number
 
@@ -206,6 +206,21 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
     Message text is Markdown already and is kept as written; tool output, tool calls and
     reasoning go into fenced blocks inside ``<details>`` folds.
     """
+    return "".join(markdown_pieces(session, messages))
+
+
+def markdown_pieces(session: dict[str, Any], messages: list[dict[str, Any]]) -> Iterator[str]:
+    """:func:`render_markdown`'s text in pieces, to be written one by one: the transcript of a
+    long session joined into one str (4 bytes a character with one emoji in it) and then
+    encoded took ~13x its size in memory (outside audit, helper-87)."""
+    lines = _markdown_lines(session, messages)
+    last = max((n for n, line in enumerate(lines) if line.rstrip()), default=-1)
+    for line in lines[:max(last, 0)]:
+        yield line + "\n"
+    yield (lines[last].rstrip() if last >= 0 else "") + "\n"  # the whole text right-stripped, then one newline
+
+
+def _markdown_lines(session: dict[str, Any], messages: list[dict[str, Any]]) -> list[str]:
     session = session if isinstance(session, dict) else {}
     messages = [m for m in messages if isinstance(m, dict)]
     out = [f"# {html.escape(_title(session), quote=False)}", ""]
@@ -239,7 +254,7 @@ def render_markdown(session: dict[str, Any], messages: list[dict[str, Any]]) -> 
         for call in calls if isinstance(calls, list) else []:
             name, args = tool_call_parts(call)
             out += [_md_fold(f"tool call: {name}", args, "json"), ""]
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,6 +298,16 @@ def _html_fold(summary: str, body: str, cls: str) -> str:
 
 def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
     """A self-contained HTML page of ``session`` with ``messages`` (read-model dicts)."""
+    return "".join(html_pieces(session, messages))
+
+
+def html_pieces(session: dict[str, Any], messages: list[dict[str, Any]]) -> Iterator[str]:
+    """:func:`render_html`'s text in pieces, to be written one by one (see :func:`markdown_pieces`)."""
+    for part in _html_parts(session, messages):
+        yield part + "\n"
+
+
+def _html_parts(session: dict[str, Any], messages: list[dict[str, Any]]) -> list[str]:
     session = session if isinstance(session, dict) else {}
     messages = [m for m in messages if isinstance(m, dict)]
     title = _title(session)
@@ -337,7 +362,7 @@ def render_html(session: dict[str, Any], messages: list[dict[str, Any]]) -> str:
         parts.append("</article>")
     parts.append(f"<footer>Exported by eventlog · {len(messages)} messages</footer>")
     parts.append("</main></body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
-__all__ = ["render_markdown", "render_html", "iso_time", "content_text", "tool_call_parts"]
+__all__ = ["render_markdown", "render_html", "markdown_pieces", "html_pieces", "iso_time", "content_text", "tool_call_parts"]

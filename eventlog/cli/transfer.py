@@ -117,16 +117,16 @@ def export_cmd(c: Ctx, fmt: str, session_id: str | None, out: str) -> None:
                 info = store.snapshot(out, progress=update)
             click.echo(f"wrote {out} ({info['events']} events, up to seq {info['last_seq']})", err=True)
             return
-        from sqlite_export.transcript import render_html, render_markdown
+        from sqlite_export.transcript import html_pieces, markdown_pieces
 
         assert session_id is not None
         session = store.get_session(session_id)
         if session is None:
             raise NotFoundError("session", session_id)
         msgs = store.get_messages(session_id)
-    text = (render_markdown if fmt == "md" else render_html)(session, msgs)
     with _Output(out) as fp:
-        fp.write(text.encode("utf-8"))
+        for piece in (markdown_pieces if fmt == "md" else html_pieces)(session, msgs):
+            fp.write(piece.encode("utf-8"))
     where = "stdout" if out == "-" else out
     click.echo(f"wrote the {fmt} transcript of session {session_id} ({len(msgs)} messages) to {where}", err=True)
 
