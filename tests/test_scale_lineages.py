@@ -66,8 +66,8 @@ def test_a_long_lineage_is_collected_with_linear_work(tmp_path: Path, monkeypatc
         scan = SessionStore._scan_lineages
 
         def counted_scan(self: SessionStore, cutoff: float | None = None) -> Any:
-            children, deleted, last = scan(self, cutoff)
-            return {p: _counted(c) for p, c in children.items()}, deleted, last
+            children, *rest = scan(self, cutoff)
+            return {p: _counted(c) for p, c in children.items()}, *rest
 
         monkeypatch.setattr(SessionStore, "_scan_lineages", counted_scan)
         Counted.compared = 0
