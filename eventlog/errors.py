@@ -16,6 +16,20 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+FIELD_SHOWN = 160
+"""The most characters of a field's path a message shows (``.field`` keeps it whole): a path
+64 levels deep, or through a 10 KB key, made a one-line error of thousands of characters."""
+
+
+def shown_field(field: str) -> str:
+    """``field`` as a message shows it: printable, its middle cut when longer than FIELD_SHOWN."""
+    text = printable(field)
+    if len(text) <= FIELD_SHOWN:
+        return text
+    half = FIELD_SHOWN // 2
+    return f"{text[:half]}…({len(text) - 2 * half} characters)…{text[-half:]}"
+
+
 def extra_install_hint(extra: str) -> str:
     """How to install eventlog's optional extra ``extra``, said so that copying it works.
 
@@ -67,7 +81,7 @@ class ValidationError(EventLogError, ValueError):
     hint: str | None = "correct the field named and call again: nothing was appended"
 
     def __init__(self, field: str, problem: str, *, hint: str | None = None) -> None:
-        super().__init__(f"invalid {printable(field)}: {problem}", hint=hint)
+        super().__init__(f"invalid {shown_field(field)}: {problem}", hint=hint)
         self.field = field
         self.problem = problem
 

@@ -475,6 +475,21 @@ def test_deep_nesting_is_refused_with_a_validation_error(depth: int, leaf: Any) 
     assert orjson.loads(orjson.dumps(out)) == out
 
 
+def test_a_deep_fields_path_is_cut_in_the_message_and_kept_whole_in_field() -> None:
+    """A value nested past the limit under long keys: the message named the whole path, a
+    one-line error of over a thousand characters (outside audit, helper-87). The message cuts
+    its middle; ``.field`` keeps it whole."""
+    value: Any = "leaf"
+    for i in reversed(range(80)):
+        value = {f"level_key_{i}": value}
+    with pytest.raises(ValidationError) as info:
+        msg(content=value)
+    err = info.value
+    assert err.field.startswith("data.content.level_key_0.level_key_1.") and len(err.field) > 600
+    assert len(err.message) < 300 and "characters)" in err.message, err.message
+    assert err.message.startswith(f"invalid {err.field[:80]}") and err.field[-80:] in err.message
+
+
 def test_validate_session_id_names_the_field() -> None:
     assert events.validate_session_id("abc:1@x") == "abc:1@x"
     with pytest.raises(ValidationError) as info:
