@@ -39,3 +39,19 @@ def test_a_stdout_that_is_not_utf8_still_gets_escapes(tmp_path: Path, monkeypatc
         emit_json({"content": "café 🙂"})
         out.flush()
     assert (tmp_path / "out").read_bytes() == b'{\n  "content": "caf\\u00e9 \\ud83d\\ude42"\n}\n'
+
+
+def test_a_stdout_of_text_only_gets_text(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stdout with no bytes under it (``contextlib.redirect_stdout(io.StringIO())``, as a caller
+    embedding the CLI captures it): the bytes went to ``write`` of a text stream, a TypeError
+    traceback instead of the JSON."""
+    import contextlib
+
+    from eventlog.cli import main
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        main(["--home", str(tmp_path), "sessions", "new", "--id", "s1", "--title", "café 🙂"], standalone_mode=False)
+        main(["--home", str(tmp_path), "sessions", "list", "--json"], standalone_mode=False)
+    listed = captured.getvalue().split("\n", 1)[1]
+    assert [(s["id"], s["title"]) for s in orjson.loads(listed)] == [("s1", "café 🙂")]

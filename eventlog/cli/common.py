@@ -410,9 +410,9 @@ def _echo_json(data: bytes) -> None:
     """orjson's UTF-8 as it is to a UTF-8 stdout: made a str first, the JSON of a long session
     took 4 bytes a character (one emoji in it is enough) and was encoded again, ~12x its size in
     memory for `sessions show --json` (outside audit, helper-87)."""
-    if _utf8(sys.stdout):
+    if _utf8(sys.stdout) and getattr(sys.stdout, "buffer", None) is not None:
         click.echo(data)
-    else:
+    else:  # not UTF-8, or text with no bytes under it (io.StringIO, contextlib.redirect_stdout)
         click.echo(_shown_json(data.decode()))
 
 
