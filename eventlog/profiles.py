@@ -237,13 +237,22 @@ def _profile_root(path: Path) -> Path | None:
     return None
 
 
+def _eventlog_part(target: Path) -> Path:
+    """The part of ``target`` that is eventlog's own: the home holding its profile (the folder
+    with ``profiles/`` in it) when ``target`` is in one, else ``target`` itself (a log directory
+    given by path); the folders above it are the system's or another account's."""
+    root = _profile_root(target)
+    return root.parent.parent if root is not None else target
+
+
 def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple[Path, str, str] | None:
     """Why this process may not use ``path`` (a file or folder eventlog keeps), as ``(the part
     that refuses, what, hint)``: the first part of the path, from ``/`` down, that this user may not enter (a
     folder on the way), read, or write (``path`` itself, or the folder a missing ``path`` would
     be made in; ``write=False``: read only). Either it belongs to another user (a command run
     with sudo, a backup restored as root, a profile copied from another account) -- the hint
-    gives it back with ``chown -R`` -- or its mode keeps its owner out (the hint: ``chmod``).
+    gives it back with ``chown -R`` when it is in eventlog's own part of the path (the home, a
+    profile, a log directory; never a folder above it) -- or its mode keeps its owner out (the hint: ``chmod``).
     None when nothing on the way refuses (root, or ``path`` is usable now). The hint never says
     to delete anything: these files may hold the only copy of the data (the log, a ``-wal``)."""
     target = Path(os.path.abspath(os.fspath(path)))
@@ -270,9 +279,16 @@ def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple
             owner = chown_owner(me, os.getegid())
             whole = _profile_root(p) or p
             chown = f"sudo chown -R {owner} {shlex.quote(str(whole))} (delete nothing: its files hold the data)"
+            ours = _eventlog_part(target)
+            if p != ours and ours not in p.parents:
+                # A folder above eventlog's own (/etc, /usr/local, another account's home): a
+                # `chown -R` of it would take over what is not eventlog's to give.
+                chown = ""
             if st.st_uid == 0:
                 hint = (f"if it should be this user's (a command run with sudo, a restored backup, a copied profile), "
-                        f"give it back: {chown}")
+                        f"give it back: {chown}" if chown else
+                        "it is not eventlog's to give: choose a folder this user may write (for the home: --home, "
+                        "EVENTLOG_HOME), or have its owner let this user in")
             else:  # a profile of another account: using it as that account is the first answer
                 import pwd
 
@@ -280,8 +296,9 @@ def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple
                     them = f"sudo -u {shlex.quote(pwd.getpwuid(st.st_uid).pw_name)}"
                 except KeyError:
                     them = f"sudo -u '#{st.st_uid}'"
-                hint = (f"run eventlog as its owner ({them} ...) or read a copy its owner exports; if it should be "
-                        f"this user's (a profile copied from that account): {chown}")
+                hint = (f"run eventlog as its owner ({them} ...) or read a copy its owner exports"
+                        + (f"; if it should be this user's (a profile copied from that account): {chown}" if chown else
+                           "; or choose a folder this user may write (for the home: --home, EVENTLOG_HOME)"))
             return (p, f"{p} belongs to {user_name(st.st_uid)}, not to this user, {user_name(me)}", hint)
         bits = "rwx" if is_dir else "rw"
         return (p, f"{p} is mode {stat.S_IMODE(st.st_mode):o}: its owner (this user) may not "

@@ -305,3 +305,23 @@ def test_doctor_fix_run_with_sudo_gives_roots_files_back(user: User) -> None:
     assert r.returncode == 0 and f"fixed: chown {user.profile}/log\n" in r.stdout, (r.stdout, r.stderr)
     r = user.cli("sessions", "show", "s1", "--json")
     assert r.returncode == 0 and [m["content"] for m in json.loads(r.stdout)["messages"]] == ["hello"], r.stderr
+
+
+def test_a_home_in_a_folder_of_roots_is_not_an_occasion_to_chown_that_folder(user: User) -> None:
+    """A home asked for where this user may not make it (`--home /usr/local/eventlog`,
+    `SessionStore.open('/etc/x')`): the folder that refuses is the system's, not eventlog's,
+    and the hint said `sudo chown -R nobody: /usr/local` -- a command that would hand a system
+    folder to the user. Its owner is still named; the hint says to choose a folder this user
+    may write, and names no chown."""
+    system = user.base / "system"
+    system.mkdir(mode=0o755)  # root's, as /usr/local or /etc
+    for args in (("init",), ("sessions", "new", "--id", "s1")):
+        r = subprocess.run([*user.drop, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
+                            "--home", str(system / "eventlog"), *args], capture_output=True, text=True, timeout=120,
+                           cwd=user.base)
+        err = one_line(r)
+        assert f"{system} belongs to root (uid 0), not to this user, nobody (uid {user.uid})" in err, err
+        assert "chown" not in err and "choose a folder this user may write" in err, err
+    r = user.py(f"from eventlog import SessionStore\nSessionStore.open({str(system / 'eventlog')!r})")
+    assert "PermissionDeniedError" in r.stderr and "chown" not in r.stderr.splitlines()[-1], r.stderr
+    assert not (system / "eventlog").exists()
