@@ -77,3 +77,15 @@ def test_a_bad_log_argument_is_refused_when_the_adapter_is_made(bad: object) -> 
         EventlogSession("chat", log=bad)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="log"):
         EventlogSaver(log=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", "  ", "mysql://db.example/app", "host=db.example dbname=app"])
+def test_a_log_text_no_open_would_take_is_refused_when_the_adapter_is_made(tmp_path: Path, bad: str) -> None:
+    """As documented (docs/ADAPTERS.md): a bad ``log=`` is refused when the object is made, not
+    at its first call -- an empty text, another scheme, a libpq key=value string were taken and
+    failed only inside the first add_items/put, after the agent or graph had run."""
+    with pytest.raises(ValidationError, match="log"):
+        EventlogSession("chat", home=tmp_path, log=bad)
+    with pytest.raises(ValidationError, match="log"):
+        EventlogSaver(home=tmp_path, log=bad)
+    assert not (tmp_path / "profiles").exists()

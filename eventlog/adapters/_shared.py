@@ -13,7 +13,7 @@ import sqlite3
 from typing import Any, Awaitable, Iterator, Sequence, TypeVar
 
 from eventlog.errors import ValidationError
-from eventlog.log import Log
+from eventlog.log import Log, check_target
 from eventlog.profiles import DEFAULT_PROFILE
 from eventlog.sessions.events import make_event
 from eventlog.sessions.extensions import Extension
@@ -35,12 +35,15 @@ def acquire(home: str | os.PathLike[str] | None = None, profile: str = DEFAULT_P
 def check_log(log: object) -> LogArg:
     """An adapter's ``log=`` argument, checked when the adapter is made (the store opens later,
     on first use): None, a ``postgresql://`` URL or an LMDB log directory, or a Log object."""
-    if log is None or isinstance(log, (str, Log)):
+    if log is None or isinstance(log, Log):
         return log
     if isinstance(log, os.PathLike):
-        return os.fspath(log) if isinstance(os.fspath(log), str) else os.fsdecode(log)
-    raise ValidationError("log", f"must be a postgresql:// URL, a log directory or an eventlog.log.Log, "
-                                 f"got {type(log).__name__}")
+        log = os.fsdecode(log)
+    if not isinstance(log, str):
+        raise ValidationError("log", f"must be a postgresql:// URL, a log directory or an eventlog.log.Log, "
+                                     f"got {type(log).__name__}")
+    check_target(log)  # an empty one, another scheme, a key=value string: now, not at the first call
+    return log
 
 
 def release(store: SessionStore) -> None:

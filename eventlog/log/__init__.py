@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from eventlog.log.memory import MemoryLog
     from eventlog.log.postgres import PostgresLog
 
-__all__ = ["EventLog", "Log", "LogBase", "MemoryLog", "PostgresLog", "VerifyResult", "is_log_url", "open_log"]
+__all__ = ["EventLog", "Log", "LogBase", "MemoryLog", "PostgresLog", "VerifyResult", "check_target", "is_log_url", "open_log"]
 
 LOG_URL_ENV = "EVENTLOG_LOG_URL"
 """Environment variable naming the log a SessionStore (and the CLI) uses instead of the home's LMDB log."""
@@ -96,14 +96,11 @@ def _check_password_param(rest: str, field: str) -> None:
                                          "digits", hint=_PERCENT_HINT)
 
 
-def open_log(target: str | os.PathLike[str], *, profile: str | None = None, durability: str = "sync",
-             **options: Any) -> Log:
-    """Open the log at ``target``: a ``postgresql://user:password@host:port/db`` URL opens
-    ``profile``'s log on that server (:class:`~eventlog.log.postgres.PostgresLog`, psycopg
-    imported only then); anything else is the directory of an LMDB log
-    (:class:`~eventlog.log.lmdb.EventLog`). ``durability`` ("sync" | "nosync") and other
-    ``options`` go to the backend's ``open``. The caller closes the log.
-    """
+def check_target(target: str | os.PathLike[str]) -> None:
+    """:class:`ValidationError` naming ``log`` for a target :func:`open_log` refuses whatever is
+    there: an empty one, a libpq key=value string, a URL of another scheme or a PostgreSQL URL
+    whose user or password libpq would misread. Checked without opening anything (the adapters
+    check their ``log=`` when they are made, and open it later)."""
     if not str(target).strip():
         raise ValidationError("log", "is empty: give a postgresql:// URL or a log directory")
     if isinstance(target, str) and _KEY_VALUE.match(target) and not os.path.exists(target):
@@ -113,6 +110,21 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
                                    "(percent-encode special characters in the user and password)")
     if is_log_url(target):
         check_url_userinfo(str(target), "log")
+    elif isinstance(target, str) and "://" in target:
+        raise ValidationError("log", f"unsupported log URL scheme in {target.split('://', 1)[0]!r}://",
+                              hint="use a postgresql:// URL or the path of an LMDB log directory")
+
+
+def open_log(target: str | os.PathLike[str], *, profile: str | None = None, durability: str = "sync",
+             **options: Any) -> Log:
+    """Open the log at ``target``: a ``postgresql://user:password@host:port/db`` URL opens
+    ``profile``'s log on that server (:class:`~eventlog.log.postgres.PostgresLog`, psycopg
+    imported only then); anything else is the directory of an LMDB log
+    (:class:`~eventlog.log.lmdb.EventLog`). ``durability`` ("sync" | "nosync") and other
+    ``options`` go to the backend's ``open``. The caller closes the log.
+    """
+    check_target(target)
+    if is_log_url(target):
         if profile is None:
             raise ValidationError("profile", "is required to open a PostgreSQL log (one log per profile)")
         try:
@@ -121,9 +133,6 @@ def open_log(target: str | os.PathLike[str], *, profile: str | None = None, dura
             raise ValidationError("log", "a postgresql:// log needs psycopg 3",
                                   hint=extra_install_hint("postgres")) from e
         return PostgresLog.open(str(target), profile=profile, durability=durability, **options)
-    if isinstance(target, str) and "://" in target:
-        raise ValidationError("log", f"unsupported log URL scheme in {target.split('://', 1)[0]!r}://",
-                              hint="use a postgresql:// URL or the path of an LMDB log directory")
     from eventlog.log.lmdb import EventLog, generation_dir
 
     if not options.pop("create", True):  # as for PostgreSQL: a log that is not there is an error
