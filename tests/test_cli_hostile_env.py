@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from fixtures_fs import tmpfs
+from fixtures_users import EVENTLOG, nobody_folder
 
 EXE = str(Path(sys.executable).with_name("eventlog"))
 
@@ -167,36 +168,16 @@ def test_an_import_ended_by_sigterm_leaves_no_profile_behind(tmp_path: Path) -> 
 @pytest.fixture
 def as_nobody() -> Iterator[tuple[Path, Callable[..., subprocess.CompletedProcess[str]], int]]:
     """``(home, cli, uid)``: ``cli(*args)`` runs eventlog as the user 'nobody' on ``home``, in a
-    folder that user owns (``cli(*args, user=[])``: as root). Another user is had only as root,
-    with setpriv and a 'nobody' account: elsewhere these tests are skipped, saying which is
-    missing (CI runs as root)."""
-    import pwd
-    import shutil
-    import tempfile
+    folder that user owns (``cli(*args, user=[])``: as root). Skipped, saying why, where another
+    user cannot be had (``fixtures_users.nobody_folder``; CI runs as root)."""
+    with nobody_folder("eventlog-user-") as (base, nobody, drop):
+        home = base / "h"
 
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv, to run the commands as another user")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user 'nobody'")
-    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
-    base = Path(tempfile.mkdtemp(prefix="eventlog-user-", dir="/tmp"))  # pytest's tmp root is 0700
-    home = base / "h"
+        def cli(*args: str, user: list[str] = drop) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*user, sys.executable, "-c", EVENTLOG, "--home", str(home), *args],
+                                  capture_output=True, text=True, timeout=60, cwd=base)
 
-    def cli(*args: str, user: list[str] = drop) -> subprocess.CompletedProcess[str]:
-        # the interpreter, not the console script: its folder may be closed to other users
-        return subprocess.run([*user, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
-                               "--home", str(home), *args], capture_output=True, text=True, timeout=60, cwd=base)
-
-    try:
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        probe = cli("--version")
-        if probe.returncode != 0:
-            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
         yield home, cli, nobody.pw_uid
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_profile_directory_this_user_may_not_write_in_is_read_as_it_stands(as_nobody: Any) -> None:

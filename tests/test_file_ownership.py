@@ -14,12 +14,12 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from fixtures_users import EVENTLOG, nobody_folder
 
 
 @dataclass
@@ -36,9 +36,7 @@ class User:
 
     def cli(self, *args: str, root: bool = False) -> subprocess.CompletedProcess[str]:
         """``eventlog --home HOME ARGS`` as this user (``root``: as root, a `sudo` run)."""
-        # the interpreter, not the console script: its folder may be closed to other users
-        return subprocess.run([*([] if root else self.drop), sys.executable, "-c",
-                               "from eventlog.cli.app import main; main(prog_name='eventlog')",
+        return subprocess.run([*([] if root else self.drop), sys.executable, "-c", EVENTLOG,
                                "--home", str(self.home), *args], capture_output=True, text=True, timeout=120,
                               cwd=self.base)
 
@@ -64,25 +62,10 @@ class User:
 
 @pytest.fixture
 def user() -> Iterator[User]:
-    """The user 'nobody', in a folder of its own under /tmp (pytest's temp root is 0700). Another
-    user is had only as root, with setpriv: elsewhere these tests are skipped, saying why."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv, to run eventlog as another user")
-    try:
-        nobody = pwd.getpwnam("nobody")
-    except KeyError:
-        pytest.skip("no user 'nobody'")
-    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups", "--"]
-    base = Path(tempfile.mkdtemp(prefix="eventlog-owner-", dir="/tmp"))
-    u = User(base, base / "h", nobody.pw_uid, nobody.pw_gid, drop)
-    try:
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        probe = u.cli("--version")
-        if probe.returncode != 0:
-            pytest.skip(f"user 'nobody' cannot run eventlog here: {probe.stderr[-200:]}")
-        yield u
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    """The user 'nobody', in a folder of its own (``fixtures_users.nobody_folder``: skipped, saying
+    why, where another user cannot be had)."""
+    with nobody_folder("eventlog-owner-") as (base, nobody, drop):
+        yield User(base, base / "h", nobody.pw_uid, nobody.pw_gid, drop)
 
 
 def one_line(r: subprocess.CompletedProcess[str]) -> str:
@@ -316,9 +299,8 @@ def test_a_home_in_a_folder_of_roots_is_not_an_occasion_to_chown_that_folder(use
     system = user.base / "system"
     system.mkdir(mode=0o755)  # root's, as /usr/local or /etc
     for args in (("init",), ("sessions", "new", "--id", "s1")):
-        r = subprocess.run([*user.drop, sys.executable, "-c", "from eventlog.cli.app import main; main(prog_name='eventlog')",
-                            "--home", str(system / "eventlog"), *args], capture_output=True, text=True, timeout=120,
-                           cwd=user.base)
+        r = subprocess.run([*user.drop, sys.executable, "-c", EVENTLOG, "--home", str(system / "eventlog"), *args],
+                           capture_output=True, text=True, timeout=120, cwd=user.base)
         err = one_line(r)
         assert f"{system} belongs to root (uid 0), not to this user, nobody (uid {user.uid})" in err, err
         assert "chown" not in err and "choose a folder this user may write" in err, err
