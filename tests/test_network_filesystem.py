@@ -97,3 +97,17 @@ def test_the_hermes_facade_refuses_a_share(share: Path) -> None:
     with pytest.raises(StorageError) as info:
         SessionDB(share / "state.db")
     _names_the_share(info.value, share)
+
+
+def test_a_relative_log_path_is_judged_where_it_is_now(tmp_path: Path, share: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mount table is read once per path a process opens (a store opened again does not
+    read it again). The path was remembered as given: a relative one found local in one
+    working directory was taken for local in another, on the share, and opened there."""
+    monkeypatch.chdir(tmp_path)
+    with EventLog.open("log") as lg:  # a local disk
+        lg.append([{"type": "t.x", "session": None, "data": {}}])
+    monkeypatch.chdir(share)
+    with pytest.raises(StorageError) as info:
+        EventLog.open("log")
+    _names_the_share(info.value, share)

@@ -94,7 +94,7 @@ def refuse_network(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> 
     (unless ``EVENTLOG_ALLOW_NETWORK_FS=1``)."""
     if os.environ.get(ALLOW_ENV) == "1":
         return
-    key = (os.fspath(path), mountinfo)
+    key = (os.path.abspath(path), mountinfo)  # a relative path is another directory after a chdir
     if key in _local:
         return
     found = network_mount(path, mountinfo)
