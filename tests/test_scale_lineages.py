@@ -11,6 +11,7 @@ records; it was refused as too large, naming an internal field, and could never 
 with the limit scaled down."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,64 @@ def test_retention_over_more_events_than_one_record_can_name_on_postgresql(
         assert len(out["sessions"]) == 600 and out["erased_events"] == 1200
         assert len(_records(store)) >= 2 and store.log.verify().erased == 1200
         assert store.list_sessions(limit=None) == []
+
+
+def test_an_erase_killed_between_its_records_is_finished_by_the_next_retention(tmp_path: Path) -> None:
+    """An erase of more events than one record names commits several records, the oldest events
+    first. A process killed after the first leaves the session's newest events live while the
+    read models already hide it (the record names it): no list shows it, and retention, which
+    picks what the read models list and the deleted sessions, left its words in the log for
+    good. The next retention finishes such an erase, whatever the session's age."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import os, sys
+        from eventlog.log import codec
+        from eventlog.log.lmdb import EventLog
+        from eventlog.sessions.store import SessionStore
+        codec.MAX_EVENT_BYTES = {LIMIT}
+        with SessionStore.open({str(tmp_path)!r}, follower=False) as store:
+            sid = store.create_session(id="long", source="cli")
+            store.append_messages(sid, [{{"role": "user", "content": f"words {{i}}"}} for i in range(1500)])
+            store.create_session(id="kept", source="cli")
+            erase = EventLog.erase
+
+            def erase_once_then_die(self, *args, **kwargs):
+                erase(self, *args, **kwargs)
+                os._exit(9)  # killed between the records
+
+            EventLog.erase = erase_once_then_die
+            store.erase_session(sid, "asked")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 9, done.stderr
+    with SessionStore.open(tmp_path, follower=False) as store:
+        live = [e for e in store.log.read_session("long") if not e.get("erased")]
+        assert live and store.get_session("long") is None  # hidden, its newest words still there
+        out = store.retention(3650 * 86400)
+        assert out["sessions"] == ["long"]
+        assert [e for e in store.log.read_session("long") if not e.get("erased")] == []
+        assert [s["id"] for s in store.list_sessions(limit=None)] == ["kept"]
+        assert store.log.verify().ok
+        assert store.retention(3650 * 86400)["sessions"] == []
+
+
+def test_an_id_used_again_after_its_erase_is_not_taken_for_an_unfinished_erase(tmp_path: Path) -> None:
+    """Hermes may create a session under the id of one it deleted (erased): the new session's
+    events come after the erase record that names the id. They are a new session's, not the
+    remains of an erase stopped part-way, and retention leaves them while they are in use."""
+    from eventlog.adapters.hermes.db import SessionDB
+
+    db = SessionDB(db_path=tmp_path / "state.db")
+    try:
+        db.create_session("a", source="cli")
+        db.append_message("a", "user", content="old words")
+        assert db.delete_session("a")
+        db.create_session("a", source="cli")
+        db.append_message("a", "user", content="new words")
+    finally:
+        db.close()
+    with SessionStore.open(tmp_path / "state.db.eventlog", follower=False) as store:
+        assert store.retention(3650 * 86400, dry_run=True)["sessions"] == []

@@ -1546,13 +1546,15 @@ class SessionStore:
         """One scan of the log: every session's children as the log names them, and (with
         ``cutoff``, seconds) the deleted sessions whose last activity is older than it and whose
         words the log still holds — a tombstone hides a session from every read model, so
-        retention finds them here: a delete must not outlive a retention policy — and every
+        retention finds them here: a delete must not outlive a retention policy; so are the
+        sessions of an erase stopped part-way, whatever their age — and every
         session's last activity (:func:`_activity`, seconds; with ``cutoff`` only), and the latest
         ``ts`` in the log (seconds; 0.0 for none)."""
         children: dict[str, list[str]] = {}
         last: dict[str, float] = {}
         words: set[str] = set()
         deleted: dict[str, None] = {}  # in log order
+        erasing: dict[str, None] = {}  # named by an erase record, in log order
         newest = 0.0  # the latest ts so far, in log order (_activity)
         for env in self.log.read():
             sid = env.get("session")
@@ -1573,9 +1575,19 @@ class SessionStore:
                 named = env["data"].get("sessions")
                 if isinstance(named, list) and named and all(isinstance(n, str) for n in named):
                     children.setdefault(named[0], []).extend(n for n in named[1:])
+                    # one of its sessions with an event before the record still live: that erase
+                    # stopped part-way (events after it are the id used anew, as Hermes may)
+                    erasing.update(dict.fromkeys(n for n in named if n in words))
             newest = max(newest, rules.event_time(env.get("ts")) or 0.0)
         limit = cutoff or 0.0
-        return children, [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit], last, newest
+        old = [sid for sid in deleted if sid in words and last.get(sid, 0.0) < limit]
+        # A session an erase record names whose words from before that record the log still
+        # holds: that erase stopped part-way (one of more events than a record names, killed
+        # between its records) and the read models hide the session already; retention
+        # finishes it whatever its age.
+        picked = set(old)
+        unfinished = [sid for sid in erasing if sid not in picked] if cutoff is not None else []
+        return children, old + unfinished, last, newest
 
     def retention(self, older_than_s: float, *, dry_run: bool = False, reason: str = "retention",
                   by: str | None = None) -> dict[str, Any]:
