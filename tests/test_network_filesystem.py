@@ -67,6 +67,7 @@ def _names_the_share(error: BaseException, where: Path) -> None:
     text = f"{error} {getattr(error, 'hint', '')}"
     assert "network filesystem (fuse.sshfs" in text and str(where) in text, text
     assert "EVENTLOG_LOG_URL" in text and f"{ALLOW_ENV}=1" in text, text
+    assert "eventlog export FILE" in text, text  # a backup to a share: an export, not a log copy
 
 
 def test_the_log_refuses_a_share_before_creating_anything(share: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -110,4 +110,5 @@ def refuse_network(path: str | os.PathLike[str], mountinfo: str = MOUNTINFO) -> 
         "corrupt the log; nothing was opened or written",
         hint="keep the eventlog home (EVENTLOG_HOME, or a Hermes home the facade serves) on a local disk, "
              "or share a profile between hosts through the PostgreSQL log (EVENTLOG_LOG_URL, docs/POSTGRES.md); "
-             f"to open it anyway on one host, at your own risk, set {ALLOW_ENV}=1")
+             "to keep a backup on a share, write an export there (`eventlog export FILE`, restored with "
+             f"`eventlog import FILE`); to open it anyway on one host, at your own risk, set {ALLOW_ENV}=1")
