@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Mapping, NamedTuple
 
 import orjson
@@ -238,12 +238,40 @@ def _cost(value: Any, field: str) -> float:
     return float(value)
 
 
+_ISO_TIME_RE = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
+    r"(?:[Tt ]([0-9]{2})(?::([0-9]{2})(?::([0-9]{2})(?:[.,]([0-9]+))?)?)?"
+    r"(?:[Zz]|([+-])([0-9]{2})(?::?([0-9]{2}))?)?)?")
+"""The ISO-8601 times :func:`parse_time` reads: an extended-format date, optionally a time
+(hours, minutes, seconds, a fraction of any length) and a ``Z`` or ``±HH[[:]MM]`` offset."""
+
+
+def _iso_time(text: str) -> datetime:
+    """``text`` (matching :data:`_ISO_TIME_RE`) as an aware datetime (UTC when it names no
+    offset); ValueError otherwise. Parsed here rather than by ``datetime.fromisoformat``, whose
+    grammar grew in Python 3.11 (fractions of other than 3 or 6 digits, ``+HHMM`` offsets): the
+    same string is accepted, or refused, on every Python this package supports."""
+    match = _ISO_TIME_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(text)
+    year, month, day, hour, minute, second, fraction, sign, off_hours, off_minutes = match.groups()
+    zone = timezone.utc
+    if sign is not None:
+        if int(off_minutes or 0) >= 60:
+            raise ValueError(text)
+        offset = timedelta(hours=int(off_hours), minutes=int(off_minutes or 0))
+        zone = timezone(-offset if sign == "-" else offset)  # ValueError from 24 hours on
+    micro = int((fraction or "0")[:6].ljust(6, "0"))  # beyond microseconds: cut, as 3.11 does
+    return datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0), micro,
+                    tzinfo=zone)
+
+
 def parse_time(value: Any, field: str = "timestamp") -> float:
     """Normalize a caller-given time to float epoch seconds in [0, 4.2e9].
 
     Accepts an int or float (not bool, NaN or infinite) or an ISO-8601 string
-    (``datetime.fromisoformat``; a ``Z`` suffix means UTC; no offset means UTC).
-    Raises :class:`ValidationError` naming ``field`` for anything else.
+    (:data:`_ISO_TIME_RE`; ``Z`` or no offset means UTC). Raises :class:`ValidationError`
+    naming ``field`` for anything else.
     """
     if isinstance(value, bool):
         raise ValidationError(field, "must be epoch seconds or an ISO-8601 string, got bool")
@@ -254,13 +282,8 @@ def parse_time(value: Any, field: str = "timestamp") -> float:
         text = value.strip()
         if len(text) > 64:
             raise ValidationError(field, "not an ISO-8601 time")
-        if text[-1:] in ("Z", "z"):
-            text = text[:-1] + "+00:00"
         try:
-            moment = datetime.fromisoformat(text)
-            if moment.tzinfo is None:
-                moment = moment.replace(tzinfo=timezone.utc)
-            seconds = moment.timestamp()
+            seconds = _iso_time(text).timestamp()
         except (ValueError, TypeError, OverflowError, OSError):
             raise ValidationError(field, f"not an ISO-8601 time: {clean_text(value)[:64]!r}") from None
     else:
