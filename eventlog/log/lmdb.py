@@ -927,7 +927,10 @@ class _Environment:
                 cur = txn.cursor(db=src_db)
                 more = cur.first()
                 while more:
-                    with dst.begin(write=True) as out:
+                    # db=dst_db: py-lmdb before 3.0 picks the append flag (MDB_APPENDDUP for a
+                    # dupsort table) by the transaction's default table, not the cursor's; with
+                    # the main table it refused every second stream entry of a key as out of order.
+                    with dst.begin(write=True, db=dst_db) as out:
                         put = out.cursor(db=dst_db)
                         n = 0
                         while more and n < 20_000:
