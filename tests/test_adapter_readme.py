@@ -46,7 +46,9 @@ def test_readme_example_runs(tmp_path: Path, index: int) -> None:
 
 def _owner(module: str) -> str:
     """The installed distribution that holds ``module``'s file (a namespace package such as
-    ``langgraph`` is shared by several: the submodule's file decides)."""
+    ``langgraph`` is shared by several: the submodule's file decides). Every distribution's file
+    list is read: md.packages_distributions() of Python 3.10 reads only top_level.txt, which
+    openai-agents and langgraph do not ship, and found no distribution for them."""
     import importlib.metadata as md
     import importlib.util
 
@@ -55,10 +57,11 @@ def _owner(module: str) -> str:
     spec = importlib.util.find_spec(module)
     assert spec is not None and spec.origin, module
     origin = Path(spec.origin).resolve()
-    for name in md.packages_distributions().get(module.split(".")[0], []):
-        dist = md.distribution(name)
-        if any(Path(str(dist.locate_file(f))).resolve() == origin for f in dist.files or []):
-            return canonicalize_name(name)
+    top = module.split(".")[0]
+    for dist in md.distributions():
+        mine = [f for f in dist.files or [] if f.parts[:1] == (top,)]
+        if any(Path(str(dist.locate_file(f))).resolve() == origin for f in mine):
+            return canonicalize_name(dist.metadata["Name"])
     raise AssertionError(f"no installed distribution holds {module} ({origin})")
 
 
