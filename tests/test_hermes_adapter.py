@@ -1458,6 +1458,20 @@ def test_a_message_too_large_for_one_event_does_not_stop_the_switch(tmp_path: Pa
         db.close()
 
 
+def test_damage_is_told_by_sqlites_words_where_the_error_carries_no_code() -> None:
+    """Python 3.10's sqlite3 errors have no sqlite_errorcode (3.11 added it): is_corrupt said
+    False for every one, so a damaged projection was never rebuilt there (the test below failed
+    on 3.10). An error made here carries no code on any Python."""
+    from eventlog.adapters.hermes.engine import is_corrupt
+
+    for words in ("database disk image is malformed", "file is not a database", "disk I/O error",
+                  "vtable constructor failed: messages_fts"):
+        assert is_corrupt(sqlite3.DatabaseError(words)), words
+    assert not is_corrupt(sqlite3.DatabaseError("database or disk is full"))
+    assert not is_corrupt(sqlite3.OperationalError("database is locked"))
+    assert not is_corrupt(ValueError("database disk image is malformed"))
+
+
 @pytest.mark.parametrize("table", ["messages", "sessions", "messages_fts_data"])
 def test_a_damaged_page_of_the_projection_is_rebuilt_from_the_log(tmp_path: Path, table: str) -> None:
     """Garbage over one page of the derived file (a disk fault while nothing had it open): the

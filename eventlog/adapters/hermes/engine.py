@@ -655,9 +655,16 @@ def is_corrupt(error: BaseException) -> bool:
     the extended code): the projection file, its WAL or its shared-memory index is damaged — a
     WAL truncated under open connections fails every later statement with an I/O error — and a
     projection rebuilt from the log in a new file is the repair. (A full disk is SQLITE_FULL, not
-    one of these.)"""
+    one of these.) Python 3.10's errors carry no code (3.11 added ``sqlite_errorcode``): there,
+    SQLite's own words for the three decide (a damaged FTS index's: "vtable constructor failed")."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return False
     code = getattr(error, "sqlite_errorcode", None)
-    return isinstance(error, sqlite3.DatabaseError) and isinstance(code, int) and code & 0xFF in (10, 11, 26)
+    if isinstance(code, int):
+        return code & 0xFF in (10, 11, 26)
+    text = str(error)
+    return any(words in text for words in ("database disk image is malformed", "file is not a database",
+                                           "disk I/O error", "vtable constructor failed"))
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
