@@ -253,7 +253,10 @@ def open_source(path: Path, tmp: Path) -> sqlite3.Connection:
                 shutil.copyfile(path, tmp / "copy.db")
                 shutil.copyfile(wal, tmp / "copy.db-wal")
                 return sqlite3.connect(tmp / "copy.db")
-            if journal.exists() and getattr(e, "sqlite_errorname", None) == "SQLITE_READONLY_ROLLBACK":
+            # Python 3.10's errors carry no name (3.11 added sqlite_errorname): SQLite's words then
+            name = getattr(e, "sqlite_errorname", None)
+            rollback = name == "SQLITE_READONLY_ROLLBACK" or (name is None and "readonly database" in str(e))
+            if journal.exists() and rollback:
                 # A hot journal: a writer died mid-transaction and no process holds a lock (SQLite
                 # checked), so the read-only open could not roll it back. The copy of both files
                 # is rolled back on its first read, and the original is left as it is.
