@@ -65,8 +65,19 @@ def _its_own(e: BaseException) -> bool:
         return False
     if isinstance(e, sqlite3.Error):
         code = getattr(e, "sqlite_errorcode", None)
-        return code is None or (code & 0xFF) in _SQL_OF_ITS_OWN
+        if code is None:  # Python 3.10 (3.11 added the code): SQLite's own words for the file's errors
+            return not any(words in str(e) for words in _FILE_ERROR_WORDS)
+        return (code & 0xFF) in _SQL_OF_ITS_OWN
     return isinstance(e, Exception)
+
+
+_FILE_ERROR_WORDS = ("database is locked", "database table is locked", "out of memory",
+                     "attempt to write a readonly database", "interrupted", "disk I/O error",
+                     "database disk image is malformed", "database or disk is full", "unable to open database file",
+                     "locking protocol", "file is not a database")
+"""What SQLite says (``sqlite3_errstr``) for the result codes that judge the file, not a read
+model's SQL: BUSY, LOCKED, NOMEM, READONLY, INTERRUPT, IOERR, CORRUPT, FULL, CANTOPEN, PROTOCOL,
+NOTADB."""
 
 
 def _fault(rm: ReadModel, what: str, e: BaseException) -> ExtensionFault:

@@ -178,6 +178,22 @@ def test_a_failing_read_model_stops_alone(tmp_path: Path) -> None:
         assert [m["content"] for m in store.get_messages(sid)] == ["the core keeps going"]
 
 
+def test_a_file_error_without_a_code_is_the_files_not_the_read_models() -> None:
+    """Python 3.10's sqlite3 errors carry no sqlite_errorcode (3.11 added it): every error raised
+    in a read model was taken as that read model's own fault, so a full disk or a lock stopped it
+    as broken instead of going to the healer (found by helper-85). SQLite's words decide there.
+    An error made here carries no code on any Python."""
+    from projections.extensions import _its_own
+
+    for words in ("database or disk is full", "database is locked", "disk I/O error",
+                  "database disk image is malformed", "attempt to write a readonly database"):
+        assert not _its_own(sqlite3.OperationalError(words)), words
+    for words in ("no such table: notes", "near \"SELEC\": syntax error"):
+        assert _its_own(sqlite3.OperationalError(words)), words
+    assert _its_own(sqlite3.IntegrityError("UNIQUE constraint failed: notes.id"))
+    assert _its_own(KeyError("x")) and not _its_own(ProjectionError("the file's"))
+
+
 def test_a_read_model_in_step_takes_the_core_pass_and_fails_alone(tmp_path: Path) -> None:
     """Once its cursor is state.db's, a read model takes each event in the core tables' pass
     (one decode, one transaction, cursors together); when its apply raises there, the core rows
