@@ -255,20 +255,25 @@ def repair(profile_dir: Path, log: Log, profile: str, *, deep: bool = False,
             if not found["ok"] and found["first_difference"] is not None:
                 projector.rebuild("all")
                 done.append(f"rebuilt state and fts ({found['detail']})")
-    for p, _problem, mode in _permission_findings(profile_dir):
-        if mode is None:
-            # another user's: root (doctor --fix run with sudo) gives root's own files back to the
-            # profile's owner; otherwise only the hint can (ownership_hint)
-            hand_over(p)
+    for _ in range(2):  # a file given back by the first pass may have a mode to set too: the second sees it
+        given_back = False
+        for p, _problem, mode in _permission_findings(profile_dir):
+            if mode is None:
+                # another user's: root (doctor --fix run with sudo) gives root's own files back to the
+                # profile's owner; otherwise only the hint can (ownership_hint)
+                hand_over(p)
+                try:
+                    if os.lstat(p).st_uid == os.stat(p.parent).st_uid:
+                        done.append(f"chown {p}")
+                        given_back = True
+                except OSError:
+                    pass
+                continue
             try:
-                if os.lstat(p).st_uid == os.stat(p.parent).st_uid:
-                    done.append(f"chown {p}")
+                os.chmod(p, mode)
             except OSError:
-                pass
-            continue
-        try:
-            os.chmod(p, mode)
-        except OSError:
-            continue  # still reported by the check that follows
-        done.append(f"chmod {p}")
+                continue  # still reported by the check that follows
+            done.append(f"chmod {p}")
+        if not given_back:
+            break
     return done

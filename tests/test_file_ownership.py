@@ -284,8 +284,14 @@ def test_doctor_fix_run_with_sudo_gives_roots_files_back(user: User) -> None:
     one_line(user.cli("sessions", "list"))
     r = user.cli("doctor", root=True)
     assert r.returncode == 1 and f"{user.profile}/log belongs to root (uid 0)" in r.stdout, r.stdout
+    lock = user.profile / "log" / "writer.lock"
+    os.chmod(lock, 0o644)  # root's, and with a mode the check reports too
     r = user.cli("doctor", "--fix", root=True)
     assert r.returncode == 0 and f"fixed: chown {user.profile}/log\n" in r.stdout, (r.stdout, r.stderr)
+    # one run fixes both: the mode of a file it gave back too (it took a second run)
+    assert f"fixed: chmod {lock}\n" in r.stdout and stat.S_IMODE(lock.stat().st_mode) == 0o600, r.stdout
+    r = user.cli("doctor")
+    assert r.returncode == 0, r.stdout
     r = user.cli("sessions", "show", "s1", "--json")
     assert r.returncode == 0 and [m["content"] for m in json.loads(r.stdout)["messages"]] == ["hello"], r.stderr
 
