@@ -206,6 +206,18 @@ def hand_over(path: str | os.PathLike[str], fd: int | None = None) -> None:
         pass  # the owner's file is still usable by root: only the user's next run would say so
 
 
+def soft_limit(name: str) -> int | None:
+    """This process's soft limit ``name`` of :mod:`resource` (``"RLIMIT_AS"``: ``ulimit -v``,
+    ``"RLIMIT_FSIZE"``: ``ulimit -f``) in bytes; None when there is none or it cannot be read."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(getattr(resource, name))[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else int(limit)
+
+
 def restrict_file(path: str | os.PathLike[str]) -> None:
     """Make an existing file 0600 (no-op if it is gone, or if its mode cannot be changed here:
     a read-only file system, another owner's file; ``eventlog doctor`` reports such modes)."""
@@ -219,14 +231,20 @@ def restrict_file(path: str | os.PathLike[str]) -> None:
             raise
 
 
-def user_name(uid: int) -> str:
-    """``name (uid N)``, or ``uid N`` for a uid without an account."""
+def _account(uid: int) -> str | None:
+    """The login name of ``uid``, or None for a uid without an account (a container)."""
     import pwd
 
     try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return f"uid {uid}"
+        return None
+
+
+def user_name(uid: int) -> str:
+    """``name (uid N)``, or ``uid N`` for a uid without an account."""
+    name = _account(uid)
+    return f"{name} (uid {uid})" if name is not None else f"uid {uid}"
 
 
 def _profile_root(path: Path) -> Path | None:
@@ -290,12 +308,8 @@ def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple
                         "it is not eventlog's to give: choose a folder this user may write (for the home: --home, "
                         "EVENTLOG_HOME), or have its owner let this user in")
             else:  # a profile of another account: using it as that account is the first answer
-                import pwd
-
-                try:
-                    them = f"sudo -u {shlex.quote(pwd.getpwuid(st.st_uid).pw_name)}"
-                except KeyError:
-                    them = f"sudo -u '#{st.st_uid}'"
+                name = _account(st.st_uid)
+                them = f"sudo -u {shlex.quote(name)}" if name is not None else f"sudo -u '#{st.st_uid}'"
                 hint = (f"run eventlog as its owner ({them} ...) or read a copy its owner exports"
                         + (f"; if it should be this user's (a profile copied from that account): {chown}" if chown else
                            "; or choose a folder this user may write (for the home: --home, EVENTLOG_HOME)"))
@@ -309,12 +323,8 @@ def access_problem(path: str | os.PathLike[str], *, write: bool = True) -> tuple
 
 def chown_owner(uid: int, gid: int) -> str:
     """``name:`` for ``chown`` (the user and their login group), or ``uid:gid`` without a name."""
-    import pwd
-
-    try:
-        return f"{pwd.getpwuid(uid).pw_name}:"
-    except KeyError:
-        return f"{uid}:{gid}"
+    name = _account(uid)
+    return f"{name}:" if name is not None else f"{uid}:{gid}"
 
 
 def denied(e: OSError, action: str, path: str | os.PathLike[str] | None = None, *,

@@ -15,6 +15,8 @@ import sqlite3
 import stat
 from pathlib import Path
 
+from eventlog.profiles import soft_limit
+
 LOW_SPACE_BYTES = 4 * 1024 * 1024
 """Below this much free space an I/O error on a projection file is taken for a full disk."""
 _FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -69,7 +71,7 @@ def cannot_write(path: str | os.PathLike[str]) -> str | None:
     why = read_only_reason(path)
     if why is not None:
         return why
-    limit = file_size_limit()
+    limit = soft_limit("RLIMIT_FSIZE")
     # Writes past it fail with EFBIG, which SQLite reports as an I/O error; a limit far above
     # every file here is room (a rebuild writes a file about the size of the current one).
     if limit is not None and limit - largest_file(path) < LOW_SPACE_BYTES:
@@ -98,17 +100,6 @@ def largest_file(path: str | os.PathLike[str]) -> int:
         if stat.S_ISREG(st.st_mode):
             largest = max(largest, st.st_size)
     return largest
-
-
-def file_size_limit() -> int | None:
-    """This process's file-size limit (RLIMIT_FSIZE) in bytes, None when there is none."""
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    except (ImportError, OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def out_of_room(e: BaseException, path: str | os.PathLike[str]) -> str | None:

@@ -91,6 +91,7 @@ from eventlog.profiles import (
     open_private,
     path_text,
     restrict_file,
+    soft_limit,
 )
 
 FORMAT_VERSION = FORMAT_2
@@ -321,13 +322,8 @@ def _size_limited(path: Path | None) -> bool:
     """Whether this process's file-size limit (RLIMIT_FSIZE) is what a write of the log at
     ``path`` met (a data file within 4 MB of it): a write past it fails with EFBIG, which LMDB
     reports as "File too large" or an I/O error."""
-    try:
-        import resource
-
-        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    except (ImportError, OSError, ValueError):
-        return False
-    if limit == resource.RLIM_INFINITY:
+    limit = soft_limit("RLIMIT_FSIZE")
+    if limit is None:
         return False
     if path is None:
         return True
@@ -352,17 +348,6 @@ def _short_data_file(env: lmdb.Environment, p: Path) -> tuple[int, int] | None:
     return (size, need) if size < need else None
 
 
-def _address_space_limit() -> int | None:
-    """This process's address-space limit (RLIMIT_AS, ``ulimit -v``) in bytes; None when unlimited."""
-    try:
-        import resource
-
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (ImportError, OSError, ValueError):
-        return None
-    return None if limit == resource.RLIM_INFINITY else int(limit)
-
-
 def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> StorageError:
     """The one place LMDB errors become eventlog errors (cause chained by the caller)."""
     text = str(e)
@@ -379,7 +364,7 @@ def storage_error(e: lmdb.Error, action: str, path: Path | None = None) -> Stora
     if ("File too large" in text or "Input/output error" in text) and _size_limited(path):
         return DiskFullError(f"{action}: the log file reached this process's file-size limit (ulimit -f)",
                              hint="raise the limit (ulimit -f), then retry: nothing was written")
-    limit = _address_space_limit() if "Cannot allocate memory" in text else None
+    limit = soft_limit("RLIMIT_AS") if "Cannot allocate memory" in text else None
     if limit is not None:
         # LMDB maps the whole map size (DEFAULT_MAP_SIZE) at open: address space, not memory (outside
         # audit, helper-87: under `ulimit -v` the open said "Cannot allocate memory" and to check the
